@@ -1,0 +1,21 @@
+//! Records the git commit the tool is built from, for build.lock.
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/index");
+    println!("cargo:rerun-if-env-changed=BPALS_GIT_COMMIT");
+    let commit = std::env::var("BPALS_GIT_COMMIT").ok().or_else(|| {
+        let head = Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
+        if !head.status.success() {
+            return None;
+        }
+        let mut commit = String::from_utf8(head.stdout).ok()?.trim().to_string();
+        let dirty = Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).output().ok()?;
+        if !dirty.stdout.is_empty() {
+            commit.push_str("+dirty");
+        }
+        Some(commit)
+    });
+    println!("cargo:rustc-env=BPALS_GIT_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));
+}
