@@ -1,0 +1,364 @@
+//! One spec file as written: every key optional, unknown keys rejected by serde.
+//!
+//! A release spec is a chain of these layers (`extends:`), merged child-over-parent and then
+//! resolved into a [`super::ReleaseSpec`], where missing keys become errors.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Copies every field the child sets over the parent's value.
+macro_rules! merge_options {
+    ($parent:expr, $child:expr; $($field:ident),+ $(,)?) => {
+        $( if $child.$field.is_some() { $parent.$field = $child.$field; } )+
+    };
+}
+
+/// Merges a nested section that is itself a layer.
+fn merge_section<T: Merge>(parent: &mut Option<T>, child: Option<T>) {
+    match (parent.as_mut(), child) {
+        (Some(p), Some(c)) => p.merge(c),
+        (None, Some(c)) => *parent = Some(c),
+        (_, None) => {}
+    }
+}
+
+pub trait Merge {
+    fn merge(&mut self, child: Self);
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecLayer {
+    pub extends: Option<String>,
+    pub release: Option<ReleaseLayer>,
+    pub source: Option<SourceLayer>,
+    pub selection: Option<SelectionLayer>,
+    pub model: Option<ModelLayer>,
+    pub prompts: Option<PromptsLayer>,
+    pub signal: Option<SignalLayer>,
+    pub output: Option<OutputLayer>,
+    pub card: Option<CardLayer>,
+    pub publish: Option<PublishLayer>,
+    pub additions: Option<Vec<Addition>>,
+}
+
+impl Merge for SpecLayer {
+    fn merge(&mut self, child: Self) {
+        self.extends = child.extends;
+        merge_section(&mut self.release, child.release);
+        merge_section(&mut self.source, child.source);
+        merge_section(&mut self.selection, child.selection);
+        merge_section(&mut self.model, child.model);
+        merge_section(&mut self.prompts, child.prompts);
+        merge_section(&mut self.signal, child.signal);
+        merge_section(&mut self.output, child.output);
+        merge_section(&mut self.card, child.card);
+        merge_section(&mut self.publish, child.publish);
+        merge_options!(self, child; additions);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Confirmed,
+    Tentative,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Trial,
+    Standard,
+    Enterprise,
+}
+
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Trial => "trial",
+            Tier::Standard => "standard",
+            Tier::Enterprise => "enterprise",
+        }
+    }
+    pub fn is_commercial(self) -> bool {
+        !matches!(self, Tier::Trial)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseLayer {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub title: Option<String>,
+    pub version: Option<String>,
+    pub date: Option<String>,
+    pub status: Option<Status>,
+    pub tier: Option<Tier>,
+    pub adds: Option<String>,
+}
+
+impl Merge for ReleaseLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; id, name, title, version, date, status, tier, adds);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceLayer {
+    pub root: Option<String>,
+    pub data_entry: Option<String>,
+    pub bbox: Option<String>,
+    pub train_val_list: Option<String>,
+    pub test_list: Option<String>,
+    pub images: Option<String>,
+    pub sha256: Option<BTreeMap<String, String>>,
+}
+
+impl Merge for SourceLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; root, data_entry, bbox, train_val_list, test_list, images, sha256);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowPolicy {
+    /// One row per label NIH asserts for the image, "No Finding" included.
+    NihAsserted,
+    /// One row per label of the 15-label vocabulary, whether NIH asserts it or not.
+    AllLabels,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectionLayer {
+    pub seed: Option<u64>,
+    pub curated_images: Option<usize>,
+    pub expected_rows: Option<usize>,
+    pub rows: Option<RowPolicy>,
+    pub views: Option<Vec<String>>,
+    pub trial: Option<TrialLayer>,
+}
+
+impl Merge for SelectionLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; seed, curated_images, expected_rows, rows, views);
+        merge_section(&mut self.trial, c.trial);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialLayer {
+    pub rows: Option<usize>,
+    pub quotas: Option<BTreeMap<String, f64>>,
+}
+
+impl Merge for TrialLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; rows, quotas);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Deterministic stand-in scorer: no model, no medical information. Never publishable.
+    Fixture,
+    /// Qwen2-VL / Qwen2.5-VL on libtorch (the native engine).
+    Qwen2vl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DevicePolicy {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLayer {
+    pub backend: Option<Backend>,
+    pub id: Option<String>,
+    pub revision: Option<String>,
+    pub weight_license: Option<String>,
+    pub random_weights: Option<bool>,
+    pub dtype: Option<Dtype>,
+    pub device: Option<DevicePolicy>,
+    pub max_pixels: Option<u64>,
+    pub min_pixels: Option<u64>,
+}
+
+impl Merge for ModelLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; backend, id, revision, weight_license, random_weights, dtype, device,
+            max_pixels, min_pixels);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsLayer {
+    pub version: Option<String>,
+    pub labels: Option<BTreeMap<String, Vec<String>>>,
+    pub support_devices: Option<BTreeMap<String, Vec<String>>>,
+}
+
+impl Merge for PromptsLayer {
+    /// Question lists merge per label: a child may reword one label and keep the rest.
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; version);
+        for (mine, theirs) in [(&mut self.labels, c.labels), (&mut self.support_devices, c.support_devices)] {
+            match (mine.as_mut(), theirs) {
+                (Some(m), Some(t)) => m.extend(t),
+                (None, Some(t)) => *mine = Some(t),
+                (_, None) => {}
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalLayer {
+    pub trusted_min_agreement: Option<f64>,
+    pub review_min_agreement: Option<f64>,
+    pub suspect_min_agreement: Option<f64>,
+    pub hard_case_margin: Option<f64>,
+    pub low_consistency_below: Option<f64>,
+    pub device_present_min: Option<f64>,
+    pub device_confounded_labels: Option<Vec<String>>,
+    pub tau: Option<f64>,
+    pub calibration: Option<String>,
+}
+
+impl Merge for SignalLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
+            hard_case_margin, low_consistency_below, device_present_min, device_confounded_labels, tau,
+            calibration);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Every curated row (the commercial tiers).
+    Full,
+    /// The stratified trial sample.
+    Trial,
+}
+
+impl Split {
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Full => "full",
+            Split::Trial => "trial",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    Zstd,
+    Snappy,
+    None,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputLayer {
+    pub splits: Option<Vec<Split>>,
+    pub rows_per_shard: Option<usize>,
+    pub row_group_rows: Option<usize>,
+    pub compression: Option<Compression>,
+    pub compression_level: Option<i32>,
+}
+
+impl Merge for OutputLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; splits, rows_per_shard, row_group_rows, compression, compression_level);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CardLayer {
+    pub templates: Option<String>,
+    pub template: Option<String>,
+    pub extra_sections: Option<Vec<String>>,
+}
+
+impl Merge for CardLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; templates, template, extra_sections);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Visibility {
+    Public,
+    Gated,
+    Private,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishLayer {
+    pub repo: Option<String>,
+    pub visibility: Option<Visibility>,
+    pub tag: Option<String>,
+}
+
+impl Merge for PublishLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; repo, visibility, tag);
+    }
+}
+
+/// Capabilities a later release series adds on top of S1. Each is refused at resolve time until
+/// this tool implements it, so an S2 spec can never silently produce an S1 build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Addition {
+    PaymentActivation,
+    GivingPledge,
+    LesionLocation,
+    ObservableSigns,
+    Reasoning,
+    ReportText,
+}
+
+impl Addition {
+    /// Whether this tool can build the addition. S1b's are terms and card content only.
+    pub fn implemented(self) -> bool {
+        matches!(self, Addition::PaymentActivation | Addition::GivingPledge)
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Addition::PaymentActivation => "payment infrastructure and full license terms",
+            Addition::GivingPledge => "the 1% giving pledge",
+            Addition::LesionLocation => "lesion location (S2)",
+            Addition::ObservableSigns => "observable signs (S2)",
+            Addition::Reasoning => "the reasoning behind each judgment (S3)",
+            Addition::ReportText => "paraphrased report-style text per image (S4)",
+        }
+    }
+}

@@ -1,0 +1,536 @@
+//! From merged layers to a complete, validated [`ReleaseSpec`].
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use super::expand::{expand, ExpandError};
+use super::layer::*;
+use super::{locate, LoadedLayer, SpecError};
+use crate::hashing::sha256_json;
+use crate::labels::{LABELS, SUPPORT_DEVICES};
+
+/// A fully resolved release spec. Its JSON form (absolute paths left out, so it is the same on
+/// every machine) is what build.lock records and what the spec hash covers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseSpec {
+    #[serde(skip)]
+    pub path: PathBuf,
+    #[serde(skip)]
+    pub chain: Vec<PathBuf>,
+    pub release: ReleaseInfo,
+    pub source: SourceSpec,
+    pub selection: SelectionSpec,
+    pub model: ModelSpec,
+    pub prompts: PromptSet,
+    pub signal: SignalSpec,
+    pub output: OutputSpec,
+    pub card: CardSpec,
+    pub publish: PublishSpec,
+    pub additions: Vec<Addition>,
+}
+
+impl ReleaseSpec {
+    pub fn hash(&self) -> String {
+        sha256_json(self)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseInfo {
+    pub id: String,
+    pub name: String,
+    pub title: String,
+    pub version: String,
+    pub date: String,
+    pub status: Status,
+    pub tier: Tier,
+    pub adds: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceSpec {
+    /// Absolute root of the NIH files on this machine.
+    #[serde(skip)]
+    pub root: PathBuf,
+    /// The root as the spec wrote it, after `${VAR}` expansion.
+    pub root_as_written: String,
+    pub data_entry: String,
+    pub bbox: Option<String>,
+    pub train_val_list: Option<String>,
+    pub test_list: Option<String>,
+    pub images: String,
+    /// Expected sha256 per metadata file name (from the spec, or from the sample's own marker).
+    pub expected_sha256: BTreeMap<String, String>,
+    /// True when the root is the embedded synthetic sample (it carries a `sample.json` marker).
+    pub embedded_sample: bool,
+}
+
+impl SourceSpec {
+    pub fn data_entry_path(&self) -> PathBuf {
+        self.root.join(&self.data_entry)
+    }
+    pub fn images_dir(&self) -> PathBuf {
+        self.root.join(&self.images)
+    }
+    /// Every metadata file the spec names, as (name relative to root, absolute path).
+    pub fn metadata_files(&self) -> Vec<(String, PathBuf)> {
+        [Some(&self.data_entry), self.bbox.as_ref(), self.train_val_list.as_ref(), self.test_list.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|name| (name.clone(), self.root.join(name)))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SelectionSpec {
+    pub seed: u64,
+    pub curated_images: usize,
+    pub expected_rows: Option<usize>,
+    pub rows: RowPolicy,
+    pub views: Vec<String>,
+    pub trial: Option<TrialSpec>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialSpec {
+    pub rows: usize,
+    /// Share of the trial rows per trust class, in the order strata are filled.
+    pub quotas: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSpec {
+    pub backend: Backend,
+    pub id: String,
+    pub revision: String,
+    pub weight_license: String,
+    pub random_weights: bool,
+    pub dtype: Dtype,
+    pub device: DevicePolicy,
+    pub max_pixels: Option<u64>,
+    pub min_pixels: Option<u64>,
+}
+
+/// One yes/no question of the prompt set, with a stable id used in the cache and the shards.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Question {
+    pub id: String,
+    /// A label of the vocabulary or a support device name.
+    pub target: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptSet {
+    pub version: String,
+    pub labels: BTreeMap<String, Vec<String>>,
+    pub support_devices: BTreeMap<String, Vec<String>>,
+}
+
+impl PromptSet {
+    /// All questions in a fixed order: labels in vocabulary order, then devices.
+    pub fn questions(&self) -> Vec<Question> {
+        let mut out = Vec::new();
+        for label in LABELS {
+            for (i, text) in self.labels.get(label).into_iter().flatten().enumerate() {
+                out.push(Question { id: format!("{label}#{i}"), target: label.to_string(), text: text.clone() });
+            }
+        }
+        for device in SUPPORT_DEVICES {
+            for (i, text) in self.support_devices.get(device).into_iter().flatten().enumerate() {
+                out.push(Question { id: format!("{device}#{i}"), target: device.to_string(), text: text.clone() });
+            }
+        }
+        out
+    }
+    pub fn hash(&self) -> String {
+        sha256_json(self)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SignalSpec {
+    pub trusted_min_agreement: f64,
+    pub review_min_agreement: f64,
+    pub suspect_min_agreement: f64,
+    pub hard_case_margin: f64,
+    pub low_consistency_below: f64,
+    pub device_present_min: f64,
+    pub device_confounded_labels: Vec<String>,
+    pub tau: f64,
+    pub calibration: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputSpec {
+    pub splits: Vec<Split>,
+    pub rows_per_shard: usize,
+    pub row_group_rows: usize,
+    pub compression: Compression,
+    pub compression_level: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CardSpec {
+    #[serde(skip)]
+    pub templates_dir: PathBuf,
+    pub template: String,
+    pub extra_sections: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishSpec {
+    pub repo: String,
+    pub visibility: Visibility,
+    pub tag: String,
+}
+
+impl PublishSpec {
+    pub fn tag_for(&self, release: &ReleaseInfo) -> String {
+        self.tag.replace("{id}", &release.id).replace("{version}", &release.version)
+    }
+}
+
+/// Looks up where keys were set, to build errors that point at a file and line.
+struct Resolver<'a> {
+    chain: &'a [LoadedLayer],
+}
+
+impl Resolver<'_> {
+    fn missing(&self, key: &str) -> SpecError {
+        let chain = self.chain.iter().map(|l| l.path.display().to_string()).collect::<Vec<_>>().join(" <- ");
+        SpecError::Missing { at: locate(self.chain, key), chain }
+    }
+    fn invalid(&self, key: &str, message: impl Into<String>) -> SpecError {
+        SpecError::Invalid { at: locate(self.chain, key), message: message.into() }
+    }
+    fn req<T>(&self, value: Option<T>, key: &str) -> Result<T, SpecError> {
+        value.ok_or_else(|| self.missing(key))
+    }
+    /// The folder of the file that set `key`: relative paths resolve against it.
+    fn base_dir(&self, key: &str) -> PathBuf {
+        let file = locate(self.chain, key).file;
+        file.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+    fn expand(&self, key: &str, value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, SpecError> {
+        expand(value, env).map_err(|e| match e {
+            ExpandError::Unset(var) => self.invalid(
+                key,
+                format!("environment variable {var} is not set (write ${{{var}:-default}} to give a default)"),
+            ),
+            ExpandError::Malformed(v) => {
+                self.invalid(key, format!("malformed `${{...}}` in {v:?}: expected ${{NAME}} or ${{NAME:-default}}"))
+            }
+        })
+    }
+    fn probability(&self, value: Option<f64>, key: &str, default: f64) -> Result<f64, SpecError> {
+        let v = value.unwrap_or(default);
+        if !(0.0..=1.0).contains(&v) {
+            return Err(self.invalid(key, format!("expected a number between 0 and 1, got {v}")));
+        }
+        Ok(v)
+    }
+    /// A path relative to its root that must stay inside it.
+    fn inside_root(&self, key: &str, value: String) -> Result<String, SpecError> {
+        let path = Path::new(&value);
+        let escapes = path.components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+        if value.is_empty() || escapes {
+            return Err(self.invalid(key, format!("{value:?} must be a relative path that stays inside its root")));
+        }
+        Ok(value)
+    }
+}
+
+fn is_slug(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+}
+
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' || !digits(0..4) || !digits(5..7) || !digits(8..10) {
+        return false;
+    }
+    let month: u32 = s[5..7].parse().unwrap_or(0);
+    let day: u32 = s[8..10].parse().unwrap_or(0);
+    (1..=12).contains(&month) && (1..=31).contains(&day)
+}
+
+fn is_version(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}
+
+pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String>) -> Result<ReleaseSpec, SpecError> {
+    let mut merged = SpecLayer::default();
+    for loaded in chain.iter().rev() {
+        merged.merge(loaded.layer.clone());
+    }
+    let r = Resolver { chain };
+
+    let rel = r.req(merged.release, "release")?;
+    let release = ReleaseInfo {
+        id: r.req(rel.id, "release.id")?,
+        name: r.req(rel.name, "release.name")?,
+        title: r.req(rel.title, "release.title")?,
+        version: r.req(rel.version, "release.version")?,
+        date: r.req(rel.date, "release.date")?,
+        status: r.req(rel.status, "release.status")?,
+        tier: r.req(rel.tier, "release.tier")?,
+        adds: r.req(rel.adds, "release.adds")?,
+    };
+    if !is_slug(&release.id) {
+        return Err(r.invalid("release.id", format!("{:?}: expected lowercase letters, digits and '-'", release.id)));
+    }
+    if !is_version(&release.version) {
+        return Err(r.invalid("release.version", format!("{:?}: expected MAJOR.MINOR.PATCH", release.version)));
+    }
+    if !is_date(&release.date) {
+        return Err(r.invalid("release.date", format!("{:?}: expected a date as YYYY-MM-DD", release.date)));
+    }
+
+    let src = r.req(merged.source, "source")?;
+    let root_raw = r.req(src.root, "source.root")?;
+    let root_as_written = r.expand("source.root", &root_raw, env)?;
+    let root = r.base_dir("source.root").join(&root_as_written);
+    let root = std::path::absolute(&root).unwrap_or(root);
+    let data_entry = r.inside_root("source.data_entry", r.req(src.data_entry, "source.data_entry")?)?;
+    let opt_inside = |key: &str, v: Option<String>| v.map(|v| r.inside_root(key, v)).transpose();
+    let bbox = opt_inside("source.bbox", src.bbox)?;
+    let train_val_list = opt_inside("source.train_val_list", src.train_val_list)?;
+    let test_list = opt_inside("source.test_list", src.test_list)?;
+    if train_val_list.is_some() != test_list.is_some() {
+        return Err(r.invalid("source.test_list", "train_val_list and test_list go together: set both or neither"));
+    }
+    let images_raw = r.req(src.images, "source.images")?;
+    let images = r.inside_root("source.images", r.expand("source.images", &images_raw, env)?)?;
+    let mut expected_sha256 = src.sha256.unwrap_or_default();
+    for (name, digest) in &expected_sha256 {
+        if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
+            return Err(r.invalid("source.sha256", format!("{name}: expected 64 lowercase hex digits, got {digest:?}")));
+        }
+    }
+    let marker = root.join("sample.json");
+    let embedded_sample = marker.is_file();
+    if embedded_sample {
+        let pins = read_sample_marker(&marker).map_err(|m| r.invalid("source.root", m))?;
+        for (name, digest) in pins {
+            expected_sha256.entry(name).or_insert(digest);
+        }
+    }
+    let source = SourceSpec {
+        root,
+        root_as_written,
+        data_entry,
+        bbox,
+        train_val_list,
+        test_list,
+        images,
+        expected_sha256,
+        embedded_sample,
+    };
+
+    let sel = r.req(merged.selection, "selection")?;
+    let views = sel.views.unwrap_or_else(|| vec!["PA".into(), "AP".into()]);
+    if let Some(bad) = views.iter().find(|v| !matches!(v.as_str(), "PA" | "AP")) {
+        return Err(r.invalid("selection.views", format!("unknown view position {bad:?}: expected PA or AP")));
+    }
+    let curated_images = r.req(sel.curated_images, "selection.curated_images")?;
+    if curated_images == 0 {
+        return Err(r.invalid("selection.curated_images", "must be at least 1"));
+    }
+    let trial = match sel.trial {
+        None => None,
+        Some(t) => {
+            let rows = r.req(t.rows, "selection.trial.rows")?;
+            let quotas = r.req(t.quotas, "selection.trial.quotas")?;
+            for (class, share) in &quotas {
+                if crate::signal::TrustClass::parse(class).is_none() {
+                    return Err(r.invalid(
+                        "selection.trial.quotas",
+                        format!("unknown trust class {class:?}: expected one of {}", crate::signal::TrustClass::NAMES.join(", ")),
+                    ));
+                }
+                if !(0.0..=1.0).contains(share) {
+                    return Err(r.invalid("selection.trial.quotas", format!("{class}: share {share} is not in [0, 1]")));
+                }
+            }
+            let total: f64 = quotas.values().sum();
+            if (total - 1.0).abs() > 1e-9 {
+                return Err(r.invalid("selection.trial.quotas", format!("shares must add up to 1, they add up to {total}")));
+            }
+            Some(TrialSpec { rows, quotas })
+        }
+    };
+    let selection = SelectionSpec {
+        seed: r.req(sel.seed, "selection.seed")?,
+        curated_images,
+        expected_rows: sel.expected_rows,
+        rows: sel.rows.unwrap_or(RowPolicy::NihAsserted),
+        views,
+        trial,
+    };
+
+    let m = r.req(merged.model, "model")?;
+    let model = ModelSpec {
+        backend: r.req(m.backend, "model.backend")?,
+        id: r.req(m.id, "model.id")?,
+        revision: r.req(m.revision, "model.revision")?,
+        weight_license: r.req(m.weight_license, "model.weight_license")?,
+        random_weights: m.random_weights.unwrap_or(false),
+        dtype: m.dtype.unwrap_or(Dtype::Auto),
+        device: m.device.unwrap_or(DevicePolicy::Auto),
+        max_pixels: m.max_pixels,
+        min_pixels: m.min_pixels,
+    };
+
+    let p = r.req(merged.prompts, "prompts")?;
+    let labels = r.req(p.labels, "prompts.labels")?;
+    for (label, questions) in &labels {
+        if !LABELS.contains(&label.as_str()) {
+            return Err(r.invalid("prompts.labels", format!("unknown label {label:?}: expected one of {}", LABELS.join(", "))));
+        }
+        if questions.is_empty() || questions.iter().any(|q| q.trim().is_empty()) {
+            return Err(r.invalid("prompts.labels", format!("{label}: needs at least one non-empty question")));
+        }
+    }
+    if let Some(missing) = LABELS.iter().find(|l| !labels.contains_key(**l)) {
+        return Err(r.invalid("prompts.labels", format!("no questions for label {missing:?}: every label needs some")));
+    }
+    let support_devices = p.support_devices.unwrap_or_default();
+    for (device, questions) in &support_devices {
+        if !SUPPORT_DEVICES.contains(&device.as_str()) {
+            return Err(r.invalid(
+                "prompts.support_devices",
+                format!("unknown device {device:?}: expected one of {}", SUPPORT_DEVICES.join(", ")),
+            ));
+        }
+        if questions.is_empty() {
+            return Err(r.invalid("prompts.support_devices", format!("{device}: needs at least one question")));
+        }
+    }
+    let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices };
+
+    let s = merged.signal.unwrap_or_default();
+    let signal = SignalSpec {
+        trusted_min_agreement: r.probability(s.trusted_min_agreement, "signal.trusted_min_agreement", 0.7)?,
+        review_min_agreement: r.probability(s.review_min_agreement, "signal.review_min_agreement", 0.45)?,
+        suspect_min_agreement: r.probability(s.suspect_min_agreement, "signal.suspect_min_agreement", 0.2)?,
+        hard_case_margin: r.probability(s.hard_case_margin, "signal.hard_case_margin", 0.1)?,
+        low_consistency_below: r.probability(s.low_consistency_below, "signal.low_consistency_below", 0.67)?,
+        device_present_min: r.probability(s.device_present_min, "signal.device_present_min", 0.5)?,
+        device_confounded_labels: s.device_confounded_labels.unwrap_or_default(),
+        tau: s.tau.unwrap_or(3.0),
+        calibration: s.calibration.unwrap_or_else(|| "none".into()),
+    };
+    if !(signal.trusted_min_agreement > signal.review_min_agreement
+        && signal.review_min_agreement > signal.suspect_min_agreement)
+    {
+        return Err(r.invalid(
+            "signal.trusted_min_agreement",
+            "thresholds must satisfy trusted_min_agreement > review_min_agreement > suspect_min_agreement",
+        ));
+    }
+    if !(signal.tau.is_finite() && signal.tau > 0.0) {
+        return Err(r.invalid("signal.tau", format!("expected a positive number, got {}", signal.tau)));
+    }
+    if let Some(bad) = signal.device_confounded_labels.iter().find(|l| !LABELS.contains(&l.as_str())) {
+        return Err(r.invalid("signal.device_confounded_labels", format!("unknown label {bad:?}")));
+    }
+    if signal.calibration != "none" {
+        return Err(r.invalid(
+            "signal.calibration",
+            format!("{:?}: only `none` is supported by this version (calibration files are not built yet)", signal.calibration),
+        ));
+    }
+
+    let o = r.req(merged.output, "output")?;
+    let splits = r.req(o.splits, "output.splits")?;
+    if splits.is_empty() {
+        return Err(r.invalid("output.splits", "name at least one split (full, trial)"));
+    }
+    if (1..splits.len()).any(|i| splits[..i].contains(&splits[i])) {
+        return Err(r.invalid("output.splits", "a split is named twice"));
+    }
+    if splits.contains(&Split::Trial) && selection.trial.is_none() {
+        return Err(r.invalid("output.splits", "the trial split needs a selection.trial section"));
+    }
+    let compression = o.compression.unwrap_or(Compression::Zstd);
+    let compression_level = match (compression, o.compression_level) {
+        (Compression::Zstd, None) => Some(3),
+        (Compression::Zstd, Some(l)) if (1..=22).contains(&l) => Some(l),
+        (Compression::Zstd, Some(l)) => return Err(r.invalid("output.compression_level", format!("zstd levels run 1..=22, got {l}"))),
+        (_, None) => None,
+        (_, Some(_)) => return Err(r.invalid("output.compression_level", "only zstd takes a level")),
+    };
+    let output = OutputSpec {
+        splits,
+        rows_per_shard: o.rows_per_shard.unwrap_or(500_000),
+        row_group_rows: o.row_group_rows.unwrap_or(100_000),
+        compression,
+        compression_level,
+    };
+    if output.rows_per_shard == 0 || output.row_group_rows == 0 {
+        return Err(r.invalid("output.rows_per_shard", "rows_per_shard and row_group_rows must be at least 1"));
+    }
+
+    let c = r.req(merged.card, "card")?;
+    let templates_raw = r.req(c.templates, "card.templates")?;
+    let templates_dir = r.base_dir("card.templates").join(templates_raw);
+    let template = r.inside_root("card.template", c.template.unwrap_or_else(|| "card.md.j2".into()))?;
+    let card = CardSpec { templates_dir, template, extra_sections: c.extra_sections.unwrap_or_default() };
+    for section in &card.extra_sections {
+        r.inside_root("card.extra_sections", section.clone())?;
+    }
+
+    let pb = r.req(merged.publish, "publish")?;
+    let repo = r.req(pb.repo, "publish.repo")?;
+    let valid_repo = repo.split_once('/').is_some_and(|(org, name)| {
+        let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        ok(org) && ok(name)
+    });
+    if !valid_repo {
+        return Err(r.invalid("publish.repo", format!("{repo:?}: expected ORG/NAME")));
+    }
+    let tag = pb.tag.unwrap_or_else(|| "{id}-v{version}".into());
+    let leftover = tag.replace("{id}", "").replace("{version}", "");
+    if leftover.contains(['{', '}']) {
+        return Err(r.invalid("publish.tag", format!("{tag:?}: only {{id}} and {{version}} may be substituted")));
+    }
+    let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
+
+    Ok(ReleaseSpec {
+        path: chain[0].path.clone(),
+        chain: chain.iter().map(|l| l.path.clone()).collect(),
+        release,
+        source,
+        selection,
+        model,
+        prompts,
+        signal,
+        output,
+        card,
+        publish,
+        additions: merged.additions.unwrap_or_default(),
+    })
+}
+
+/// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.
+fn read_sample_marker(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    #[derive(serde::Deserialize)]
+    struct Marker {
+        embedded_sample: bool,
+        sha256: BTreeMap<String, String>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let marker: Marker = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !marker.embedded_sample {
+        return Err(format!("{}: `embedded_sample` must be true", path.display()));
+    }
+    Ok(marker.sha256)
+}

@@ -1,0 +1,45 @@
+//! The release series (roadmap) read from the specs folder: each spec's `release` section,
+//! merged along its `extends` chain but not resolved, since later series are not buildable yet.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::layer::{ReleaseLayer, Status, Merge};
+use super::{load_chain, SpecError};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesEntry {
+    pub id: String,
+    pub name: String,
+    pub adds: String,
+    pub date: String,
+    pub status: Status,
+}
+
+/// Every `*.yaml` directly in `dir` that has a complete release section, ordered by date.
+pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| SpecError::Read { path: dir.to_path_buf(), source })?;
+    let mut paths: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let chain = load_chain(&path)?;
+        let mut release = ReleaseLayer::default();
+        for loaded in chain.iter().rev() {
+            if let Some(r) = loaded.layer.release.clone() {
+                release.merge(r);
+            }
+        }
+        if let (Some(id), Some(name), Some(adds), Some(date), Some(status)) =
+            (release.id, release.name, release.adds, release.date, release.status)
+        {
+            out.push(SeriesEntry { id, name, adds, date, status });
+        }
+    }
+    out.sort_by(|a, b| a.date.cmp(&b.date).then(a.id.cmp(&b.id)));
+    Ok(out)
+}
