@@ -1,0 +1,188 @@
+//! `Data_Entry_2017.csv` in both official variants (2017 and the 2020 revision).
+//!
+//! Real copies differ in line endings (CRLF/LF), zero padding of ids, age encoding (`58` or `058Y`),
+//! the sex column's name, and trailing empty columns. Columns are matched by position after the
+//! header is checked, since the width/height and spacing headers are themselves split by commas.
+
+use std::path::Path;
+
+use super::{open_csv, SourceError};
+use crate::labels::{label_index, LABELS, NO_FINDING};
+
+/// One image's metadata row, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataEntryRow {
+    pub image_index: String,
+    /// Bit i set = NIH asserts `LABELS[i]`.
+    pub labels: u16,
+    pub follow_up: u32,
+    pub patient_id: u32,
+    pub age_years: u16,
+    pub sex: String,
+    pub view_position: String,
+    pub width: u32,
+    pub height: u32,
+    pub spacing_x: f64,
+    pub spacing_y: f64,
+    /// 1-based line in the file, kept for later error messages.
+    pub line: u64,
+}
+
+const EXPECTED_HEADER: [&str; 7] =
+    ["Image Index", "Finding Labels", "Follow-up #", "Patient ID", "Patient Age", "Patient Gender", "View Position"];
+
+pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
+    let mut reader = open_csv(path)?;
+    let mut records = reader.records();
+    let header = match records.next() {
+        Some(r) => r.map_err(|e| SourceError::csv(path, &e))?,
+        None => return Err(SourceError::Header { path: path.into(), message: "the file is empty".into() }),
+    };
+    for (i, want) in EXPECTED_HEADER.iter().enumerate() {
+        let got = header.get(i).unwrap_or("").trim().trim_start_matches('\u{feff}');
+        let ok = got == *want || (i == 5 && got == "Patient Sex");
+        if !ok {
+            return Err(SourceError::Header {
+                path: path.into(),
+                message: format!("column {} is {got:?}, expected {want:?}", i + 1),
+            });
+        }
+    }
+    let named = header.iter().filter(|h| !h.trim().is_empty()).count();
+    if named < 11 {
+        return Err(SourceError::Header {
+            path: path.into(),
+            message: format!("expected 11 columns (image size and pixel spacing included), found {named}"),
+        });
+    }
+
+    let mut rows = Vec::new();
+    for record in records {
+        let record = record.map_err(|e| SourceError::csv(path, &e))?;
+        let line = record.position().map_or(0, |p| p.line());
+        if record.iter().all(|f| f.trim().is_empty()) {
+            continue;
+        }
+        let bad = |message: String| SourceError::Row { path: path.into(), line, message };
+        if record.len() < 11 {
+            return Err(bad(format!("expected 11 fields, found {}", record.len())));
+        }
+        if let Some(extra) = record.iter().skip(11).find(|f| !f.trim().is_empty()) {
+            return Err(bad(format!("unexpected value {extra:?} after the 11th field")));
+        }
+        let field = |i: usize| record.get(i).unwrap_or("").trim();
+        let image_index = field(0).to_string();
+        if !is_image_index(&image_index) {
+            return Err(bad(format!("image index {image_index:?} is not of the form 00000001_000.png")));
+        }
+        let labels = parse_labels(field(1)).map_err(bad)?;
+        let int = |i: usize, name: &str| -> Result<u32, SourceError> {
+            field(i).parse::<u32>().map_err(|_| bad(format!("{name} {:?} is not a whole number", field(i))))
+        };
+        let float = |i: usize, name: &str| -> Result<f64, SourceError> {
+            let v = field(i).parse::<f64>().map_err(|_| bad(format!("{name} {:?} is not a number", field(i))))?;
+            if v.is_finite() && v > 0.0 { Ok(v) } else { Err(bad(format!("{name} {v} must be positive"))) }
+        };
+        let age_years = parse_age(field(4)).ok_or_else(|| bad(format!("patient age {:?} is not like 58 or 058Y", field(4))))?;
+        let sex = field(5).to_string();
+        if sex != "M" && sex != "F" {
+            return Err(bad(format!("patient sex {sex:?}: expected M or F")));
+        }
+        let view_position = field(6).to_string();
+        if view_position != "PA" && view_position != "AP" {
+            return Err(bad(format!("view position {view_position:?}: expected PA or AP")));
+        }
+        rows.push(DataEntryRow {
+            image_index,
+            labels,
+            follow_up: int(2, "follow-up #")?,
+            patient_id: int(3, "patient id")?,
+            age_years,
+            sex,
+            view_position,
+            width: int(7, "image width")?,
+            height: int(8, "image height")?,
+            spacing_x: float(9, "pixel spacing x")?,
+            spacing_y: float(10, "pixel spacing y")?,
+            line,
+        });
+    }
+    Ok(rows)
+}
+
+fn is_image_index(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 16
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'_'
+        && b[9..12].iter().all(u8::is_ascii_digit)
+        && &s[12..] == ".png"
+}
+
+/// `Effusion|Mass` -> bitmask over [`LABELS`]; "No Finding" must stand alone.
+pub fn parse_labels(s: &str) -> Result<u16, String> {
+    if s.is_empty() {
+        return Err("finding labels are empty (write \"No Finding\" for none)".into());
+    }
+    let mut mask = 0u16;
+    for part in s.split('|') {
+        let part = part.trim();
+        let i = label_index(part)
+            .ok_or_else(|| format!("unknown finding label {part:?}: expected one of {}", LABELS.join(", ")))?;
+        if mask & (1 << i) != 0 {
+            return Err(format!("finding label {part:?} is repeated"));
+        }
+        mask |= 1 << i;
+    }
+    let no_finding = 1 << label_index(NO_FINDING).expect("in vocabulary");
+    if mask & no_finding != 0 && mask != no_finding {
+        return Err(format!("\"No Finding\" combined with findings in {s:?}"));
+    }
+    Ok(mask)
+}
+
+/// Ages appear as `58`, `058` or `058Y`; the odd `M`/`D` suffix means months or days.
+pub fn parse_age(s: &str) -> Option<u16> {
+    let (digits, unit) = match s.chars().last()? {
+        'Y' | 'y' => (&s[..s.len() - 1], 'Y'),
+        'M' | 'm' => (&s[..s.len() - 1], 'M'),
+        'D' | 'd' => (&s[..s.len() - 1], 'D'),
+        _ => (s, 'Y'),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u16 = digits.parse().ok()?;
+    Some(match unit {
+        'M' => n / 12,
+        'D' => 0,
+        _ => n,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_in_every_encoding() {
+        assert_eq!(parse_age("58"), Some(58));
+        assert_eq!(parse_age("058Y"), Some(58));
+        assert_eq!(parse_age("024M"), Some(2));
+        assert_eq!(parse_age("003D"), Some(0));
+        assert_eq!(parse_age("Y"), None);
+        assert_eq!(parse_age("5x"), None);
+        assert_eq!(parse_age(""), None);
+    }
+
+    #[test]
+    fn labels_are_checked_against_the_vocabulary() {
+        assert_eq!(parse_labels("Atelectasis").unwrap(), 1);
+        assert_eq!(parse_labels("Cardiomegaly|Effusion").unwrap(), 0b110);
+        assert!(parse_labels("No Finding").is_ok());
+        assert!(parse_labels("Infiltrate").unwrap_err().contains("unknown finding label"));
+        assert!(parse_labels("No Finding|Mass").is_err());
+        assert!(parse_labels("Mass|Mass").is_err());
+        assert!(parse_labels("").is_err());
+    }
+}
