@@ -1,0 +1,214 @@
+//! The trust signal per (image, label), derived only from the raw per-question scores, so anyone
+//! holding the shipped scores can re-derive every column exactly.
+
+use serde::Serialize;
+
+use crate::infer::ImageScores;
+use crate::labels::{LABELS, SUPPORT_DEVICES};
+use crate::select::Selection;
+use crate::spec::{Question, SignalSpec};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustClass {
+    Trusted,
+    Review,
+    Suspect,
+    LikelyMislabeled,
+}
+
+impl TrustClass {
+    pub const NAMES: [&'static str; 4] = ["trusted", "review", "suspect", "likely_mislabeled"];
+    pub const ALL: [TrustClass; 4] = [TrustClass::Trusted, TrustClass::Review, TrustClass::Suspect, TrustClass::LikelyMislabeled];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
+    }
+    /// Class from the agreement between the model and NIH, by the spec's thresholds.
+    pub fn from_agreement(agreement: f64, spec: &SignalSpec) -> Self {
+        if agreement >= spec.trusted_min_agreement {
+            TrustClass::Trusted
+        } else if agreement >= spec.review_min_agreement {
+            TrustClass::Review
+        } else if agreement >= spec.suspect_min_agreement {
+            TrustClass::Suspect
+        } else {
+            TrustClass::LikelyMislabeled
+        }
+    }
+}
+
+pub const FLAG_HARD_CASE: &str = "hard_case";
+pub const FLAG_LOW_CONSISTENCY: &str = "low_consistency";
+pub const FLAG_DEVICE_CONFOUNDER: &str = "support_device_confounder";
+pub const FLAGS: [&str; 3] = [FLAG_HARD_CASE, FLAG_LOW_CONSISTENCY, FLAG_DEVICE_CONFOUNDER];
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairSignal {
+    /// Ensemble probability that the finding is present: the mean p_yes over the label's questions.
+    pub confidence: f64,
+    /// Probability that the model agrees with NIH: `confidence` where NIH asserts the label, else 1 - it.
+    pub agreement: f64,
+    /// Share of the label's questions whose yes/no vote matches the ensemble's majority.
+    pub consistency: f64,
+    pub trust_class: TrustClass,
+    pub flags: Vec<&'static str>,
+}
+
+/// Per image: the support devices the model sees (mean p_yes over a device's questions >= threshold).
+pub fn devices_present(scores: &ImageScores, questions: &[Question], spec: &SignalSpec) -> Vec<&'static str> {
+    SUPPORT_DEVICES
+        .iter()
+        .filter(|device| {
+            let ps: Vec<f64> = questions.iter().zip(&scores.scores).filter(|(q, _)| q.target == **device).map(|(_, s)| s.p_yes()).collect();
+            !ps.is_empty() && mean(&ps) >= spec.device_present_min
+        })
+        .copied()
+        .collect()
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    // Summed in a fixed order: the result must not depend on threads.
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+/// The signal of a whole selection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signal {
+    /// One per selection row, in row order.
+    pub pairs: Vec<PairSignal>,
+    /// Support devices seen, one list per selected image.
+    pub devices: Vec<Vec<&'static str>>,
+}
+
+/// Derives the signal for every row of the selection, in row order.
+pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Question], spec: &SignalSpec) -> Signal {
+    let devices: Vec<Vec<&'static str>> = scores.iter().map(|s| devices_present(s, questions, spec)).collect();
+    let pairs = selection
+        .rows
+        .iter()
+        .map(|row| {
+            let label = LABELS[row.label];
+            let ps: Vec<f64> = questions
+                .iter()
+                .zip(&scores[row.image].scores)
+                .filter(|(q, _)| q.target == label)
+                .map(|(_, s)| s.p_yes())
+                .collect();
+            pair_signal(&ps, row.nih_label, label, !devices[row.image].is_empty(), spec)
+        })
+        .collect();
+    Signal { pairs, devices }
+}
+
+/// The signal of one row from its questions' p_yes values.
+pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: bool, spec: &SignalSpec) -> PairSignal {
+    let confidence = mean(ps);
+    let agreement = if nih_label { confidence } else { 1.0 - confidence };
+    let yes_votes = ps.iter().filter(|p| **p >= 0.5).count();
+    let majority = yes_votes.max(ps.len() - yes_votes);
+    let consistency = majority as f64 / ps.len() as f64;
+    let mut flags = Vec::new();
+    if (confidence - 0.5).abs() < spec.hard_case_margin {
+        flags.push(FLAG_HARD_CASE);
+    }
+    if consistency < spec.low_consistency_below {
+        flags.push(FLAG_LOW_CONSISTENCY);
+    }
+    if device_present && spec.device_confounded_labels.iter().any(|l| l == label) {
+        flags.push(FLAG_DEVICE_CONFOUNDER);
+    }
+    PairSignal { confidence, agreement, consistency, trust_class: TrustClass::from_agreement(agreement, spec), flags }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SignalSpec {
+        SignalSpec {
+            trusted_min_agreement: 0.7,
+            review_min_agreement: 0.45,
+            suspect_min_agreement: 0.2,
+            hard_case_margin: 0.1,
+            low_consistency_below: 0.67,
+            device_present_min: 0.5,
+            device_confounded_labels: vec!["Pneumothorax".into()],
+            tau: 3.0,
+            calibration: "none".into(),
+        }
+    }
+
+    #[test]
+    fn classes_follow_agreement_thresholds() {
+        let s = spec();
+        let sig = pair_signal(&[0.9, 0.8, 0.85], true, "Mass", false, &s);
+        assert!((sig.confidence - 0.85).abs() < 1e-12);
+        assert_eq!(sig.trust_class, TrustClass::Trusted);
+        assert_eq!(sig.consistency, 1.0);
+        assert!(sig.flags.is_empty());
+        let sig = pair_signal(&[0.9, 0.8, 0.85], false, "Mass", false, &s);
+        assert_eq!(sig.trust_class, TrustClass::LikelyMislabeled);
+        let sig = pair_signal(&[0.55, 0.6, 0.5], true, "Pneumothorax", true, &s);
+        assert_eq!(sig.trust_class, TrustClass::Review);
+        assert_eq!(sig.flags, vec![FLAG_HARD_CASE, FLAG_DEVICE_CONFOUNDER]);
+        let sig = pair_signal(&[0.1, 0.9], true, "Mass", false, &s);
+        assert_eq!(sig.consistency, 0.5);
+        assert!(sig.flags.contains(&FLAG_LOW_CONSISTENCY));
+    }
+}
+
+/// Counts the card reports: per trust class, per flag, and per label.
+#[derive(Debug, Clone, Serialize)]
+pub struct SignalStats {
+    pub rows: usize,
+    pub classes: Vec<(String, usize)>,
+    pub flags: Vec<(String, usize)>,
+    pub per_label: Vec<LabelStats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LabelStats {
+    pub label: String,
+    pub rows: usize,
+    pub nih_positive: usize,
+    /// Rows per trust class, in [`TrustClass::ALL`] order.
+    pub classes: Vec<usize>,
+    pub mean_confidence: f64,
+}
+
+/// Statistics over the rows picked by `rows` (indices into the selection's rows).
+pub fn stats(selection: &Selection, signals: &[PairSignal], rows: &[usize]) -> SignalStats {
+    let mut classes = [0usize; 4];
+    let mut flags = [0usize; FLAGS.len()];
+    let mut per_label: Vec<LabelStats> = LABELS
+        .iter()
+        .map(|l| LabelStats { label: l.to_string(), rows: 0, nih_positive: 0, classes: vec![0; 4], mean_confidence: 0.0 })
+        .collect();
+    for &i in rows {
+        let (row, sig) = (&selection.rows[i], &signals[i]);
+        classes[sig.trust_class as usize] += 1;
+        for f in &sig.flags {
+            flags[FLAGS.iter().position(|x| x == f).expect("known flag")] += 1;
+        }
+        let l = &mut per_label[row.label];
+        l.rows += 1;
+        l.nih_positive += usize::from(row.nih_label);
+        l.classes[sig.trust_class as usize] += 1;
+        l.mean_confidence += sig.confidence;
+    }
+    for l in &mut per_label {
+        if l.rows > 0 {
+            l.mean_confidence /= l.rows as f64;
+        }
+    }
+    SignalStats {
+        rows: rows.len(),
+        classes: TrustClass::ALL.iter().map(|c| (c.name().to_string(), classes[*c as usize])).collect(),
+        flags: FLAGS.iter().zip(flags).map(|(f, n)| (f.to_string(), n)).collect(),
+        per_label: per_label.into_iter().filter(|l| l.rows > 0).collect(),
+    }
+}
