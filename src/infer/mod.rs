@@ -1,0 +1,97 @@
+//! Inference: yes/no scores per image and question, behind the [`Scorer`] interface, cached per
+//! image under a content key so that sharded runs on many machines merge into one build.
+
+mod cache;
+mod fixture;
+mod runner;
+
+use image::DynamicImage;
+use serde::Serialize;
+
+pub use cache::{CacheKey, ScoreCache};
+pub use fixture::FixtureScorer;
+pub use runner::{count_cached, parse_shard, run, shard_of, ImageJob, InferReport, RunOptions, ShardSpec};
+
+use crate::hashing::sha256_json;
+use crate::spec::{Backend, ModelSpec, Question};
+
+/// Raw answer to one yes/no question: the logits of the "Yes" and "No" tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct QuestionScore {
+    pub logit_yes: f32,
+    pub logit_no: f32,
+}
+
+impl QuestionScore {
+    /// Softmax over the two answer tokens, computed in f64 from the stored f32 logits.
+    pub fn p_yes(&self) -> f64 {
+        1.0 / (1.0 + (f64::from(self.logit_no) - f64::from(self.logit_yes)).exp())
+    }
+}
+
+/// All question scores of one image, in prompt-set order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageScores {
+    pub image_sha256: String,
+    pub scores: Vec<QuestionScore>,
+}
+
+/// What produced the scores; recorded in the manifest, build.lock and the card.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScorerIdentity {
+    pub backend: Backend,
+    pub model_id: String,
+    pub revision: String,
+    /// Hash of the weights, when the backend has any.
+    pub weights_sha256: Option<String>,
+    /// True for stand-ins (the fixture scorer): never publishable.
+    pub fixture: bool,
+    /// Everything about preprocessing that changes the scores.
+    pub preprocessing: serde_json::Value,
+}
+
+impl ScorerIdentity {
+    pub fn hash(&self) -> String {
+        sha256_json(self)
+    }
+}
+
+/// One image handed to a scorer: decoded, with its content hash.
+pub struct ImageInput<'a> {
+    pub name: &'a str,
+    pub sha256: &'a str,
+    pub image: &'a DynamicImage,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InferError {
+    #[error("image {}: {message}", path.display())]
+    Image { path: std::path::PathBuf, message: String },
+    #[error("score cache {}: {source}", path.display())]
+    Cache { path: std::path::PathBuf, source: std::io::Error },
+    #[error("scorer {backend}: {message}")]
+    Scorer { backend: String, message: String },
+    #[error("{0}")]
+    Shard(String),
+    #[error("inference was interrupted")]
+    Interrupted,
+}
+
+/// A VLM (or stand-in) that answers yes/no questions about one image.
+pub trait Scorer: Sync {
+    fn identity(&self) -> &ScorerIdentity;
+    /// One score per question, in the order given.
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError>;
+}
+
+/// The scorer a spec names. Backends that are not built into this binary are refused at resolve
+/// time by the spec gates, so reaching the error here means a gate is missing.
+pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
+    match model.backend {
+        Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
+        Backend::Qwen2vl => Err(InferError::Scorer {
+            backend: "qwen2vl".into(),
+            message: "the native Qwen2-VL engine is not part of this build".into(),
+        }),
+    }
+}

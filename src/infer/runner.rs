@@ -1,0 +1,167 @@
+//! Runs a scorer over images: hash, look up the cache, decode and score the misses, store.
+//! Parallel over images; results come back in input order whatever the thread count.
+
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+
+use super::{CacheKey, ImageInput, ImageScores, InferError, ScoreCache, Scorer};
+use crate::hashing::{sha256_hex, stable_u64};
+use crate::spec::Question;
+
+/// One image to score.
+#[derive(Debug, Clone)]
+pub struct ImageJob {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// `K/N`: this run scores the images whose shard is K (0-based) of N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSpec {
+    pub index: usize,
+    pub count: usize,
+}
+
+pub fn parse_shard(s: &str) -> Result<ShardSpec, InferError> {
+    let bad = || InferError::Shard(format!("--shard {s:?}: expected K/N with 0 <= K < N, e.g. 0/3"));
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let index: usize = k.trim().parse().map_err(|_| bad())?;
+    let count: usize = n.trim().parse().map_err(|_| bad())?;
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(ShardSpec { index, count })
+}
+
+/// The shard an image belongs to: a hash of its name, so membership never depends on which
+/// other images are selected or in what order.
+pub fn shard_of(image: &str, count: usize) -> usize {
+    (stable_u64(&["shard", image]) % count as u64) as usize
+}
+
+pub struct RunOptions {
+    pub jobs: usize,
+    pub shard: Option<ShardSpec>,
+    pub progress: bool,
+}
+
+#[derive(Debug)]
+pub struct InferReport {
+    /// Scores per input image, None for images outside this run's shard.
+    pub scores: Vec<Option<ImageScores>>,
+    pub cached: usize,
+    pub computed: usize,
+}
+
+enum Outcome {
+    Skipped,
+    Cached(ImageScores),
+    Computed(ImageScores),
+}
+
+pub fn run(
+    images: &[ImageJob],
+    scorer: &dyn Scorer,
+    questions: &[Question],
+    prompt_set_hash: &str,
+    cache: &ScoreCache,
+    options: &RunOptions,
+) -> Result<InferReport, InferError> {
+    let scorer_hash = scorer.identity().hash();
+    let question_ids: Vec<String> = questions.iter().map(|q| q.id.clone()).collect();
+    let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
+    let todo = images.iter().filter(|j| in_shard(&j.name)).count() as u64;
+    let bar = if options.progress { ProgressBar::new(todo) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("scoring {bar:30} {pos}/{len} images  {per_sec}  eta {eta}")
+            .expect("static template"),
+    );
+
+    let score_one = |job: &ImageJob| -> Result<Outcome, InferError> {
+        if !in_shard(&job.name) {
+            return Ok(Outcome::Skipped);
+        }
+        let image_err = |message: String| InferError::Image { path: job.path.clone(), message };
+        let bytes = std::fs::read(&job.path).map_err(|e| image_err(format!("cannot read: {e}")))?;
+        let key = CacheKey {
+            image_sha256: sha256_hex(&bytes),
+            scorer_hash: scorer_hash.clone(),
+            prompt_set_hash: prompt_set_hash.to_string(),
+        };
+        let outcome = if let Some(scores) = cache.get(&key, &question_ids) {
+            Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
+        } else {
+            let decoded = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+                .map_err(|e| image_err(format!("not a readable PNG (truncated or corrupt?): {e}")))?;
+            let input = ImageInput { name: &job.name, sha256: &key.image_sha256, image: &decoded };
+            let scores = scorer.score(&input, questions)?;
+            if scores.len() != questions.len() {
+                return Err(InferError::Scorer {
+                    backend: format!("{:?}", scorer.identity().backend),
+                    message: format!("returned {} scores for {} questions", scores.len(), questions.len()),
+                });
+            }
+            cache.put(&key, &job.name, &question_ids, &scores)?;
+            Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores })
+        };
+        bar.inc(1);
+        Ok(outcome)
+    };
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(options.jobs.max(1))
+        .build()
+        .map_err(|e| InferError::Scorer { backend: "runner".into(), message: e.to_string() })?;
+    let outcomes: Vec<Outcome> = pool.install(|| images.par_iter().map(score_one).collect::<Result<_, _>>())?;
+    bar.finish_and_clear();
+
+    let mut report = InferReport { scores: Vec::with_capacity(images.len()), cached: 0, computed: 0 };
+    for outcome in outcomes {
+        report.scores.push(match outcome {
+            Outcome::Skipped => None,
+            Outcome::Cached(s) => {
+                report.cached += 1;
+                Some(s)
+            }
+            Outcome::Computed(s) => {
+                report.computed += 1;
+                Some(s)
+            }
+        });
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_specs_parse_and_partition() {
+        assert_eq!(parse_shard("0/3").unwrap(), ShardSpec { index: 0, count: 3 });
+        assert!(parse_shard("3/3").is_err());
+        assert!(parse_shard("1").is_err());
+        assert!(parse_shard("a/b").is_err());
+        assert!(parse_shard("0/0").is_err());
+        let names: Vec<String> = (0..300).map(|i| format!("{i:08}_000.png")).collect();
+        let mut sizes = [0usize; 3];
+        for n in &names {
+            sizes[shard_of(n, 3)] += 1;
+        }
+        assert_eq!(sizes.iter().sum::<usize>(), 300);
+        assert!(sizes.iter().all(|&s| s > 70), "shards are balanced: {sizes:?}");
+    }
+}
+
+/// How many of the images already have cached scores (reads and hashes every image, scores none).
+pub fn count_cached(images: &[ImageJob], scorer: &dyn Scorer, prompt_set_hash: &str, cache: &ScoreCache) -> Result<usize, InferError> {
+    let scorer_hash = scorer.identity().hash();
+    images.par_iter().try_fold(|| 0usize, |n, job| {
+        let bytes = std::fs::read(&job.path).map_err(|e| InferError::Image { path: job.path.clone(), message: format!("cannot read: {e}") })?;
+        let key = CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.clone(), prompt_set_hash: prompt_set_hash.to_string() };
+        Ok(n + usize::from(cache.contains(&key)))
+    })
+    .try_reduce(|| 0, |a, b| Ok(a + b))
+}
