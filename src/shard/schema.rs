@@ -1,0 +1,94 @@
+//! The Arrow schema of the pair table: the one place that defines the columns. The writer, the
+//! card's schema section and the HF `dataset_info` features are all generated from [`PAIR_COLUMNS`].
+
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+/// Bumped on any change to the columns, their types or their meaning.
+pub const SCHEMA_VERSION: &str = "1";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ColumnType {
+    Utf8,
+    UInt32,
+    Bool,
+    Float64,
+    ListUtf8,
+    ListFloat32,
+}
+
+impl ColumnType {
+    fn arrow(self) -> DataType {
+        let item = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
+        match self {
+            ColumnType::Utf8 => DataType::Utf8,
+            ColumnType::UInt32 => DataType::UInt32,
+            ColumnType::Bool => DataType::Boolean,
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::ListUtf8 => item(DataType::Utf8),
+            ColumnType::ListFloat32 => item(DataType::Float32),
+        }
+    }
+    /// The type as the card documents it (Arrow's names).
+    pub fn display(self) -> &'static str {
+        match self {
+            ColumnType::Utf8 => "string",
+            ColumnType::UInt32 => "uint32",
+            ColumnType::Bool => "bool",
+            ColumnType::Float64 => "float64",
+            ColumnType::ListUtf8 => "list<string>",
+            ColumnType::ListFloat32 => "list<float32>",
+        }
+    }
+    /// The feature as HF's `dataset_info` writes it: a dtype, or a sequence of one.
+    pub fn hf_feature(self) -> (&'static str, &'static str) {
+        match self {
+            ColumnType::Utf8 => ("dtype", "string"),
+            ColumnType::UInt32 => ("dtype", "uint32"),
+            ColumnType::Bool => ("dtype", "bool"),
+            ColumnType::Float64 => ("dtype", "float64"),
+            ColumnType::ListUtf8 => ("sequence", "string"),
+            ColumnType::ListFloat32 => ("sequence", "float32"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnDoc {
+    pub name: &'static str,
+    pub kind: ColumnType,
+    pub nullable: bool,
+    pub description: &'static str,
+}
+
+const fn column(name: &'static str, kind: ColumnType, description: &'static str) -> ColumnDoc {
+    ColumnDoc { name, kind, nullable: false, description }
+}
+
+pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
+    column("image_index", ColumnType::Utf8, "NIH image file name (e.g. `00000013_005.png`): the key to join with the NIH images and metadata."),
+    column("patient_id", ColumnType::UInt32, "NIH patient id."),
+    column("view_position", ColumnType::Utf8, "`PA` or `AP`, from the NIH metadata."),
+    ColumnDoc { name: "official_split", kind: ColumnType::Utf8, nullable: true, description: "NIH's official patient-disjoint split: `train_val` or `test` (null if the split lists were not used)." },
+    column("label", ColumnType::Utf8, "One of the 14 NIH findings or `No Finding`."),
+    column("nih_label", ColumnType::Bool, "True when NIH's report-derived labels assert this label for the image."),
+    column("confidence", ColumnType::Float64, "Model's probability that the finding is present: the mean of `p_yes` over the label's paraphrased questions."),
+    column("agreement", ColumnType::Float64, "Probability that the model agrees with NIH: `confidence` when `nih_label` is true, `1 - confidence` otherwise."),
+    column("consistency", ColumnType::Float64, "Share of the label's questions whose yes/no vote matches the ensemble majority (1.0 = unanimous)."),
+    column("trust_class", ColumnType::Utf8, "`trusted`, `review`, `suspect` or `likely_mislabeled`, from `agreement` and the thresholds below."),
+    column("flags", ColumnType::ListUtf8, "Zero or more of `hard_case`, `low_consistency`, `support_device_confounder`."),
+    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image (image-level; same on every row of the image)."),
+    column("question_ids", ColumnType::ListUtf8, "Ids of the label's questions (`Label#k`, k-th paraphrase of the prompt set)."),
+    column("question_logit_yes", ColumnType::ListFloat32, "Raw logit of the \"Yes\" answer token per question, aligned with `question_ids`."),
+    column("question_logit_no", ColumnType::ListFloat32, "Raw logit of the \"No\" answer token per question; `p_yes = 1 / (1 + exp(logit_no - logit_yes))`."),
+    column("device_question_ids", ColumnType::ListUtf8, "Ids of the support-device questions (`device#k`)."),
+    column("device_logit_yes", ColumnType::ListFloat32, "Raw \"Yes\" logits of the device questions, aligned with `device_question_ids`."),
+    column("device_logit_no", ColumnType::ListFloat32, "Raw \"No\" logits of the device questions."),
+];
+
+pub fn pair_schema() -> SchemaRef {
+    Arc::new(Schema::new(
+        PAIR_COLUMNS.iter().map(|c| Field::new(c.name, c.kind.arrow(), c.nullable)).collect::<Vec<_>>(),
+    ))
+}
