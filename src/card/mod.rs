@@ -1,0 +1,107 @@
+//! The dataset card (`README.md`): HF front matter generated from typed structs, then a body
+//! rendered by minijinja from the templates folder. License texts come from the same folder.
+
+mod front_matter;
+
+use std::path::Path;
+
+use minijinja::{path_loader, Environment};
+use serde::Serialize;
+
+pub use front_matter::{size_category, FrontMatter};
+
+use crate::infer::ScorerIdentity;
+use crate::select::trial::Stratum;
+use crate::shard::{ShardFile, PAIR_COLUMNS};
+use crate::signal::SignalStats;
+use crate::spec::series::SeriesEntry;
+use crate::spec::ReleaseSpec;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CardError {
+    #[error("card template {}: {message}", path.display())]
+    Template { path: std::path::PathBuf, message: String },
+    #[error("card front matter: {0}")]
+    FrontMatter(String),
+}
+
+/// One split as the card describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitFacts {
+    pub name: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub shards: Vec<ShardFile>,
+    pub stats: SignalStats,
+}
+
+/// Everything the card says, gathered by the build from the other stages' outputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct CardInput<'a> {
+    pub spec: &'a ReleaseSpec,
+    pub demo_reasons: &'a [String],
+    pub scorer: &'a ScorerIdentity,
+    pub series: &'a [SeriesEntry],
+    pub images: usize,
+    pub candidates: usize,
+    pub capped: bool,
+    pub splits: Vec<SplitFacts>,
+    pub trial_strata: Option<&'a [Stratum]>,
+    pub trial_requested: Option<usize>,
+}
+
+/// Renders the card and the license text for the spec's tier: (README.md, LICENSE.md).
+pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
+    let dir = &input.spec.card.templates_dir;
+    let mut env = Environment::new();
+    env.set_loader(path_loader(dir));
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    let template_err = |name: &str, e: minijinja::Error| CardError::Template {
+        path: dir.join(name),
+        message: format!("{e:#}"),
+    };
+    let license_name = format!("licenses/{}.md", input.spec.release.tier.name());
+    let license = env
+        .get_template(&license_name)
+        .and_then(|t| t.render(minijinja::context! { spec => input.spec }))
+        .map_err(|e| template_err(&license_name, e))?;
+    let extra: Vec<String> = input
+        .spec
+        .card
+        .extra_sections
+        .iter()
+        .map(|name| env.get_template(name).and_then(|t| t.render(minijinja::context! { spec => input.spec })).map_err(|e| template_err(name, e)))
+        .collect::<Result<_, _>>()?;
+    let front = FrontMatter::new(input).to_yaml().map_err(CardError::FrontMatter)?;
+    let columns: Vec<_> = PAIR_COLUMNS
+        .iter()
+        .map(|c| minijinja::context! { name => c.name, type => c.kind.display(), nullable => c.nullable, description => c.description })
+        .collect();
+    let questions: Vec<_> = input.spec.prompts.questions();
+    let template = &input.spec.card.template;
+    let body = env
+        .get_template(template)
+        .and_then(|t| {
+            t.render(minijinja::context! {
+                card => input,
+                front_matter => front,
+                columns => columns,
+                questions => questions,
+                extra_sections => extra,
+                tag => input.spec.publish.tag_for(&input.spec.release),
+            })
+        })
+        .map_err(|e| template_err(template, e))?;
+    Ok((body, license))
+}
+
+/// The templates folder must exist before any work starts.
+pub fn check_templates(dir: &Path, template: &str) -> Result<(), CardError> {
+    let path = dir.join(template);
+    if !path.is_file() {
+        return Err(CardError::Template { path, message: "no such template".into() });
+    }
+    Ok(())
+}
