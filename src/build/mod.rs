@@ -1,0 +1,283 @@
+//! `bpals-release build`: runs the stages in order and writes the release directory.
+//!
+//! ```text
+//! spec -> ingest -> select -> infer (cached) -> signal -> trial -> shard -> card -> lock -> manifest
+//! ```
+//! Each stage takes typed input and returns typed output; this module only wires them together.
+
+mod output;
+mod plan;
+pub(crate) mod records;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use plan::{plan, Plan, PlanStage};
+
+use crate::card::{self, CardError, CardInput, SplitFacts};
+use crate::hashing::{sha256_json, sha256_parts};
+use crate::infer::{self, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer, ShardSpec};
+use crate::manifest::{self, BuildLock, Manifest, ManifestFile, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
+use crate::select::{self, trial, SelectError, Selection};
+use crate::shard::{self, ShardError, ShardMeta};
+use crate::signal;
+use crate::source::{self, NihTable, SourceError};
+use crate::spec::{gates, series, ReleaseSpec, SpecError, Split};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    #[error(transparent)]
+    Infer(#[from] InferError),
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Card(#[from] CardError),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Images(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |source| BuildError::Io { path: path.to_path_buf(), source }
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub out: PathBuf,
+    pub jobs: usize,
+    pub cache_dir: PathBuf,
+    /// Refuse demo inputs (sample, fixture scorer, random weights, unpinned files) at resolve time.
+    pub publishable: bool,
+    pub progress: bool,
+}
+
+/// What the build did, for the CLI to print.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildReport {
+    pub out: PathBuf,
+    pub release_id: String,
+    pub demo_reasons: Vec<String>,
+    pub scorer: String,
+    pub images: usize,
+    pub rows: usize,
+    pub cached_images: usize,
+    pub scored_images: usize,
+    pub files: Vec<ManifestFile>,
+    pub notes: Vec<String>,
+}
+
+/// The stages up to the inputs of inference: shared by `build`, `build --dry-run` and `infer`.
+pub struct Prepared {
+    pub table: NihTable,
+    pub selection: Selection,
+    pub jobs: Vec<ImageJob>,
+    pub scorer: Box<dyn Scorer>,
+    pub questions: Vec<crate::spec::Question>,
+    pub prompt_set_hash: String,
+    pub demo_reasons: Vec<String>,
+    pub notes: Vec<String>,
+    pub stage_keys: BTreeMap<String, String>,
+}
+
+pub fn prepare(spec: &ReleaseSpec, publishable: bool) -> Result<Prepared, BuildError> {
+    if publishable {
+        gates::check_publishable(spec)?;
+    }
+    card::check_templates(&spec.card.templates_dir, &spec.card.template)?;
+    let demo_reasons = gates::demo_reasons(spec);
+    let mut notes = Vec::new();
+
+    let table = source::load(&spec.source)?;
+    let selection = select::select(&table, &spec.selection, spec.source.embedded_sample)?;
+    if selection.capped {
+        notes.push(format!(
+            "the spec asks for {} curated images; the embedded sample has {}, so all of them are used",
+            spec.selection.curated_images, selection.candidates
+        ));
+    }
+    if let Some(expected) = spec.selection.expected_rows {
+        if selection.rows.len() != expected {
+            notes.push(format!("{} rows instead of the {expected} a full build has", selection.rows.len()));
+        }
+    }
+    let jobs = image_jobs(spec, &selection)?;
+    let scorer = infer::scorer_for(&spec.model)?;
+    let questions = spec.prompts.questions();
+    let prompt_set_hash = spec.prompts.hash();
+
+    let tool = ToolInfo::current();
+    let mut stage_keys = BTreeMap::new();
+    let ingest = sha256_parts(&["ingest", &tool.version, &sha256_json(&spec.source), &sha256_json(&table.inputs)]);
+    let select_key = sha256_parts(&["select", &ingest, &sha256_json(&spec.selection)]);
+    let infer_key = sha256_parts(&["infer", &select_key, &scorer.identity().hash(), &prompt_set_hash]);
+    let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal)]);
+    let shard_key = sha256_parts(&["shard", &signal_key, &sha256_json(&spec.output), &sha256_json(&spec.release)]);
+    let card_key = sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish)]);
+    for (name, key) in [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)] {
+        stage_keys.insert(name.to_string(), key);
+    }
+    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, notes, stage_keys })
+}
+
+/// The image file of every curated image; the folder must exist and stay inside the source root.
+fn image_jobs(spec: &ReleaseSpec, selection: &Selection) -> Result<Vec<ImageJob>, BuildError> {
+    let dir = spec.source.images_dir();
+    let canonical = dir.canonicalize().map_err(|e| BuildError::Images(format!("image folder {}: {e}", dir.display())))?;
+    let root = spec.source.root.canonicalize().map_err(io_err(&spec.source.root))?;
+    if !canonical.starts_with(&root) {
+        return Err(BuildError::Images(format!(
+            "image folder {} resolves to {}, outside the source root {}",
+            dir.display(),
+            canonical.display(),
+            root.display()
+        )));
+    }
+    Ok(selection.images.iter().map(|i| ImageJob { name: i.image_index.clone(), path: canonical.join(&i.image_index) }).collect())
+}
+
+/// Fills the score cache for one shard of the images (`bpals-release infer --shard K/N`).
+pub fn infer_shard(spec: &ReleaseSpec, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<infer::InferReport, BuildError> {
+    let prepared = prepare(spec, options.publishable)?;
+    let cache = ScoreCache::new(&options.cache_dir);
+    let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
+    Ok(infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?)
+}
+
+pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
+    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, mut notes, stage_keys } =
+        prepare(spec, options.publishable)?;
+    log(&format!(
+        "ingest: {} images from {}{}",
+        table.images(),
+        spec.source.root_as_written,
+        if spec.source.embedded_sample { " (EMBEDDED SYNTHETIC SAMPLE)" } else { "" }
+    ));
+    log(&format!("select: {} curated images, {} (image, label) rows", selection.images.len(), selection.rows.len()));
+
+    let cache = ScoreCache::new(&options.cache_dir);
+    let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
+    let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
+    log(&format!("infer: {} images from the cache, {} scored by {:?}", report.cached, report.computed, scorer.identity().backend));
+    let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
+
+    let sig = signal::derive(&selection, &scores, &questions, &spec.signal);
+    let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig.pairs, t, spec.selection.seed));
+
+    let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
+    let dir = staging.dir.clone();
+    let meta = ShardMeta {
+        release_id: spec.release.id.clone(),
+        release_version: spec.release.version.clone(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions);
+    let mut splits = Vec::new();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|e| BuildError::Images(e.to_string()))?;
+    for split in &spec.output.splits {
+        let rows: Vec<usize> = match split {
+            Split::Full => (0..selection.rows.len()).collect(),
+            Split::Trial => trial.as_ref().map(|t| t.rows.clone()).unwrap_or_default(),
+        };
+        let records = table_rows.records(&rows);
+        let files = pool.install(|| shard::write_split(&dir, split.name(), &records, &spec.output, &meta))?;
+        let bytes = files.iter().map(|f| std::fs::metadata(dir.join(&f.path)).map(|m| m.len()).unwrap_or(0)).sum();
+        splits.push(SplitFacts {
+            name: split.name().to_string(),
+            rows: rows.len() as u64,
+            bytes,
+            shards: files,
+            stats: signal::stats(&selection, &sig.pairs, &rows),
+        });
+    }
+    if let Some(t) = &trial {
+        if t.rows.len() < t.requested {
+            notes.push(format!("the trial sample has {} rows instead of {}: the selection has no more", t.rows.len(), t.requested));
+        }
+    }
+
+    let series = load_series_lenient(spec, &mut notes);
+    let card_input = CardInput {
+        spec,
+        demo_reasons: &demo_reasons,
+        scorer: scorer.identity(),
+        series: &series,
+        images: selection.images.len(),
+        candidates: selection.candidates,
+        capped: selection.capped,
+        splits: splits.clone(),
+        trial_strata: trial.as_ref().map(|t| t.strata.as_slice()),
+        trial_requested: trial.as_ref().map(|t| t.requested),
+    };
+    let (readme, license) = card::render(&card_input)?;
+    write(&dir.join("README.md"), readme.as_bytes())?;
+    write(&dir.join("LICENSE.md"), license.as_bytes())?;
+
+    let lock = BuildLock {
+        format: manifest::LOCK_FORMAT.into(),
+        tool: ToolInfo::current(),
+        spec_file: spec.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        spec_sha256: spec.hash(),
+        spec: serde_json::to_value(spec).expect("plain data"),
+        inputs: serde_json::to_value(&table.inputs).expect("plain data"),
+        images: selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.clone(), s.image_sha256.clone())).collect(),
+        scorer: serde_json::to_value(scorer.identity()).expect("plain data"),
+        scorer_sha256: scorer.identity().hash(),
+        prompt_set_sha256: prompt_set_hash,
+        seed: spec.selection.seed,
+        stage_keys,
+    };
+    write(&dir.join(LOCK_FILE), &manifest::to_json_bytes(&lock))?;
+
+    let rows_of: BTreeMap<String, u64> = splits.iter().flat_map(|s| s.shards.iter().map(|f| (f.path.clone(), f.rows))).collect();
+    let files = manifest::collect_files(&dir, &|p| rows_of.get(p).copied()).map_err(io_err(&dir))?;
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT.into(),
+        release_id: spec.release.id.clone(),
+        version: spec.release.version.clone(),
+        tier: spec.release.tier.name().into(),
+        demo_reasons: demo_reasons.clone(),
+        files: files.clone(),
+    };
+    write(&dir.join(MANIFEST_FILE), &manifest::to_json_bytes(&manifest))?;
+    let out = staging.commit().map_err(io_err(&options.out))?;
+
+    Ok(BuildReport {
+        out,
+        release_id: spec.release.id.clone(),
+        demo_reasons,
+        scorer: format!("{:?} {}@{}", scorer.identity().backend, scorer.identity().model_id, scorer.identity().revision),
+        images: selection.images.len(),
+        rows: selection.rows.len(),
+        cached_images: report.cached,
+        scored_images: report.computed,
+        files,
+        notes,
+    })
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    std::fs::write(path, bytes).map_err(io_err(path))
+}
+
+/// The roadmap comes from the specs beside the chain's root spec. A sibling spec that does not
+/// parse is left out of the roadmap with a note, rather than failing this build.
+fn load_series_lenient(spec: &ReleaseSpec, notes: &mut Vec<String>) -> Vec<series::SeriesEntry> {
+    let root = spec.chain.last().unwrap_or(&spec.path);
+    let dir = root.parent().unwrap_or(Path::new("."));
+    match series::load_series(dir) {
+        Ok(s) => s,
+        Err(e) => {
+            notes.push(format!("roadmap left out of the card: {e}"));
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `build --dry-run`: the resolved plan, with stage keys and cache state. Reads the inputs and
+//! hashes the images, but scores nothing and writes nothing.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::{prepare, BuildError, BuildOptions};
+use crate::infer::{count_cached, ScoreCache};
+use crate::spec::ReleaseSpec;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanStage {
+    pub stage: String,
+    pub key: String,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub release_id: String,
+    pub spec: PathBuf,
+    pub out: PathBuf,
+    pub demo_reasons: Vec<String>,
+    pub notes: Vec<String>,
+    pub images: usize,
+    pub rows: usize,
+    pub cached_images: usize,
+    pub splits: Vec<String>,
+    /// Metadata inputs by file name, as hashed (and checked against their pins).
+    pub inputs: std::collections::BTreeMap<String, crate::source::InputFile>,
+    pub stages: Vec<PlanStage>,
+}
+
+pub fn plan(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Plan, BuildError> {
+    let prepared = prepare(spec, options.publishable)?;
+    let cache = ScoreCache::new(&options.cache_dir);
+    let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
+    let total = prepared.jobs.len();
+    let status = |stage: &str| -> String {
+        match stage {
+            "ingest" => format!("{} metadata files, sha256 checked", prepared.table.inputs.len()),
+            "select" => format!("{} images, {} rows", prepared.selection.images.len(), prepared.selection.rows.len()),
+            "infer" => format!("{cached}/{total} images cached, {} to score with {:?}", total - cached, spec.model.backend),
+            "signal" => "derived from the scores (no cache: cheap and exact)".into(),
+            "shard" => format!("splits {}", spec.output.splits.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")),
+            _ => "rendered from templates".into(),
+        }
+    };
+    let order = ["ingest", "select", "infer", "signal", "shard", "card"];
+    let stages = order
+        .iter()
+        .map(|s| PlanStage { stage: s.to_string(), key: prepared.stage_keys[*s].clone(), status: status(s) })
+        .collect();
+    Ok(Plan {
+        release_id: spec.release.id.clone(),
+        spec: spec.path.clone(),
+        out: options.out.clone(),
+        demo_reasons: prepared.demo_reasons,
+        notes: prepared.notes,
+        images: prepared.selection.images.len(),
+        rows: prepared.selection.rows.len(),
+        cached_images: cached,
+        splits: spec.output.splits.iter().map(|s| s.name().to_string()).collect(),
+        inputs: prepared.table.inputs.clone(),
+        stages,
+    })
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "plan for release {} ({})", self.release_id, self.spec.display())?;
+        writeln!(f, "  output: {}", self.out.display())?;
+        for (name, input) in &self.inputs {
+            writeln!(f, "  input   {name}: {} bytes, sha256 {}", input.bytes, input.sha256)?;
+        }
+        for s in &self.stages {
+            writeln!(f, "  {:<7} {}  {}", s.stage, &s.key[..12], s.status)?;
+        }
+        for n in &self.notes {
+            writeln!(f, "  note: {n}")?;
+        }
+        if !self.demo_reasons.is_empty() {
+            writeln!(f, "  DEMO BUILD (publish will refuse it):")?;
+            for r in &self.demo_reasons {
+                writeln!(f, "    - {r}")?;
+            }
+        }
+        writeln!(f, "dry run: nothing was scored or written")
+    }
+}

@@ -1,0 +1,70 @@
+//! Joins the selection, the scores and the signal into shard records.
+
+use crate::infer::ImageScores;
+use crate::labels::LABELS;
+use crate::select::Selection;
+use crate::shard::PairRecord;
+use crate::signal::Signal;
+use crate::spec::Question;
+
+/// Per-label and per-device question positions, computed once for all rows.
+pub struct RecordTable<'a> {
+    selection: &'a Selection,
+    signal: &'a Signal,
+    scores: &'a [ImageScores],
+    label_questions: Vec<Vec<usize>>,
+    label_question_ids: Vec<Vec<String>>,
+    device_question_ids: Vec<String>,
+    device_logits: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+impl<'a> RecordTable<'a> {
+    pub fn new(selection: &'a Selection, signal: &'a Signal, scores: &'a [ImageScores], questions: &[Question]) -> Self {
+        let label_questions: Vec<Vec<usize>> = LABELS
+            .iter()
+            .map(|l| questions.iter().enumerate().filter(|(_, q)| q.target == *l).map(|(i, _)| i).collect())
+            .collect();
+        let label_question_ids = label_questions.iter().map(|qs| qs.iter().map(|&i| questions[i].id.clone()).collect()).collect();
+        let device_idx: Vec<usize> = questions.iter().enumerate().filter(|(_, q)| crate::labels::is_support_device(&q.target)).map(|(i, _)| i).collect();
+        let device_question_ids = device_idx.iter().map(|&i| questions[i].id.clone()).collect();
+        let device_logits = scores
+            .iter()
+            .map(|s| (device_idx.iter().map(|&i| s.scores[i].logit_yes).collect(), device_idx.iter().map(|&i| s.scores[i].logit_no).collect()))
+            .collect();
+        RecordTable { selection, signal, scores, label_questions, label_question_ids, device_question_ids, device_logits }
+    }
+
+    /// Records for the given selection rows, in the order given.
+    pub fn records(&self, rows: &[usize]) -> Vec<PairRecord<'_>> {
+        rows.iter()
+            .map(|&i| {
+                let row = &self.selection.rows[i];
+                let image = &self.selection.images[row.image];
+                let sig = &self.signal.pairs[i];
+                let qs = &self.label_questions[row.label];
+                let scores = &self.scores[row.image].scores;
+                let (dev_yes, dev_no) = &self.device_logits[row.image];
+                PairRecord {
+                    image_index: &image.image_index,
+                    patient_id: image.patient_id,
+                    view_position: &image.view_position,
+                    official_split: image.official_split.as_deref(),
+                    label: LABELS[row.label],
+                    nih_label: row.nih_label,
+                    confidence: sig.confidence,
+                    agreement: sig.agreement,
+                    consistency: sig.consistency,
+                    trust_class: sig.trust_class.name(),
+                    flags: &sig.flags,
+                    support_devices: &self.signal.devices[row.image],
+                    question_ids: &self.label_question_ids[row.label],
+                    question_logit_yes: qs.iter().map(|&q| scores[q].logit_yes).collect(),
+                    question_logit_no: qs.iter().map(|&q| scores[q].logit_no).collect(),
+                    device_question_ids: &self.device_question_ids,
+                    device_logit_yes: dev_yes,
+                    device_logit_no: dev_no,
+                }
+            })
+            .collect()
+    }
+}

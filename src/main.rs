@@ -1,0 +1,250 @@
+//! The command line: parses arguments and calls into the library. No logic lives here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use bpals_release::build::{self, BuildOptions};
+use bpals_release::{infer, manifest, source, spec};
+
+#[derive(Parser)]
+#[command(name = "bpals-release", version, about = "Build, verify and publish CXR14-BPALS releases: a trust signal over NIH ChestX-ray14 labels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build a release directory from a spec (Parquet shards, card, manifest, lock).
+    Build(BuildArgs),
+    /// Fill the score cache for one shard of a spec's images, for array jobs on many machines.
+    Infer(InferArgs),
+    /// Re-hash a release directory against its manifest; exits non-zero on any difference.
+    Verify(VerifyArgs),
+    /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
+    Source(SourceArgs),
+    /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Spec whose prompts, signal and output settings the bench uses.
+    spec: PathBuf,
+    /// NIH-format metadata, e.g. from `fixtures/gen_sample.py --metadata-only --images 112120`.
+    #[arg(long)]
+    data_entry: PathBuf,
+    /// Folder for the shards (replaced).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Worker threads for scoring and shard writing [default: the number of CPUs].
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// Score cache folder, shared by builds and sharded `infer` runs.
+    #[arg(long, env = "BPALS_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Refuse demo inputs (embedded sample, fixture scorer, random weights, unpinned files).
+    #[arg(long)]
+    publishable: bool,
+    /// Never draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// The release spec (YAML).
+    spec: PathBuf,
+    /// Release directory to write [default: releases/<release id>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the resolved plan (stages, keys, cache hits) and stop: nothing is scored or written.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the build report (or the plan) as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct InferArgs {
+    spec: PathBuf,
+    /// K/N: score only the images of shard K (0-based) of N.
+    #[arg(long)]
+    shard: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The release directory.
+    dir: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SourceArgs {
+    /// Data_Entry_2017.csv or Data_Entry_2017_v2020.csv.
+    #[arg(long)]
+    data_entry: PathBuf,
+    /// BBox_List_2017.csv.
+    #[arg(long)]
+    bbox: Option<PathBuf>,
+    /// train_val_list.txt (needs --test-list).
+    #[arg(long, requires = "test_list")]
+    train_val_list: Option<PathBuf>,
+    /// test_list.txt (needs --train-val-list).
+    #[arg(long, requires = "train_val_list")]
+    test_list: Option<PathBuf>,
+}
+
+fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("bpals-release")
+}
+
+fn options(common: &Common, out: PathBuf) -> BuildOptions {
+    BuildOptions {
+        out,
+        jobs: common.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        cache_dir: common.cache_dir.clone().unwrap_or_else(default_cache_dir),
+        publishable: common.publishable,
+        progress: !common.no_progress,
+    }
+}
+
+fn demo_banner(reasons: &[String]) -> String {
+    let mut s = String::from("DEMO BUILD: not publishable, `publish` will refuse it, because\n");
+    for r in reasons {
+        s.push_str(&format!("  - {r}\n"));
+    }
+    s
+}
+
+fn run_build(args: BuildArgs) -> Result<ExitCode> {
+    let spec = spec::load(&args.spec)?;
+    let out = args.out.unwrap_or_else(|| PathBuf::from("releases").join(&spec.release.id));
+    let opts = options(&args.common, out);
+    if args.dry_run {
+        let plan = build::plan(&spec, &opts)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            print!("{plan}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let demo = spec::gates::demo_reasons(&spec);
+    if !demo.is_empty() && !opts.publishable {
+        eprint!("{}", demo_banner(&demo));
+    }
+    let report = build::build(&spec, &opts, &|line| eprintln!("{line}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("built release {} in {}", report.release_id, report.out.display());
+    println!("  scorer: {}", report.scorer);
+    println!("  {} images, {} rows; {} images scored, {} from the cache", report.images, report.rows, report.scored_images, report.cached_images);
+    for f in &report.files {
+        match f.rows {
+            Some(rows) => println!("  {:<44} {:>10} bytes {:>8} rows  {}", f.path, f.bytes, rows, &f.sha256[..16]),
+            None => println!("  {:<44} {:>10} bytes {:>14}  {}", f.path, f.bytes, "", &f.sha256[..16]),
+        }
+    }
+    for n in &report.notes {
+        println!("  note: {n}");
+    }
+    if !report.demo_reasons.is_empty() {
+        print!("{}", demo_banner(&report.demo_reasons));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_infer(args: InferArgs) -> Result<ExitCode> {
+    let spec = spec::load(&args.spec)?;
+    let shard = args.shard.as_deref().map(infer::parse_shard).transpose()?;
+    let opts = options(&args.common, PathBuf::new());
+    let report = build::infer_shard(&spec, &opts, shard)?;
+    let in_run = report.scores.iter().filter(|s| s.is_some()).count();
+    println!(
+        "infer {}{}: {in_run} images, {} scored, {} already cached (cache: {})",
+        spec.release.id,
+        args.shard.map(|s| format!(" shard {s}")).unwrap_or_default(),
+        report.computed,
+        report.cached,
+        opts.cache_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+    let report = manifest::verify(&args.dir).map_err(anyhow::Error::msg)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if report.ok() {
+        println!("ok: release {} in {}: {} files match the manifest", report.release_id, args.dir.display(), report.files_checked);
+    } else {
+        println!("FAILED: release {} in {}: {} problem(s)", report.release_id, args.dir.display(), report.problems.len());
+        for p in &report.problems {
+            println!("  {p}");
+        }
+    }
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_source(args: SourceArgs) -> Result<ExitCode> {
+    let files = source::SourceFiles {
+        data_entry: args.data_entry,
+        bbox: args.bbox,
+        train_val_list: args.train_val_list,
+        test_list: args.test_list,
+    };
+    let table = source::load_files(&files)?;
+    let summary = source::summarize(&table).context("summarising the NIH table")?;
+    println!("{}", serde_json::to_string_pretty(&summary)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_bench(args: BenchArgs) -> Result<ExitCode> {
+    let spec = spec::load(&args.spec)?;
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let report = bpals_release::bench::run(&spec, &args.data_entry, &args.out, jobs)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Build(a) => run_build(a),
+        Command::Infer(a) => run_infer(a),
+        Command::Verify(a) => run_verify(a),
+        Command::Source(a) => run_source(a),
+        Command::Bench(a) => run_bench(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `manifest.json` (every file of the release: path, bytes, sha256, Parquet row counts) and
+//! `build.lock` (everything needed to rebuild it), plus `verify`, which re-hashes a release.
+
+mod lock;
+mod verify;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use lock::{BuildLock, ToolInfo, LOCK_FORMAT};
+pub use verify::{verify, FileProblem, VerifyReport};
+
+use crate::hashing::sha256_file;
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const LOCK_FILE: &str = "build.lock";
+pub const MANIFEST_FORMAT: &str = "bpals-manifest/1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub release_id: String,
+    pub version: String,
+    pub tier: String,
+    /// Non-empty when the build is a demo (sample data, fixture scorer, random weights...).
+    pub demo_reasons: Vec<String>,
+    /// Every file of the release but the manifest itself, sorted by path.
+    pub files: Vec<ManifestFile>,
+}
+
+impl Manifest {
+    pub fn is_demo(&self) -> bool {
+        !self.demo_reasons.is_empty()
+    }
+
+    pub fn read(dir: &Path) -> Result<Manifest, String> {
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a valid manifest: {e}", path.display()))?;
+        if manifest.format != MANIFEST_FORMAT {
+            return Err(format!("{}: format {:?}, expected {MANIFEST_FORMAT:?}", path.display(), manifest.format));
+        }
+        Ok(manifest)
+    }
+}
+
+/// Hashes every file under `dir` (but the manifest) into manifest entries, sorted by path.
+/// `rows` gives row counts for the Parquet files, by relative path.
+pub fn collect_files(dir: &Path, rows: &dyn Fn(&str) -> Option<u64>) -> std::io::Result<Vec<ManifestFile>> {
+    let mut files = Vec::new();
+    for rel in list_files(dir)? {
+        if rel == MANIFEST_FILE {
+            continue;
+        }
+        let (sha256, bytes) = sha256_file(&dir.join(&rel))?;
+        files.push(ManifestFile { rows: rows(&rel), path: rel, bytes, sha256 });
+    }
+    Ok(files)
+}
+
+/// Every regular file under `dir`, as sorted `/`-separated relative paths.
+pub fn list_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else {
+                let rel = entry.path().strip_prefix(dir).expect("under dir").to_path_buf();
+                let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+                out.push(parts.join("/"));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Pretty JSON with a trailing newline: stable bytes for equal values.
+pub fn to_json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(value).expect("in-memory JSON serialization cannot fail");
+    bytes.push(b'\n');
+    bytes
+}

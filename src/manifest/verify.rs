@@ -1,0 +1,71 @@
+//! `bpals-release verify DIR`: re-hash every file and compare with the manifest.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{list_files, Manifest, MANIFEST_FILE};
+use crate::hashing::sha256_file;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum FileProblem {
+    Missing { path: String },
+    Extra { path: String },
+    Size { path: String, expected: u64, actual: u64 },
+    Digest { path: String, expected: String, actual: String },
+}
+
+impl std::fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileProblem::Missing { path } => write!(f, "missing: {path}"),
+            FileProblem::Extra { path } => write!(f, "extra (not in the manifest): {path}"),
+            FileProblem::Size { path, expected, actual } => write!(f, "changed: {path} has {actual} bytes, the manifest says {expected}"),
+            FileProblem::Digest { path, expected, actual } => write!(f, "changed: {path} has sha256 {actual}, the manifest says {expected}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub release_id: String,
+    pub files_checked: usize,
+    pub problems: Vec<FileProblem>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+pub fn verify(dir: &Path) -> Result<VerifyReport, String> {
+    let manifest = Manifest::read(dir)?;
+    let on_disk: BTreeSet<String> = list_files(dir)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .into_iter()
+        .filter(|p| p != MANIFEST_FILE)
+        .collect();
+    let mut problems = Vec::new();
+    for file in &manifest.files {
+        if !on_disk.contains(&file.path) {
+            problems.push(FileProblem::Missing { path: file.path.clone() });
+            continue;
+        }
+        let (sha256, bytes) = sha256_file(&dir.join(&file.path)).map_err(|e| format!("cannot read {}: {e}", file.path))?;
+        if bytes != file.bytes {
+            problems.push(FileProblem::Size { path: file.path.clone(), expected: file.bytes, actual: bytes });
+        } else if sha256 != file.sha256 {
+            problems.push(FileProblem::Digest { path: file.path.clone(), expected: file.sha256.clone(), actual: sha256 });
+        }
+    }
+    let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    for path in &on_disk {
+        if !listed.contains(path.as_str()) {
+            problems.push(FileProblem::Extra { path: path.clone() });
+        }
+    }
+    Ok(VerifyReport { release_id: manifest.release_id, files_checked: manifest.files.len(), problems })
+}
