@@ -1,0 +1,209 @@
+//! Bad input gets a clear error naming the file, the line or key, and what was expected;
+//! and no bad input ever leaves a release directory behind.
+
+mod common;
+
+use common::*;
+
+/// Runs a build that must fail; returns stderr and checks no release appeared.
+fn failing_build(s: &Scratch, spec: &std::path::Path) -> String {
+    let out = s.path("out");
+    let a = build(spec, &out, &s.cache(), &[]).failure();
+    assert!(!out.exists(), "a failed build leaves no release directory");
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".out")).collect();
+    assert!(leftovers.is_empty(), "no staging directory is left: {leftovers:?}");
+    stderr(&a)
+}
+
+#[test]
+fn malformed_yaml_names_file_and_line() {
+    let s = Scratch::new();
+    let spec = s.write("bad.yaml", "release:\n  id: s1a\n  title: [unclosed\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("bad.yaml"), "{err}");
+    assert!(err.contains("line 3") || err.contains(":3:") || err.contains("3 |"), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_errors_with_a_position() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "typo.yaml", "signal:\n  tau: 3.0\n  trusted_min_agreemnt: 0.8\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("typo.yaml"), "{err}");
+    assert!(err.contains("trusted_min_agreemnt"), "{err}");
+    assert!(err.contains("unknown field"), "{err}");
+    assert!(err.contains("4") , "line of the key: {err}");
+}
+
+#[test]
+fn wrong_types_and_bad_values_name_the_key() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "types.yaml", "selection:\n  curated_images: many\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("types.yaml") && err.contains("curated_images"), "{err}");
+
+    let spec = derived_spec(&s, "tier.yaml", "release:\n  tier: platinum\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("platinum") && err.contains("tier.yaml"), "{err}");
+
+    let spec = derived_spec(&s, "date.yaml", "release:\n  date: 26/05/2026\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("date.yaml:3: key `release.date`"), "{err}");
+    assert!(err.contains("YYYY-MM-DD"), "{err}");
+
+    let spec = derived_spec(&s, "thresholds.yaml", "signal:\n  review_min_agreement: 0.9\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("trusted_min_agreement > review_min_agreement"), "{err}");
+
+    let spec = derived_spec(&s, "prob.yaml", "signal:\n  hard_case_margin: 1.5\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("prob.yaml:3: key `signal.hard_case_margin`"), "{err}");
+}
+
+#[test]
+fn missing_keys_name_the_chain() {
+    let s = Scratch::new();
+    let spec = s.write("lonely.yaml", "release:\n  id: x\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("release.name") && err.contains("required"), "{err}");
+}
+
+#[test]
+fn extends_cycles_are_reported() {
+    let s = Scratch::new();
+    s.write("a.yaml", "extends: b.yaml\n");
+    let a = s.path("a.yaml");
+    s.write("b.yaml", "extends: a.yaml\n");
+    let err = failing_build(&s, &a);
+    assert!(err.contains("cycle"), "{err}");
+}
+
+#[test]
+fn paths_must_stay_inside_their_roots() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "escape.yaml", "source:\n  data_entry: ../../etc/passwd\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("source.data_entry") && err.contains("inside its root"), "{err}");
+}
+
+#[test]
+fn unset_variables_without_default_are_errors() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "var.yaml", "source:\n  root: ${BPALS_TEST_SURELY_UNSET}\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("BPALS_TEST_SURELY_UNSET is not set"), "{err}");
+}
+
+#[test]
+fn gates_refuse_before_any_work() {
+    let s = Scratch::new();
+    // A non-commercial model cannot back a commercial tier.
+    let spec = derived_spec(&s, "nc.yaml", "release:\n  tier: standard\nmodel:\n  backend: fixture\n  weight_license: qwen-research\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("tier-license") && err.contains("qwen-research"), "{err}");
+    // S2 additions are not built yet: refused at resolve, never an S1 build under the S2 name.
+    let err = failing_build(&s, &spec_path("s2.yaml"));
+    assert!(err.contains("not-implemented") && err.contains("lesion location"), "{err}");
+    // A publishable build refuses the sample and the fixture scorer.
+    let out = s.path("pub");
+    let a = build(&spec_path("s1a.yaml"), &out, &s.cache(), &["--publishable"]).failure();
+    let err = stderr(&a);
+    assert!(err.contains("embedded synthetic sample") && err.contains("fixture scorer"), "{err}");
+    assert!(!s.cache().exists(), "nothing was scored");
+}
+
+fn spec_path(name: &str) -> std::path::PathBuf {
+    spec(name)
+}
+
+#[test]
+fn the_qwen2vl_backend_is_refused_until_it_is_built() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "vlm.yaml", "model:\n  backend: qwen2vl\n  id: Qwen/Qwen2-VL-2B-Instruct\n  weight_license: apache-2.0\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("qwen2vl"), "{err}");
+}
+
+#[test]
+fn wrong_input_checksums_are_errors() {
+    let s = Scratch::new();
+    let sample = copy_sample(&s);
+    let marker = sample.join("sample.json");
+    let text = std::fs::read_to_string(&marker).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["sha256"]["BBox_List_2017.csv"] = serde_json::Value::from("0".repeat(64));
+    std::fs::write(&marker, serde_json::to_string(&v).unwrap()).unwrap();
+    let spec = derived_spec(&s, "sum.yaml", &format!("source:\n  root: {}\n", sample.display()));
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("BBox_List_2017.csv") && err.contains("sha256 mismatch"), "{err}");
+}
+
+#[test]
+fn bad_metadata_rows_name_the_line() {
+    let s = Scratch::new();
+    let sample = copy_sample(&s);
+    let path = sample.join("Data_Entry_2017_v2020.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut fields: Vec<String> = lines[10].split(',').map(String::from).collect();
+    fields[1] = "Infiltrate".into(); // BBox_List's spelling: not valid in the data entry file
+    lines[10] = fields.join(",");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    // The sample pins its own hashes: drop the marker to reach the parser.
+    std::fs::remove_file(sample.join("sample.json")).unwrap();
+    let spec = derived_spec(&s, "rows.yaml", &format!("source:\n  root: {}\n", sample.display()));
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("Data_Entry_2017_v2020.csv:11:"), "{err}");
+    assert!(err.contains("unknown finding label \"Infiltrate\""), "{err}");
+}
+
+#[test]
+fn truncated_and_missing_images_are_named() {
+    let s = Scratch::new();
+    let sample = copy_sample(&s);
+    let victim = sample.join("images/00000001_000.png");
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
+    let spec = derived_spec(&s, "png.yaml", &format!("source:\n  root: {}\n", sample.display()));
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("00000001_000.png") && err.contains("not a readable PNG"), "{err}");
+
+    std::fs::remove_file(&victim).unwrap();
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("00000001_000.png") && err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn corrupt_cache_entries_are_recomputed_not_trusted() {
+    let s = Scratch::new();
+    build(&spec("s1a.yaml"), &s.path("ref"), &s.cache(), &[]).success();
+    // Garble every cache entry.
+    let mut garbled = 0;
+    let mut stack = vec![s.cache()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                std::fs::write(&p, b"{not json").unwrap();
+                garbled += 1;
+            }
+        }
+    }
+    assert!(garbled > 0);
+    let a = build(&spec("s1a.yaml"), &s.path("again"), &s.cache(), &[]).success();
+    assert!(stderr(&a).contains("infer: 0 images from the cache"), "{}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("ref")), tree_digest(&s.path("again")));
+}
+
+#[test]
+fn verify_rejects_a_folder_without_a_manifest() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.path("empty")).unwrap();
+    let a = bin().arg("verify").arg(s.path("empty")).assert().failure();
+    assert!(stderr(&a).contains("manifest.json"), "{}", stderr(&a));
+    s.write("broken/manifest.json", "{\"format\": 1");
+    let a = bin().arg("verify").arg(s.path("broken")).assert().failure();
+    assert!(stderr(&a).contains("not a valid manifest"), "{}", stderr(&a));
+}

@@ -1,0 +1,199 @@
+//! End to end: build the embedded-sample release and check what a user and an auditor would.
+
+mod common;
+
+use common::*;
+use predicates::str::contains;
+
+#[test]
+fn sample_build_writes_a_verifiable_release() {
+    let s = Scratch::new();
+    let out = s.path("s1a");
+    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--jobs", "2"]).success();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("DEMO BUILD"), "the demo is announced loudly:\n{text}");
+    assert!(text.contains("EMBEDDED SYNTHETIC SAMPLE"), "{text}");
+    assert!(text.contains("fixture scorer"), "{text}");
+
+    for f in ["README.md", "LICENSE.md", "manifest.json", "build.lock", "data/trial-00000-of-00001.parquet"] {
+        assert!(out.join(f).is_file(), "{f} is written");
+    }
+    // The manifest agrees with an independent sha256 of every file, and lists every file.
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let digests = tree_digest(&out);
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len() + 1, digests.len(), "every file but the manifest is listed");
+    for f in files {
+        let path = f["path"].as_str().unwrap();
+        assert_eq!(digests[path], f["sha256"].as_str().unwrap(), "{path}");
+        assert_eq!(std::fs::metadata(out.join(path)).unwrap().len(), f["bytes"].as_u64().unwrap());
+    }
+    assert!(manifest["demo_reasons"].as_array().unwrap().len() >= 2);
+    let shard = files.iter().find(|f| f["path"] == "data/trial-00000-of-00001.parquet").unwrap();
+    assert!(shard["rows"].as_u64().unwrap() > 0);
+
+    bin().arg("verify").arg(&out).assert().success().stdout(contains("ok: release s1a"));
+    // No staging directory is left beside the release.
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with('.')).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn card_front_matter_parses_and_matches_the_shards() {
+    let s = Scratch::new();
+    let out = s.path("s1b");
+    build(&spec("s1b.yaml"), &out, &s.cache(), &[]).success();
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let front = card.strip_prefix("---\n").unwrap().split("\n---\n").next().unwrap();
+    let yaml: serde_json::Value = serde_saphyr::from_str(front).expect("front matter is valid YAML");
+    assert_eq!(yaml["license"], "other");
+    assert_eq!(yaml["license_link"], "LICENSE.md");
+    assert!(yaml["extra_gated_prompt"].is_string(), "the standard tier is gated");
+    let data_files = yaml["configs"][0]["data_files"].as_array().unwrap();
+    let splits: Vec<&str> = data_files.iter().map(|d| d["split"].as_str().unwrap()).collect();
+    assert_eq!(splits, ["full", "trial"]);
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    for d in data_files {
+        let glob = d["path"].as_str().unwrap();
+        let prefix = glob.trim_end_matches("*.parquet");
+        let shards: Vec<_> = manifest["files"].as_array().unwrap().iter().filter(|f| f["path"].as_str().unwrap().starts_with(prefix)).collect();
+        assert!(!shards.is_empty(), "{glob} matches a shard");
+        let rows: u64 = shards.iter().map(|f| f["rows"].as_u64().unwrap()).sum();
+        let info = yaml["dataset_info"]["splits"].as_array().unwrap().iter().find(|x| x["name"] == d["split"]).unwrap();
+        assert_eq!(info["num_examples"].as_u64().unwrap(), rows);
+    }
+    assert!(card.contains("Giving pledge"));
+    assert!(card.contains("Wang X, Peng Y, Lu L, Lu Z, Bagheri M, Summers RM"));
+    assert!(card.contains("https://nihcc.app.box.com/v/ChestXray-NIHCC"));
+    assert!(card.contains("| S2 | Diagnose |"), "the roadmap lists later series");
+    assert!(card.contains("~2026-10"), "tentative dates are shown as approximate");
+}
+
+#[test]
+fn builds_are_byte_identical_whatever_the_thread_count() {
+    let s = Scratch::new();
+    build(&spec("s1b.yaml"), &s.path("one"), &s.path("cache1"), &["--jobs", "1"]).success();
+    build(&spec("s1b.yaml"), &s.path("four"), &s.path("cache4"), &["--jobs", "4"]).success();
+    assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("four")));
+}
+
+#[test]
+fn sharded_inference_merges_into_the_same_bytes() {
+    let s = Scratch::new();
+    build(&spec("s1a.yaml"), &s.path("plain"), &s.path("cache-plain"), &[]).success();
+    for k in 0..3 {
+        bin()
+            .args(["infer"])
+            .arg(spec("s1a.yaml"))
+            .args(["--shard", &format!("{k}/3"), "--no-progress", "--cache-dir"])
+            .arg(s.path("cache-shared"))
+            .assert()
+            .success()
+            .stdout(contains(format!("shard {k}/3")));
+    }
+    let a = build(&spec("s1a.yaml"), &s.path("merged"), &s.path("cache-shared"), &[]).success();
+    assert!(stderr(&a).contains(", 0 scored"), "the merge build scores nothing: {}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("merged")));
+}
+
+#[test]
+fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
+    let s = Scratch::new();
+    build(&spec("s1b.yaml"), &s.path("reference"), &s.path("cache-ref"), &[]).success();
+    let out = s.path("killed");
+    let mut killed_midway = 0;
+    for delay_ms in [5u64, 20, 60, 120, 250] {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
+            .arg("build")
+            .arg(spec("s1b.yaml"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(s.path("cache-killed"))
+            .args(["--no-progress", "--jobs", "1"])
+            .env_remove("BPALS_NIH_ROOT")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed_midway += 1;
+        }
+        child.wait().unwrap();
+        if out.exists() {
+            // Only a complete release may ever appear under the target name.
+            bin().arg("verify").arg(&out).assert().success();
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+    assert!(killed_midway > 0, "at least one build was killed while running");
+    let a = build(&spec("s1b.yaml"), &out, &s.path("cache-killed"), &[]).success();
+    assert!(!stderr(&a).contains("infer: 0 images from the cache"), "the rerun reuses the cache: {}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("reference")), tree_digest(&out));
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect();
+    assert!(leftovers.is_empty(), "staging directories are cleaned up: {leftovers:?}");
+}
+
+#[test]
+fn rebuild_reuses_the_cache() {
+    let s = Scratch::new();
+    let a = build(&spec("s1a.yaml"), &s.path("a"), &s.cache(), &[]).success();
+    assert!(stderr(&a).contains("infer: 0 images from the cache"));
+    let b = build(&spec("s1a.yaml"), &s.path("a"), &s.cache(), &[]).success();
+    assert!(stderr(&b).contains(", 0 scored"), "{}", stderr(&b));
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_writes_nothing() {
+    let s = Scratch::new();
+    let out = s.path("dry");
+    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--dry-run"]).success();
+    let text = stdout(&a);
+    for stage in ["ingest", "select", "infer", "signal", "shard", "card"] {
+        assert!(text.contains(stage), "{stage} in plan:\n{text}");
+    }
+    assert!(text.contains("0/640 images cached"), "{text}");
+    assert!(text.contains("DEMO BUILD"));
+    assert!(!out.exists());
+    assert!(!s.cache().exists(), "a dry run scores nothing");
+    // After a build, the plan reports the cache hits.
+    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--dry-run", "--json"]).success();
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(plan["cached_images"], 640);
+}
+
+#[test]
+fn verify_names_changed_missing_and_extra_files() {
+    let s = Scratch::new();
+    let out = s.path("r");
+    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    let shard = out.join("data/trial-00000-of-00001.parquet");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&shard, &bytes).unwrap();
+    std::fs::remove_file(out.join("LICENSE.md")).unwrap();
+    std::fs::write(out.join("notes.txt"), "stray").unwrap();
+    bin()
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .failure()
+        .stdout(contains("changed: data/trial-00000-of-00001.parquet"))
+        .stdout(contains("missing: LICENSE.md"))
+        .stdout(contains("extra (not in the manifest): notes.txt"));
+}
+
+#[test]
+fn the_trial_split_is_stratified_and_recorded() {
+    let s = Scratch::new();
+    let out = s.path("r");
+    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains("stratified toward harder"));
+    assert!(card.contains("| stratum (trust class) | share | target | available | taken |"));
+    assert!(card.contains("say nothing about NIH's overall label error rate"));
+}

@@ -1,0 +1,113 @@
+//! Helpers shared by the integration tests: run the binary in isolation and compare trees.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use sha2::{Digest, Sha256};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn spec(name: &str) -> PathBuf {
+    repo().join("specs").join(name)
+}
+
+/// The binary, with no environment that could point it at real data or a shared cache.
+pub fn bin() -> Command {
+    let mut cmd = Command::cargo_bin("bpals-release").expect("binary is built");
+    cmd.env_remove("BPALS_NIH_ROOT").env_remove("BPALS_NIH_IMAGES").env_remove("BPALS_CACHE_DIR");
+    cmd
+}
+
+/// A scratch folder with `out/` and `cache/` paths for one build.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Scratch { dir: tempfile::tempdir().expect("temp dir") }
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    pub fn cache(&self) -> PathBuf {
+        self.path("cache")
+    }
+    /// Writes a file (creating folders) and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+/// `build SPEC --out OUT --cache-dir CACHE --no-progress` plus extra args.
+pub fn build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    bin()
+        .arg("build")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--no-progress")
+        .args(extra)
+        .assert()
+}
+
+/// sha256 of every file under `dir`, by relative path.
+pub fn tree_digest(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
+                out.insert(rel, hex::encode(Sha256::digest(std::fs::read(&p).unwrap())));
+            }
+        }
+    }
+    out
+}
+
+pub fn stderr(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+pub fn stdout(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+}
+
+/// Copies the embedded sample into the scratch folder so a test can damage it.
+pub fn copy_sample(scratch: &Scratch) -> PathBuf {
+    let dst = scratch.path("sample");
+    copy_dir(&repo().join("fixtures/sample"), &dst);
+    dst
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let p = e.unwrap().path();
+        let target = dst.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).unwrap();
+        }
+    }
+}
+
+/// A spec in the scratch folder that extends the repo's s1a and overrides some YAML.
+pub fn derived_spec(scratch: &Scratch, name: &str, extra_yaml: &str) -> PathBuf {
+    let text = format!("extends: {}\n{extra_yaml}", spec("s1a.yaml").display());
+    scratch.write(name, &text)
+}

@@ -1,0 +1,112 @@
+"""A built release, read the way buyers read it: pyarrow, polars, DuckDB, and the Hub's YAML.
+
+Builds the embedded-sample S1b release once (full + trial splits) with the project's binary.
+"""
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("release")
+    out = tmp / "s1b"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
+    subprocess.run([BIN, "build", os.path.join(ROOT, "specs", "s1b.yaml"), "--out", str(out),
+                    "--cache-dir", str(tmp / "cache"), "--no-progress"], check=True, env=env,
+                   capture_output=True)
+    return out
+
+
+def manifest(release):
+    with open(release / "manifest.json") as f:
+        return json.load(f)
+
+
+def card_parts(release):
+    text = (release / "README.md").read_text()
+    assert text.startswith("---\n")
+    front, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(front), body
+
+
+def documented_columns(body):
+    section = body.split("## Schema", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
+
+
+def test_sha256sum_agrees_with_the_manifest(release):
+    for f in manifest(release)["files"]:
+        data = (release / f["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == f["sha256"], f["path"]
+        assert len(data) == f["bytes"]
+
+
+def test_readers_agree_on_schema_and_rows(release):
+    _, body = card_parts(release)
+    columns = documented_columns(body)
+    assert columns[:2] == ["image_index", "patient_id"]
+    for f in manifest(release)["files"]:
+        if not f["path"].endswith(".parquet"):
+            continue
+        path = str(release / f["path"])
+        table = pq.read_table(path)
+        assert table.column_names == columns
+        assert table.num_rows == f["rows"]
+        meta = pq.read_metadata(path).metadata
+        assert meta[b"bpals.release_id"] == b"s1b"
+        assert meta[b"bpals.schema_version"] == b"1"
+        df = pl.read_parquet(path)
+        assert df.columns == columns and df.height == f["rows"]
+        ((n,),) = duckdb.sql(f"select count(*) from read_parquet('{path}')").fetchall()
+        assert n == f["rows"]
+
+
+def test_signal_columns_are_consistent(release):
+    df = pl.read_parquet(str(release / "data" / "full-*.parquet"))
+    assert set(df["trust_class"].unique()) <= {"trusted", "review", "suspect", "likely_mislabeled"}
+    # confidence is the mean p_yes of the row's raw logits, exactly re-derivable.
+    p = df.select(
+        pl.struct(["question_logit_yes", "question_logit_no"]).map_elements(
+            lambda r: sum(1 / (1 + math.exp(n - y)) for y, n in
+                          zip(r["question_logit_yes"], r["question_logit_no"])) / len(r["question_logit_yes"]),
+            return_dtype=pl.Float64,
+        ).alias("p")
+    )["p"]
+    assert ((p - df["confidence"]).abs() < 1e-12).all()
+    agreement = pl.when(df["nih_label"]).then(df["confidence"]).otherwise(1 - df["confidence"])
+    assert ((df.select(agreement.alias("a"))["a"] - df["agreement"]).abs() < 1e-15).all()
+
+
+def test_front_matter_matches_the_shards(release):
+    front, _ = card_parts(release)
+    assert front["pretty_name"].startswith("CXR14-BPALS S1b")
+    files = {f["path"]: f for f in manifest(release)["files"]}
+    for entry in front["configs"][0]["data_files"]:
+        matched = [p for p in files if fnmatch.fnmatch(p, entry["path"])]
+        assert matched, entry
+        info = next(s for s in front["dataset_info"]["splits"] if s["name"] == entry["split"])
+        assert info["num_examples"] == sum(files[p]["rows"] for p in matched)
+    names = [f["name"] for f in front["dataset_info"]["features"]]
+    assert names == pq.read_schema(str(release / "data" / "trial-00000-of-00001.parquet")).names
+
+
+def test_trial_rows_are_a_subset_of_full(release):
+    full = pl.read_parquet(str(release / "data" / "full-*.parquet"))
+    trial = pl.read_parquet(str(release / "data" / "trial-*.parquet"))
+    joined = trial.join(full, on=["image_index", "label"], how="inner", suffix="_full")
+    assert joined.height == trial.height
+    assert (joined["confidence"] == joined["confidence_full"]).all()

@@ -1,0 +1,71 @@
+//! The committed specs carry the product facts, compose with `extends`, and gate correctly.
+
+mod common;
+
+use bpals_release::spec::{self, Split, Status, Tier, Visibility};
+use common::*;
+
+fn load(name: &str) -> Result<spec::ReleaseSpec, spec::SpecError> {
+    spec::load_with_env(&spec(name), |_| None)
+}
+
+#[test]
+fn s1a_and_s1b_carry_the_facts() {
+    let a = load("s1a.yaml").unwrap();
+    assert_eq!((a.release.id.as_str(), a.release.date.as_str()), ("s1a", "2026-05-26"));
+    assert_eq!((a.release.status, a.release.tier), (Status::Confirmed, Tier::Trial));
+    assert_eq!(a.selection.curated_images, 4628);
+    assert_eq!(a.selection.expected_rows, Some(6598));
+    assert_eq!(a.selection.trial.as_ref().unwrap().rows, 1000);
+    assert_eq!(a.output.splits, vec![Split::Trial]);
+    assert_eq!(a.publish.visibility, Visibility::Public);
+    assert!(a.source.embedded_sample, "no BPALS_NIH_ROOT: the sample");
+    assert_eq!(a.signal.tau, 3.0);
+
+    let b = load("s1b.yaml").unwrap();
+    assert_eq!((b.release.id.as_str(), b.release.date.as_str()), ("s1b", "2026-07-15"));
+    assert_eq!(b.release.tier, Tier::Standard);
+    assert_eq!(b.output.splits, vec![Split::Full, Split::Trial]);
+    assert_eq!(b.publish.visibility, Visibility::Gated);
+    // Inherited from s1a, resolved against s1a's folder.
+    assert_eq!(b.prompts.hash(), a.prompts.hash());
+    assert_eq!(b.source.root, a.source.root);
+    assert_eq!(b.publish.tag_for(&b.release), "s1b-v1.0.0");
+}
+
+#[test]
+fn later_series_are_refused_until_built() {
+    for (name, what) in [("s2.yaml", "lesion location"), ("s3.yaml", "reasoning"), ("s4.yaml", "report-style text")] {
+        let err = load(name).unwrap_err().to_string();
+        assert!(err.contains("not-implemented") && err.contains(what), "{name}: {err}");
+    }
+}
+
+#[test]
+fn the_series_lists_every_release_in_date_order() {
+    let series = spec::series::load_series(&repo().join("specs")).unwrap();
+    let ids: Vec<&str> = series.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["s1a", "s1b", "s2", "s3", "s4"]);
+    assert_eq!(series[2].status, Status::Tentative);
+}
+
+#[test]
+fn an_env_var_points_the_source_elsewhere() {
+    let s = spec::load_with_env(&spec("s1a.yaml"), |name| (name == "BPALS_NIH_ROOT").then(|| "/data/nih".to_string())).unwrap();
+    assert_eq!(s.source.root, std::path::PathBuf::from("/data/nih"));
+    assert_eq!(s.source.root_as_written, "/data/nih");
+    assert!(!s.source.embedded_sample);
+    let reasons = spec::gates::demo_reasons(&s);
+    assert!(reasons.iter().any(|r| r.contains("no pinned sha256")), "{reasons:?}");
+}
+
+#[test]
+fn the_spec_hash_ignores_the_machine_but_not_the_content() {
+    let a = load("s1a.yaml").unwrap();
+    let b = spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
+    assert_eq!(a.hash(), b.hash());
+    let s = Scratch::new();
+    let tweaked = derived_spec(&s, "tweak.yaml", "signal:\n  tau: 2.0\n");
+    let c = spec::load_with_env(&tweaked, |_| None).unwrap();
+    assert_ne!(a.hash(), c.hash());
+}
