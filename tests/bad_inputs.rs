@@ -178,19 +178,11 @@ fn corrupt_cache_entries_are_recomputed_not_trusted() {
     let s = Scratch::new();
     build(&spec("s1a.yaml"), &s.path("ref"), &s.cache(), &[]).success();
     // Garble every cache entry.
-    let mut garbled = 0;
-    let mut stack = vec![s.cache()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                std::fs::write(&p, b"{not json").unwrap();
-                garbled += 1;
-            }
-        }
+    let entries = files_under(&s.cache());
+    for entry in &entries {
+        std::fs::write(entry, b"{not json").unwrap();
     }
+    let garbled = entries.len();
     assert!(garbled > 0);
     let a = build(&spec("s1a.yaml"), &s.path("again"), &s.cache(), &[]).success();
     assert!(stderr(&a).contains("infer: 0 images from the cache"), "{}", stderr(&a));

@@ -92,7 +92,7 @@ fn bad_files_get_clear_errors() {
     let s = Scratch::new();
     let header = "Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]\n";
     let cases = [
-        ("short.csv", format!("{header}00000001_000.png,Mass,0,1,58,M\n"), "short.csv:2: expected 11 fields"),
+        ("short.csv", format!("{header}00000001_000.png,Mass,0,1,58,M\n"), "short.csv:2: expected 11 fields (image to pixel spacing), found 6"),
         ("dup.csv", format!("{header}00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n"), "appears twice (first on line 2)"),
         ("age.csv", format!("{header}00000001_000.png,Mass,0,1,old,M,PA,1,1,0.1,0.1\n"), "age.csv:2: patient age \"old\""),
         ("view.csv", format!("{header}00000001_000.png,Mass,0,1,58,M,LL,1,1,0.1,0.1\n"), "view position \"LL\""),

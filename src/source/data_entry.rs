@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use super::{open_csv, SourceError};
+use super::csv_rows::MetadataCsv;
+use super::SourceError;
 use crate::labels::{label_index, LABELS, NO_FINDING};
 
 /// One image's metadata row, typed.
@@ -32,45 +33,24 @@ const EXPECTED_HEADER: [&str; 7] =
     ["Image Index", "Finding Labels", "Follow-up #", "Patient ID", "Patient Age", "Patient Gender", "View Position"];
 
 pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
-    let mut reader = open_csv(path)?;
-    let mut records = reader.records();
-    let header = match records.next() {
-        Some(r) => r.map_err(|e| SourceError::csv(path, &e))?,
-        None => return Err(SourceError::Header { path: path.into(), message: "the file is empty".into() }),
-    };
+    let (records, header) = MetadataCsv::open(path, 11, "image to pixel spacing")?;
     for (i, want) in EXPECTED_HEADER.iter().enumerate() {
         let got = header.get(i).unwrap_or("").trim().trim_start_matches('\u{feff}');
         let ok = got == *want || (i == 5 && got == "Patient Sex");
         if !ok {
-            return Err(SourceError::Header {
-                path: path.into(),
-                message: format!("column {} is {got:?}, expected {want:?}", i + 1),
-            });
+            return Err(records.bad_header(format!("column {} is {got:?}, expected {want:?}", i + 1)));
         }
     }
     let named = header.iter().filter(|h| !h.trim().is_empty()).count();
     if named < 11 {
-        return Err(SourceError::Header {
-            path: path.into(),
-            message: format!("expected 11 columns (image size and pixel spacing included), found {named}"),
-        });
+        return Err(records.bad_header(format!("expected 11 columns (image size and pixel spacing included), found {named}")));
     }
 
     let mut rows = Vec::new();
-    for record in records {
-        let record = record.map_err(|e| SourceError::csv(path, &e))?;
-        let line = record.position().map_or(0, |p| p.line());
-        if record.iter().all(|f| f.trim().is_empty()) {
-            continue;
-        }
-        let bad = |message: String| SourceError::Row { path: path.into(), line, message };
-        if record.len() < 11 {
-            return Err(bad(format!("expected 11 fields, found {}", record.len())));
-        }
-        if let Some(extra) = record.iter().skip(11).find(|f| !f.trim().is_empty()) {
-            return Err(bad(format!("unexpected value {extra:?} after the 11th field")));
-        }
-        let field = |i: usize| record.get(i).unwrap_or("").trim();
+    for row in records {
+        let row = row?;
+        let bad = |message: String| row.error(message);
+        let field = |i: usize| row.field(i);
         let image_index = field(0).to_string();
         if !is_image_index(&image_index) {
             return Err(bad(format!("image index {image_index:?} is not of the form 00000001_000.png")));
@@ -104,7 +84,7 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
             height: int(8, "image height")?,
             spacing_x: float(9, "pixel spacing x")?,
             spacing_y: float(10, "pixel spacing y")?,
-            line,
+            line: row.line,
         });
     }
     Ok(rows)

@@ -2,6 +2,7 @@
 //! normalised into one typed polars table with a row per image.
 
 mod bbox;
+mod csv_rows;
 mod data_entry;
 mod splits;
 mod summary;
@@ -42,11 +43,6 @@ impl SourceError {
         let line = err.position().map_or(0, |p| p.line());
         SourceError::Row { path: path.into(), line, message: format!("unreadable CSV: {err}") }
     }
-}
-
-pub(crate) fn open_csv(path: &Path) -> Result<csv::Reader<std::fs::File>, SourceError> {
-    let file = std::fs::File::open(path).map_err(|source| SourceError::Io { path: path.into(), source })?;
-    Ok(csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(file))
 }
 
 /// A metadata input as read: its digest and size, recorded in build.lock.

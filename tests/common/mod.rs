@@ -60,9 +60,9 @@ pub fn build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert_cm
         .assert()
 }
 
-/// sha256 of every file under `dir`, by relative path.
-pub fn tree_digest(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
@@ -70,12 +70,22 @@ pub fn tree_digest(dir: &Path) -> BTreeMap<String, String> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
-                out.insert(rel, hex::encode(Sha256::digest(std::fs::read(&p).unwrap())));
+                out.push(p);
             }
         }
     }
     out
+}
+
+/// sha256 of every file under `dir`, by relative path.
+pub fn tree_digest(dir: &Path) -> BTreeMap<String, String> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
+            (rel, hex::encode(Sha256::digest(std::fs::read(&p).unwrap())))
+        })
+        .collect()
 }
 
 pub fn stderr(a: &assert_cmd::assert::Assert) -> String {
@@ -94,15 +104,10 @@ pub fn copy_sample(scratch: &Scratch) -> PathBuf {
 }
 
 fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let p = e.unwrap().path();
-        let target = dst.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &target);
-        } else {
-            std::fs::copy(&p, &target).unwrap();
-        }
+    for file in files_under(src) {
+        let target = dst.join(file.strip_prefix(src).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &target).unwrap();
     }
 }
 
