@@ -12,6 +12,7 @@ pub mod gates;
 pub mod layer;
 mod resolve;
 pub mod series;
+mod types;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 pub use layer::{
     Addition, Backend, Compression, DevicePolicy, Dtype, RowPolicy, Split, Status, Tier, Visibility,
 };
-pub use resolve::*;
+pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.
 #[derive(Debug, Clone, PartialEq)]

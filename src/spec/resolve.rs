@@ -1,198 +1,13 @@
-//! From merged layers to a complete, validated [`ReleaseSpec`].
+//! From merged layers to a complete, validated [`ReleaseSpec`]: one function per section.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
-
 use super::expand::{expand, ExpandError};
 use super::layer::*;
+use super::types::*;
 use super::{locate, LoadedLayer, SpecError};
-use crate::hashing::sha256_json;
 use crate::labels::{LABELS, SUPPORT_DEVICES};
-
-/// A fully resolved release spec. Its JSON form (absolute paths left out, so it is the same on
-/// every machine) is what build.lock records and what the spec hash covers.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReleaseSpec {
-    #[serde(skip)]
-    pub path: PathBuf,
-    #[serde(skip)]
-    pub chain: Vec<PathBuf>,
-    pub release: ReleaseInfo,
-    pub source: SourceSpec,
-    pub selection: SelectionSpec,
-    pub model: ModelSpec,
-    pub prompts: PromptSet,
-    pub signal: SignalSpec,
-    pub output: OutputSpec,
-    pub card: CardSpec,
-    pub publish: PublishSpec,
-    pub additions: Vec<Addition>,
-}
-
-impl ReleaseSpec {
-    pub fn hash(&self) -> String {
-        sha256_json(self)
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ReleaseInfo {
-    pub id: String,
-    pub name: String,
-    pub title: String,
-    pub version: String,
-    pub date: String,
-    pub status: Status,
-    pub tier: Tier,
-    pub adds: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SourceSpec {
-    /// Absolute root of the NIH files on this machine.
-    #[serde(skip)]
-    pub root: PathBuf,
-    /// The root as the spec wrote it, after `${VAR}` expansion.
-    pub root_as_written: String,
-    pub data_entry: String,
-    pub bbox: Option<String>,
-    pub train_val_list: Option<String>,
-    pub test_list: Option<String>,
-    pub images: String,
-    /// Expected sha256 per metadata file name (from the spec, or from the sample's own marker).
-    pub expected_sha256: BTreeMap<String, String>,
-    /// True when the root is the embedded synthetic sample (it carries a `sample.json` marker).
-    pub embedded_sample: bool,
-}
-
-impl SourceSpec {
-    pub fn data_entry_path(&self) -> PathBuf {
-        self.root.join(&self.data_entry)
-    }
-    pub fn images_dir(&self) -> PathBuf {
-        self.root.join(&self.images)
-    }
-    /// Every metadata file the spec names, as (name relative to root, absolute path).
-    pub fn metadata_files(&self) -> Vec<(String, PathBuf)> {
-        [Some(&self.data_entry), self.bbox.as_ref(), self.train_val_list.as_ref(), self.test_list.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|name| (name.clone(), self.root.join(name)))
-            .collect()
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SelectionSpec {
-    pub seed: u64,
-    pub curated_images: usize,
-    pub expected_rows: Option<usize>,
-    pub rows: RowPolicy,
-    pub views: Vec<String>,
-    pub trial: Option<TrialSpec>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TrialSpec {
-    pub rows: usize,
-    /// Share of the trial rows per trust class, in the order strata are filled.
-    pub quotas: BTreeMap<String, f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ModelSpec {
-    pub backend: Backend,
-    pub id: String,
-    pub revision: String,
-    pub weight_license: String,
-    pub random_weights: bool,
-    pub dtype: Dtype,
-    pub device: DevicePolicy,
-    pub max_pixels: Option<u64>,
-    pub min_pixels: Option<u64>,
-}
-
-/// One yes/no question of the prompt set, with a stable id used in the cache and the shards.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Question {
-    pub id: String,
-    /// A label of the vocabulary or a support device name.
-    pub target: String,
-    pub text: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PromptSet {
-    pub version: String,
-    pub labels: BTreeMap<String, Vec<String>>,
-    pub support_devices: BTreeMap<String, Vec<String>>,
-}
-
-impl PromptSet {
-    /// All questions in a fixed order: labels in vocabulary order, then devices.
-    pub fn questions(&self) -> Vec<Question> {
-        let mut out = Vec::new();
-        for label in LABELS {
-            for (i, text) in self.labels.get(label).into_iter().flatten().enumerate() {
-                out.push(Question { id: format!("{label}#{i}"), target: label.to_string(), text: text.clone() });
-            }
-        }
-        for device in SUPPORT_DEVICES {
-            for (i, text) in self.support_devices.get(device).into_iter().flatten().enumerate() {
-                out.push(Question { id: format!("{device}#{i}"), target: device.to_string(), text: text.clone() });
-            }
-        }
-        out
-    }
-    pub fn hash(&self) -> String {
-        sha256_json(self)
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SignalSpec {
-    pub trusted_min_agreement: f64,
-    pub review_min_agreement: f64,
-    pub suspect_min_agreement: f64,
-    pub hard_case_margin: f64,
-    pub low_consistency_below: f64,
-    pub device_present_min: f64,
-    pub device_confounded_labels: Vec<String>,
-    pub tau: f64,
-    pub calibration: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OutputSpec {
-    pub splits: Vec<Split>,
-    pub rows_per_shard: usize,
-    pub row_group_rows: usize,
-    pub compression: Compression,
-    pub compression_level: Option<i32>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CardSpec {
-    #[serde(skip)]
-    pub templates_dir: PathBuf,
-    pub template: String,
-    pub extra_sections: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PublishSpec {
-    pub repo: String,
-    pub visibility: Visibility,
-    pub tag: String,
-}
-
-impl PublishSpec {
-    pub fn tag_for(&self, release: &ReleaseInfo) -> String {
-        self.tag.replace("{id}", &release.id).replace("{version}", &release.version)
-    }
-}
 
 /// Looks up where keys were set, to build errors that point at a file and line.
 struct Resolver<'a> {
@@ -272,8 +87,34 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         merged.merge(loaded.layer.clone());
     }
     let r = Resolver { chain };
+    // In file order, so the first error reported is the first a reader meets.
+    let release = resolve_release(&r, merged.release)?;
+    let source = resolve_source(&r, merged.source, env)?;
+    let selection = resolve_selection(&r, merged.selection)?;
+    let model = resolve_model(&r, merged.model)?;
+    let prompts = resolve_prompts(&r, merged.prompts)?;
+    let signal = resolve_signal(&r, merged.signal)?;
+    let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
+    let card = resolve_card(&r, merged.card)?;
+    let publish = resolve_publish(&r, merged.publish)?;
+    Ok(ReleaseSpec {
+        path: chain[0].path.clone(),
+        chain: chain.iter().map(|l| l.path.clone()).collect(),
+        release,
+        source,
+        selection,
+        model,
+        prompts,
+        signal,
+        output,
+        card,
+        publish,
+        additions: merged.additions.unwrap_or_default(),
+    })
+}
 
-    let rel = r.req(merged.release, "release")?;
+fn resolve_release(r: &Resolver<'_>, layer: Option<ReleaseLayer>) -> Result<ReleaseInfo, SpecError> {
+    let rel = r.req(layer, "release")?;
     let release = ReleaseInfo {
         id: r.req(rel.id, "release.id")?,
         name: r.req(rel.name, "release.name")?,
@@ -293,8 +134,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     if !is_date(&release.date) {
         return Err(r.invalid("release.date", format!("{:?}: expected a date as YYYY-MM-DD", release.date)));
     }
+    Ok(release)
+}
 
-    let src = r.req(merged.source, "source")?;
+fn resolve_source(r: &Resolver<'_>, layer: Option<SourceLayer>, env: &dyn Fn(&str) -> Option<String>) -> Result<SourceSpec, SpecError> {
+    let src = r.req(layer, "source")?;
     let root_raw = r.req(src.root, "source.root")?;
     let root_as_written = r.expand("source.root", &root_raw, env)?;
     let root = r.base_dir("source.root").join(&root_as_written);
@@ -334,8 +178,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         expected_sha256,
         embedded_sample,
     };
+    Ok(source)
+}
 
-    let sel = r.req(merged.selection, "selection")?;
+fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<SelectionSpec, SpecError> {
+    let sel = r.req(layer, "selection")?;
     let views = sel.views.unwrap_or_else(|| vec!["PA".into(), "AP".into()]);
     if let Some(bad) = views.iter().find(|v| !matches!(v.as_str(), "PA" | "AP")) {
         return Err(r.invalid("selection.views", format!("unknown view position {bad:?}: expected PA or AP")));
@@ -375,8 +222,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         views,
         trial,
     };
+    Ok(selection)
+}
 
-    let m = r.req(merged.model, "model")?;
+fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpec, SpecError> {
+    let m = r.req(layer, "model")?;
     let model = ModelSpec {
         backend: r.req(m.backend, "model.backend")?,
         id: r.req(m.id, "model.id")?,
@@ -388,8 +238,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         max_pixels: m.max_pixels,
         min_pixels: m.min_pixels,
     };
+    Ok(model)
+}
 
-    let p = r.req(merged.prompts, "prompts")?;
+fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<PromptSet, SpecError> {
+    let p = r.req(layer, "prompts")?;
     let labels = r.req(p.labels, "prompts.labels")?;
     for (label, questions) in &labels {
         if !LABELS.contains(&label.as_str()) {
@@ -415,8 +268,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         }
     }
     let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices };
+    Ok(prompts)
+}
 
-    let s = merged.signal.unwrap_or_default();
+fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<SignalSpec, SpecError> {
+    let s = layer.unwrap_or_default();
     let signal = SignalSpec {
         trusted_min_agreement: r.probability(s.trusted_min_agreement, "signal.trusted_min_agreement", 0.7)?,
         review_min_agreement: r.probability(s.review_min_agreement, "signal.review_min_agreement", 0.45)?,
@@ -448,8 +304,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
             format!("{:?}: only `none` is supported by this version (calibration files are not built yet)", signal.calibration),
         ));
     }
+    Ok(signal)
+}
 
-    let o = r.req(merged.output, "output")?;
+fn resolve_output(r: &Resolver<'_>, layer: Option<OutputLayer>, has_trial: bool) -> Result<OutputSpec, SpecError> {
+    let o = r.req(layer, "output")?;
     let splits = r.req(o.splits, "output.splits")?;
     if splits.is_empty() {
         return Err(r.invalid("output.splits", "name at least one split (full, trial)"));
@@ -457,7 +316,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     if (1..splits.len()).any(|i| splits[..i].contains(&splits[i])) {
         return Err(r.invalid("output.splits", "a split is named twice"));
     }
-    if splits.contains(&Split::Trial) && selection.trial.is_none() {
+    if splits.contains(&Split::Trial) && !has_trial {
         return Err(r.invalid("output.splits", "the trial split needs a selection.trial section"));
     }
     let compression = o.compression.unwrap_or(Compression::Zstd);
@@ -478,8 +337,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     if output.rows_per_shard == 0 || output.row_group_rows == 0 {
         return Err(r.invalid("output.rows_per_shard", "rows_per_shard and row_group_rows must be at least 1"));
     }
+    Ok(output)
+}
 
-    let c = r.req(merged.card, "card")?;
+fn resolve_card(r: &Resolver<'_>, layer: Option<CardLayer>) -> Result<CardSpec, SpecError> {
+    let c = r.req(layer, "card")?;
     let templates_raw = r.req(c.templates, "card.templates")?;
     let templates_dir = r.base_dir("card.templates").join(templates_raw);
     let template = r.inside_root("card.template", c.template.unwrap_or_else(|| "card.md.j2".into()))?;
@@ -487,8 +349,11 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     for section in &card.extra_sections {
         r.inside_root("card.extra_sections", section.clone())?;
     }
+    Ok(card)
+}
 
-    let pb = r.req(merged.publish, "publish")?;
+fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<PublishSpec, SpecError> {
+    let pb = r.req(layer, "publish")?;
     let repo = r.req(pb.repo, "publish.repo")?;
     let valid_repo = repo.split_once('/').is_some_and(|(org, name)| {
         let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
@@ -503,21 +368,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         return Err(r.invalid("publish.tag", format!("{tag:?}: only {{id}} and {{version}} may be substituted")));
     }
     let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
-
-    Ok(ReleaseSpec {
-        path: chain[0].path.clone(),
-        chain: chain.iter().map(|l| l.path.clone()).collect(),
-        release,
-        source,
-        selection,
-        model,
-        prompts,
-        signal,
-        output,
-        card,
-        publish,
-        additions: merged.additions.unwrap_or_default(),
-    })
+    Ok(publish)
 }
 
 /// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.

@@ -1,0 +1,194 @@
+//! The resolved release spec: complete, validated, with defaults filled in.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::layer::*;
+use crate::hashing::sha256_json;
+use crate::labels::{LABELS, SUPPORT_DEVICES};
+
+/// A fully resolved release spec. Its JSON form (absolute paths left out, so it is the same on
+/// every machine) is what build.lock records and what the spec hash covers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseSpec {
+    #[serde(skip)]
+    pub path: PathBuf,
+    #[serde(skip)]
+    pub chain: Vec<PathBuf>,
+    pub release: ReleaseInfo,
+    pub source: SourceSpec,
+    pub selection: SelectionSpec,
+    pub model: ModelSpec,
+    pub prompts: PromptSet,
+    pub signal: SignalSpec,
+    pub output: OutputSpec,
+    pub card: CardSpec,
+    pub publish: PublishSpec,
+    pub additions: Vec<Addition>,
+}
+
+impl ReleaseSpec {
+    pub fn hash(&self) -> String {
+        sha256_json(self)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseInfo {
+    pub id: String,
+    pub name: String,
+    pub title: String,
+    pub version: String,
+    pub date: String,
+    pub status: Status,
+    pub tier: Tier,
+    pub adds: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceSpec {
+    /// Absolute root of the NIH files on this machine.
+    #[serde(skip)]
+    pub root: PathBuf,
+    /// The root as the spec wrote it, after `${VAR}` expansion.
+    pub root_as_written: String,
+    pub data_entry: String,
+    pub bbox: Option<String>,
+    pub train_val_list: Option<String>,
+    pub test_list: Option<String>,
+    pub images: String,
+    /// Expected sha256 per metadata file name (from the spec, or from the sample's own marker).
+    pub expected_sha256: BTreeMap<String, String>,
+    /// True when the root is the embedded synthetic sample (it carries a `sample.json` marker).
+    pub embedded_sample: bool,
+}
+
+impl SourceSpec {
+    pub fn data_entry_path(&self) -> PathBuf {
+        self.root.join(&self.data_entry)
+    }
+    pub fn images_dir(&self) -> PathBuf {
+        self.root.join(&self.images)
+    }
+    /// Every metadata file the spec names, as (name relative to root, absolute path).
+    pub fn metadata_files(&self) -> Vec<(String, PathBuf)> {
+        [Some(&self.data_entry), self.bbox.as_ref(), self.train_val_list.as_ref(), self.test_list.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|name| (name.clone(), self.root.join(name)))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SelectionSpec {
+    pub seed: u64,
+    pub curated_images: usize,
+    pub expected_rows: Option<usize>,
+    pub rows: RowPolicy,
+    pub views: Vec<String>,
+    pub trial: Option<TrialSpec>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialSpec {
+    pub rows: usize,
+    /// Share of the trial rows per trust class, in the order strata are filled.
+    pub quotas: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSpec {
+    pub backend: Backend,
+    pub id: String,
+    pub revision: String,
+    pub weight_license: String,
+    pub random_weights: bool,
+    pub dtype: Dtype,
+    pub device: DevicePolicy,
+    pub max_pixels: Option<u64>,
+    pub min_pixels: Option<u64>,
+}
+
+/// One yes/no question of the prompt set, with a stable id used in the cache and the shards.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Question {
+    pub id: String,
+    /// A label of the vocabulary or a support device name.
+    pub target: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptSet {
+    pub version: String,
+    pub labels: BTreeMap<String, Vec<String>>,
+    pub support_devices: BTreeMap<String, Vec<String>>,
+}
+
+impl PromptSet {
+    /// All questions in a fixed order: labels in vocabulary order, then devices.
+    pub fn questions(&self) -> Vec<Question> {
+        let mut out = Vec::new();
+        for label in LABELS {
+            for (i, text) in self.labels.get(label).into_iter().flatten().enumerate() {
+                out.push(Question { id: format!("{label}#{i}"), target: label.to_string(), text: text.clone() });
+            }
+        }
+        for device in SUPPORT_DEVICES {
+            for (i, text) in self.support_devices.get(device).into_iter().flatten().enumerate() {
+                out.push(Question { id: format!("{device}#{i}"), target: device.to_string(), text: text.clone() });
+            }
+        }
+        out
+    }
+    pub fn hash(&self) -> String {
+        sha256_json(self)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SignalSpec {
+    pub trusted_min_agreement: f64,
+    pub review_min_agreement: f64,
+    pub suspect_min_agreement: f64,
+    pub hard_case_margin: f64,
+    pub low_consistency_below: f64,
+    pub device_present_min: f64,
+    pub device_confounded_labels: Vec<String>,
+    pub tau: f64,
+    pub calibration: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputSpec {
+    pub splits: Vec<Split>,
+    pub rows_per_shard: usize,
+    pub row_group_rows: usize,
+    pub compression: Compression,
+    pub compression_level: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CardSpec {
+    #[serde(skip)]
+    pub templates_dir: PathBuf,
+    pub template: String,
+    pub extra_sections: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishSpec {
+    pub repo: String,
+    pub visibility: Visibility,
+    pub tag: String,
+}
+
+impl PublishSpec {
+    pub fn tag_for(&self, release: &ReleaseInfo) -> String {
+        self.tag.replace("{id}", &release.id).replace("{version}", &release.version)
+    }
+}
+
