@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod build;
 pub mod card;
+pub mod eval;
 pub mod hashing;
 pub mod infer;
 pub mod labels;
