@@ -49,19 +49,34 @@ fn card_front_matter_parses_and_matches_the_shards() {
     assert_eq!(yaml["license"], "other");
     assert_eq!(yaml["license_link"], "LICENSE.md");
     assert!(yaml["extra_gated_prompt"].is_string(), "the standard tier is gated");
-    let data_files = yaml["configs"][0]["data_files"].as_array().unwrap();
-    let splits: Vec<&str> = data_files.iter().map(|d| d["split"].as_str().unwrap()).collect();
-    assert_eq!(splits, ["full", "trial"]);
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
-    for d in data_files {
-        let glob = d["path"].as_str().unwrap();
-        let prefix = glob.trim_end_matches("*.parquet");
-        let shards: Vec<_> = manifest["files"].as_array().unwrap().iter().filter(|f| f["path"].as_str().unwrap().starts_with(prefix)).collect();
-        assert!(!shards.is_empty(), "{glob} matches a shard");
-        let rows: u64 = shards.iter().map(|f| f["rows"].as_u64().unwrap()).sum();
-        let info = yaml["dataset_info"]["splits"].as_array().unwrap().iter().find(|x| x["name"] == d["split"]).unwrap();
-        assert_eq!(info["num_examples"].as_u64().unwrap(), rows);
+    let configs = yaml["configs"].as_array().unwrap();
+    let names: Vec<&str> = configs.iter().map(|c| c["config_name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "images"], "the pair table, then the image-level error traces");
+    let mut matched_files = 0;
+    for config in configs {
+        let data_files = config["data_files"].as_array().unwrap();
+        let splits: Vec<&str> = data_files.iter().map(|d| d["split"].as_str().unwrap()).collect();
+        assert_eq!(splits, ["full", "trial"]);
+        let info = yaml["dataset_info"].as_array().unwrap().iter().find(|i| i["config_name"] == config["config_name"]).unwrap();
+        for d in data_files {
+            let glob = d["path"].as_str().unwrap();
+            let prefix = glob.trim_end_matches("*.parquet");
+            let shards: Vec<_> = manifest["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["path"].as_str().unwrap().starts_with(prefix))
+                .collect();
+            assert!(!shards.is_empty(), "{glob} matches a shard");
+            matched_files += shards.len();
+            let rows: u64 = shards.iter().map(|f| f["rows"].as_u64().unwrap()).sum();
+            let split = info["splits"].as_array().unwrap().iter().find(|x| x["name"] == d["split"]).unwrap();
+            assert_eq!(split["num_examples"].as_u64().unwrap(), rows, "{glob}");
+        }
     }
+    let parquet_files = manifest["files"].as_array().unwrap().iter().filter(|f| f["path"].as_str().unwrap().ends_with(".parquet")).count();
+    assert_eq!(matched_files, parquet_files, "every shard belongs to exactly one config and split");
     assert!(card.contains("Giving pledge"));
     assert!(card.contains("Wang X, Peng Y, Lu L, Lu Z, Bagheri M, Summers RM"));
     assert!(card.contains("https://nihcc.app.box.com/v/ChestXray-NIHCC"));

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 pub use plan::{plan, Plan, PlanStage};
 
-use crate::card::{self, CardError, CardInput, SplitFacts};
+use crate::card::{self, CardError, CardInput, SplitFacts, TableFacts};
 use crate::hashing::{sha256_json, sha256_parts};
 use crate::infer::{self, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer, ShardSpec};
 use crate::manifest::{self, BuildLock, Manifest, ManifestFile, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
@@ -188,14 +188,17 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
             Split::Trial => trial.as_ref().map(|t| t.rows.clone()).unwrap_or_default(),
         };
         let records = table_rows.records(&rows);
-        let files = pool.install(|| shard::write_split(&dir, split.name(), &records, &spec.output, &meta))?;
-        let bytes = files.iter().map(|f| std::fs::metadata(dir.join(&f.path)).map(|m| m.len()).unwrap_or(0)).sum();
+        let files = pool.install(|| shard::write_split(&dir, &shard::pairs::layout(), split.name(), &records, &spec.output, &meta))?;
+        let images = table_rows.images_of(&rows);
+        let image_records = table_rows.image_records(&images);
+        let image_files =
+            pool.install(|| shard::write_split(&dir, &shard::images::layout(), split.name(), &image_records, &spec.output, &meta))?;
         splits.push(SplitFacts {
             name: split.name().to_string(),
-            rows: rows.len() as u64,
-            bytes,
-            shards: files,
+            pairs: TableFacts::new(&dir, rows.len(), files),
+            images: TableFacts::new(&dir, images.len(), image_files),
             stats: signal::stats(&selection, &sig.pairs, &rows),
+            trace: signal::trace::stats(&sig.traces, &images),
         });
     }
     if let Some(t) = &trial {
@@ -237,7 +240,10 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     };
     write(&dir.join(LOCK_FILE), &manifest::to_json_bytes(&lock))?;
 
-    let rows_of: BTreeMap<String, u64> = splits.iter().flat_map(|s| s.shards.iter().map(|f| (f.path.clone(), f.rows))).collect();
+    let rows_of: BTreeMap<String, u64> = splits
+        .iter()
+        .flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows)))
+        .collect();
     let files = manifest::collect_files(&dir, &|p| rows_of.get(p).copied()).map_err(io_err(&dir))?;
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),

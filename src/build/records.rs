@@ -3,7 +3,7 @@
 use crate::infer::ImageScores;
 use crate::labels::LABELS;
 use crate::select::Selection;
-use crate::shard::PairRecord;
+use crate::shard::{ImageRecord, PairRecord};
 use crate::signal::Signal;
 use crate::spec::Question;
 
@@ -66,5 +66,30 @@ impl<'a> RecordTable<'a> {
                 }
             })
             .collect()
+    }
+
+    /// Image-table records for the given selected images, in the order given.
+    pub fn image_records(&self, images: &[usize]) -> Vec<ImageRecord<'_>> {
+        images
+            .iter()
+            .map(|&i| {
+                let image = &self.selection.images[i];
+                ImageRecord {
+                    image_index: &image.image_index,
+                    patient_id: image.patient_id,
+                    view_position: &image.view_position,
+                    official_split: image.official_split.as_deref(),
+                    support_devices: &self.signal.devices[i],
+                    trace: &self.signal.traces[i],
+                }
+            })
+            .collect()
+    }
+
+    /// The images the given rows belong to, each once, in image order.
+    pub fn images_of(&self, rows: &[usize]) -> Vec<usize> {
+        let mut images: Vec<usize> = rows.iter().map(|&r| self.selection.rows[r].image).collect();
+        images.dedup();
+        images
     }
 }

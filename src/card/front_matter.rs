@@ -2,8 +2,9 @@
 
 use serde::Serialize;
 
-use super::CardInput;
-use crate::shard::PAIR_COLUMNS;
+use super::{CardInput, SplitFacts, TableFacts};
+use crate::shard::schema::ColumnDoc;
+use crate::shard::{IMAGE_COLUMNS, PAIR_COLUMNS};
 use crate::spec::{Tier, Visibility};
 
 #[derive(Debug, Serialize)]
@@ -20,7 +21,7 @@ pub struct FrontMatter {
     pub tags: Vec<String>,
     pub size_categories: Vec<String>,
     pub configs: Vec<Config>,
-    pub dataset_info: DatasetInfo,
+    pub dataset_info: Vec<DatasetInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub extra_gated_prompt: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -30,6 +31,7 @@ pub struct FrontMatter {
 #[derive(Debug, Serialize)]
 pub struct Config {
     pub config_name: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub default: bool,
     pub data_files: Vec<DataFiles>,
 }
@@ -42,6 +44,7 @@ pub struct DataFiles {
 
 #[derive(Debug, Serialize)]
 pub struct DatasetInfo {
+    pub config_name: String,
     pub features: Vec<serde_json::Value>,
     pub splits: Vec<SplitInfo>,
     pub download_size: u64,
@@ -85,9 +88,13 @@ impl FrontMatter {
             Tier::Standard => (Some("other".into()), Some("cxr14-bpals-standard".into()), Some("LICENSE.md".into())),
             Tier::Enterprise => (Some("other".into()), Some("cxr14-bpals-enterprise".into()), Some("LICENSE.md".into())),
         };
-        let total_rows: u64 = input.splits.iter().map(|s| s.rows).max().unwrap_or(0);
-        let bytes: u64 = input.splits.iter().map(|s| s.bytes).sum();
+        let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
+        // The pair table is the default config; the image table (error traces) is `images`.
+        let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] = [
+            ("default", "data", &PAIR_COLUMNS, |s| &s.pairs),
+            ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images),
+        ];
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,
@@ -99,31 +106,41 @@ impl FrontMatter {
                 .map(String::from)
                 .to_vec(),
             size_categories: vec![size_category(total_rows).into()],
-            configs: vec![Config {
-                config_name: "default".into(),
-                default: true,
-                data_files: input
-                    .splits
-                    .iter()
-                    .map(|s| DataFiles { split: s.name.clone(), path: format!("data/{}-*.parquet", s.name) })
-                    .collect(),
-            }],
-            dataset_info: DatasetInfo {
-                features: PAIR_COLUMNS
-                    .iter()
-                    .map(|c| {
-                        let (key, value) = c.kind.hf_feature();
-                        serde_json::json!({ "name": c.name, key: value })
-                    })
-                    .collect(),
-                splits: input
-                    .splits
-                    .iter()
-                    .map(|s| SplitInfo { name: s.name.clone(), num_bytes: s.bytes, num_examples: s.rows })
-                    .collect(),
-                download_size: bytes,
-                dataset_size: bytes,
-            },
+            configs: tables
+                .iter()
+                .map(|(name, folder, _, _)| Config {
+                    config_name: name.to_string(),
+                    default: *name == "default",
+                    data_files: input
+                        .splits
+                        .iter()
+                        .map(|s| DataFiles { split: s.name.clone(), path: format!("{folder}/{}-*.parquet", s.name) })
+                        .collect(),
+                })
+                .collect(),
+            dataset_info: tables
+                .iter()
+                .map(|(name, _, columns, table)| {
+                    let bytes: u64 = input.splits.iter().map(|s| table(s).bytes).sum();
+                    DatasetInfo {
+                        config_name: name.to_string(),
+                        features: columns
+                            .iter()
+                            .map(|c| {
+                                let (key, value) = c.kind.hf_feature();
+                                serde_json::json!({ "name": c.name, key: value })
+                            })
+                            .collect(),
+                        splits: input
+                            .splits
+                            .iter()
+                            .map(|s| SplitInfo { name: s.name.clone(), num_bytes: table(s).bytes, num_examples: table(s).rows })
+                            .collect(),
+                        download_size: bytes,
+                        dataset_size: bytes,
+                    }
+                })
+                .collect(),
             extra_gated_prompt: gated.then(|| {
                 "Access to this release is granted under the CXR14-BPALS commercial license (see LICENSE.md). \
                  Requests are reviewed by O5I."

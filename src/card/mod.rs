@@ -12,7 +12,8 @@ pub use front_matter::{size_category, FrontMatter};
 
 use crate::infer::ScorerIdentity;
 use crate::select::trial::Stratum;
-use crate::shard::{ShardFile, PAIR_COLUMNS};
+use crate::shard::{ShardFile, IMAGE_COLUMNS, PAIR_COLUMNS};
+use crate::signal::trace::{TraceStats, ANATOMY, CATEGORIES};
 use crate::signal::SignalStats;
 use crate::spec::series::SeriesEntry;
 use crate::spec::ReleaseSpec;
@@ -25,14 +26,30 @@ pub enum CardError {
     FrontMatter(String),
 }
 
-/// One split as the card describes it.
+/// One table's files within a split.
 #[derive(Debug, Clone, Serialize)]
-pub struct SplitFacts {
-    pub name: String,
+pub struct TableFacts {
     pub rows: u64,
     pub bytes: u64,
     pub shards: Vec<ShardFile>,
+}
+
+impl TableFacts {
+    /// Sizes are read back from the written files under `dir`.
+    pub fn new(dir: &Path, rows: usize, shards: Vec<ShardFile>) -> Self {
+        let bytes = shards.iter().map(|f| std::fs::metadata(dir.join(&f.path)).map(|m| m.len()).unwrap_or(0)).sum();
+        TableFacts { rows: rows as u64, bytes, shards }
+    }
+}
+
+/// One split as the card describes it: its pair table and its image table.
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitFacts {
+    pub name: String,
+    pub pairs: TableFacts,
+    pub images: TableFacts,
     pub stats: SignalStats,
+    pub trace: TraceStats,
 }
 
 /// Everything the card says, gathered by the build from the other stages' outputs.
@@ -75,10 +92,12 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
         .map(|name| env.get_template(name).and_then(|t| t.render(minijinja::context! { spec => input.spec })).map_err(|e| template_err(name, e)))
         .collect::<Result<_, _>>()?;
     let front = FrontMatter::new(input).to_yaml().map_err(CardError::FrontMatter)?;
-    let columns: Vec<_> = PAIR_COLUMNS
-        .iter()
-        .map(|c| minijinja::context! { name => c.name, type => c.kind.display(), nullable => c.nullable, description => c.description })
-        .collect();
+    let describe = |columns: &[crate::shard::schema::ColumnDoc]| -> Vec<minijinja::Value> {
+        columns
+            .iter()
+            .map(|c| minijinja::context! { name => c.name, type => c.kind.display(), nullable => c.nullable, description => c.description })
+            .collect()
+    };
     let questions: Vec<_> = input.spec.prompts.questions();
     let template = &input.spec.card.template;
     let body = env
@@ -87,7 +106,10 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
             t.render(minijinja::context! {
                 card => input,
                 front_matter => front,
-                columns => columns,
+                columns => describe(&PAIR_COLUMNS),
+                image_columns => describe(&IMAGE_COLUMNS),
+                anatomy => ANATOMY,
+                categories => CATEGORIES,
                 questions => questions,
                 extra_sections => extra,
                 tag => input.spec.publish.tag_for(&input.spec.release),

@@ -1,7 +1,13 @@
-//! Shards: the pair table as HF-named Parquet files with fixed, deterministic writer settings.
+//! Shards: the release's tables as HF-named Parquet files with fixed, deterministic writer
+//! settings. [`schema`] owns the columns of both tables.
 
+mod columns;
+pub mod images;
+pub mod pairs;
 pub mod schema;
 mod writer;
 
-pub use schema::{pair_schema, PAIR_COLUMNS, SCHEMA_VERSION};
-pub use writer::{shard_name, write_split, PairRecord, ShardError, ShardFile, ShardMeta};
+pub use images::ImageRecord;
+pub use pairs::PairRecord;
+pub use schema::{image_schema, pair_schema, IMAGE_COLUMNS, PAIR_COLUMNS, SCHEMA_VERSION};
+pub use writer::{shard_name, write_split, ShardError, ShardFile, ShardMeta, TableLayout};

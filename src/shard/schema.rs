@@ -16,6 +16,7 @@ pub enum ColumnType {
     Float64,
     ListUtf8,
     ListFloat32,
+    ListInt32,
 }
 
 impl ColumnType {
@@ -28,6 +29,7 @@ impl ColumnType {
             ColumnType::Float64 => DataType::Float64,
             ColumnType::ListUtf8 => item(DataType::Utf8),
             ColumnType::ListFloat32 => item(DataType::Float32),
+            ColumnType::ListInt32 => item(DataType::Int32),
         }
     }
     /// The type as the card documents it (Arrow's names).
@@ -39,6 +41,7 @@ impl ColumnType {
             ColumnType::Float64 => "float64",
             ColumnType::ListUtf8 => "list<string>",
             ColumnType::ListFloat32 => "list<float32>",
+            ColumnType::ListInt32 => "list<int32>",
         }
     }
     /// The feature as HF's `dataset_info` writes it: a dtype, or a sequence of one.
@@ -50,6 +53,7 @@ impl ColumnType {
             ColumnType::Float64 => ("dtype", "float64"),
             ColumnType::ListUtf8 => ("sequence", "string"),
             ColumnType::ListFloat32 => ("sequence", "float32"),
+            ColumnType::ListInt32 => ("sequence", "int32"),
         }
     }
 }
@@ -87,8 +91,33 @@ pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
     column("device_logit_no", ColumnType::ListFloat32, "Raw \"No\" logits of the device questions."),
 ];
 
+/// The image-level table: one row per image, with its chest2err-shaped error trace.
+pub const IMAGE_COLUMNS: [ColumnDoc; 15] = [
+    column("image_index", ColumnType::Utf8, "NIH image file name: the key shared with the pair table and the NIH metadata."),
+    column("patient_id", ColumnType::UInt32, "NIH patient id."),
+    column("view_position", ColumnType::Utf8, "`PA` or `AP`."),
+    ColumnDoc { name: "official_split", kind: ColumnType::Utf8, nullable: true, description: "NIH's official split: `train_val` or `test` (null if the split lists were not used)." },
+    column("nih_findings", ColumnType::ListUtf8, "The findings NIH asserts (the reference list; `No Finding` is an empty list)."),
+    column("model_findings", ColumnType::ListUtf8, "The findings whose `confidence` reaches the presence threshold (the candidate list)."),
+    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image."),
+    column("error_score", ColumnType::Float64, "exp(-K / tau): 1.0 when the model and NIH agree on every finding."),
+    column("k_total", ColumnType::UInt32, "K: the number of error tuples (at most 24)."),
+    column("error_category", ColumnType::ListInt32, "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out)."),
+    column("error_anatomy", ColumnType::ListInt32, "Per tuple: anatomy region, 0-8 (see the anatomy table)."),
+    column("error_concept", ColumnType::ListInt32, "Per tuple: the finding, as its position in the 15-label vocabulary (0 = Atelectasis ... 13 = Hernia)."),
+    column("error_nih_item", ColumnType::ListInt32, "Per tuple: position of the finding in `nih_findings`, or -1."),
+    column("error_model_item", ColumnType::ListInt32, "Per tuple: position of the finding in `model_findings`, or -1."),
+    column("per_category", ColumnType::ListInt32, "Tuple counts per category 1-5 (false prediction, omission, location, severity, comparison)."),
+];
+
+fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {
+    Arc::new(Schema::new(columns.iter().map(|c| Field::new(c.name, c.kind.arrow(), c.nullable)).collect::<Vec<_>>()))
+}
+
 pub fn pair_schema() -> SchemaRef {
-    Arc::new(Schema::new(
-        PAIR_COLUMNS.iter().map(|c| Field::new(c.name, c.kind.arrow(), c.nullable)).collect::<Vec<_>>(),
-    ))
+    schema_of(&PAIR_COLUMNS)
+}
+
+pub fn image_schema() -> SchemaRef {
+    schema_of(&IMAGE_COLUMNS)
 }

@@ -1,4 +1,4 @@
-//! Writes one split of the pair table as `data/{split}-{i:05d}-of-{n:05d}.parquet`.
+//! Writes one split of a table as `{folder}/{split}-{i:05d}-of-{n:05d}.parquet`.
 //!
 //! Determinism: rows arrive in a fixed order, every writer setting is set explicitly (nothing
 //! depends on library defaults that may drift), `created_by` names this tool, and no timestamp is
@@ -6,41 +6,17 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder, UInt32Builder};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as PqCompression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use rayon::prelude::*;
 
-use super::schema::{pair_schema, SCHEMA_VERSION};
+use super::schema::SCHEMA_VERSION;
 use crate::spec::{Compression, OutputSpec};
-
-/// One row of the pair table, borrowing from the selection and the scores.
-#[derive(Debug, Clone)]
-pub struct PairRecord<'a> {
-    pub image_index: &'a str,
-    pub patient_id: u32,
-    pub view_position: &'a str,
-    pub official_split: Option<&'a str>,
-    pub label: &'a str,
-    pub nih_label: bool,
-    pub confidence: f64,
-    pub agreement: f64,
-    pub consistency: f64,
-    pub trust_class: &'a str,
-    pub flags: &'a [&'static str],
-    pub support_devices: &'a [&'static str],
-    pub question_ids: &'a [String],
-    pub question_logit_yes: Vec<f32>,
-    pub question_logit_no: Vec<f32>,
-    pub device_question_ids: &'a [String],
-    pub device_logit_yes: &'a [f32],
-    pub device_logit_no: &'a [f32],
-}
 
 /// Written into every file's key-value metadata.
 #[derive(Debug, Clone)]
@@ -64,8 +40,8 @@ pub enum ShardError {
     Write { path: PathBuf, message: String },
 }
 
-pub fn shard_name(split: &str, index: usize, count: usize) -> String {
-    format!("data/{split}-{index:05}-of-{count:05}.parquet")
+pub fn shard_name(folder: &str, split: &str, index: usize, count: usize) -> String {
+    format!("{folder}/{split}-{index:05}-of-{count:05}.parquet")
 }
 
 fn properties(output: &OutputSpec, meta: &ShardMeta) -> WriterProperties {
@@ -94,11 +70,20 @@ fn properties(output: &OutputSpec, meta: &ShardMeta) -> WriterProperties {
         .build()
 }
 
-/// Writes `records` as one split under `dir/data/`. Returns the files in shard order.
-pub fn write_split(
+/// Which table a shard belongs to: its folder, its schema and how rows become a batch.
+pub struct TableLayout<R> {
+    /// Folder under the release directory, e.g. `data` or `data/images`.
+    pub folder: &'static str,
+    pub schema: SchemaRef,
+    pub to_batch: fn(&[R]) -> Result<RecordBatch, arrow_schema::ArrowError>,
+}
+
+/// Writes `records` as one split of a table. Returns the files in shard order.
+pub fn write_split<R: Sync>(
     dir: &Path,
+    table: &TableLayout<R>,
     split: &str,
-    records: &[PairRecord<'_>],
+    records: &[R],
     output: &OutputSpec,
     meta: &ShardMeta,
 ) -> Result<Vec<ShardFile>, ShardError> {
@@ -109,88 +94,25 @@ pub fn write_split(
         .map(|i| {
             let start = (i * output.rows_per_shard).min(records.len());
             let end = ((i + 1) * output.rows_per_shard).min(records.len());
-            let name = shard_name(split, i, count);
+            let name = shard_name(table.folder, split, i, count);
             let path = dir.join(&name);
-            write_file(&path, &records[start..end], output.row_group_rows, props.clone())?;
+            write_file(&path, table, &records[start..end], output.row_group_rows, props.clone())?;
             Ok(ShardFile { path: name, split: split.to_string(), rows: (end - start) as u64 })
         })
         .collect()
 }
 
-fn write_file(path: &Path, records: &[PairRecord<'_>], batch_rows: usize, props: WriterProperties) -> Result<(), ShardError> {
+fn write_file<R>(path: &Path, table: &TableLayout<R>, records: &[R], batch_rows: usize, props: WriterProperties) -> Result<(), ShardError> {
     let err = |message: String| ShardError::Write { path: path.to_path_buf(), message };
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
     }
     let file = File::create(path).map_err(|e| err(e.to_string()))?;
-    let mut writer = ArrowWriter::try_new(file, pair_schema(), Some(props)).map_err(|e| err(e.to_string()))?;
+    let mut writer = ArrowWriter::try_new(file, table.schema.clone(), Some(props)).map_err(|e| err(e.to_string()))?;
     for chunk in records.chunks(batch_rows.max(1)) {
-        writer.write(&to_batch(chunk).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
+        writer.write(&(table.to_batch)(chunk).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
     }
     writer.close().map_err(|e| err(e.to_string()))?;
     Ok(())
 }
 
-fn strings<'a>(rows: &[PairRecord<'a>], f: impl Fn(&PairRecord<'a>) -> &'a str) -> ArrayRef {
-    let mut b = StringBuilder::new();
-    rows.iter().for_each(|r| b.append_value(f(r)));
-    Arc::new(b.finish())
-}
-
-fn floats(rows: &[PairRecord<'_>], f: impl Fn(&PairRecord<'_>) -> f64) -> ArrayRef {
-    let mut b = Float64Builder::with_capacity(rows.len());
-    rows.iter().for_each(|r| b.append_value(f(r)));
-    Arc::new(b.finish())
-}
-
-fn string_lists<'r, S: AsRef<str> + 'r>(rows: &'r [PairRecord<'_>], f: impl Fn(&'r PairRecord<'_>) -> &'r [S]) -> ArrayRef {
-    let mut b = ListBuilder::new(StringBuilder::new());
-    for r in rows {
-        for s in f(r) {
-            b.values().append_value(s.as_ref());
-        }
-        b.append(true);
-    }
-    Arc::new(b.finish())
-}
-
-fn float_lists<'r>(rows: &'r [PairRecord<'_>], f: impl Fn(&'r PairRecord<'_>) -> &'r [f32]) -> ArrayRef {
-    let mut b = ListBuilder::new(Float32Builder::new());
-    for r in rows {
-        b.values().append_slice(f(r));
-        b.append(true);
-    }
-    Arc::new(b.finish())
-}
-
-fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    let mut patient = UInt32Builder::with_capacity(rows.len());
-    let mut nih = BooleanBuilder::with_capacity(rows.len());
-    let mut split = StringBuilder::new();
-    for r in rows {
-        patient.append_value(r.patient_id);
-        nih.append_value(r.nih_label);
-        split.append_option(r.official_split);
-    }
-    let columns: Vec<ArrayRef> = vec![
-        strings(rows, |r| r.image_index),
-        Arc::new(patient.finish()),
-        strings(rows, |r| r.view_position),
-        Arc::new(split.finish()),
-        strings(rows, |r| r.label),
-        Arc::new(nih.finish()),
-        floats(rows, |r| r.confidence),
-        floats(rows, |r| r.agreement),
-        floats(rows, |r| r.consistency),
-        strings(rows, |r| r.trust_class),
-        string_lists(rows, |r| r.flags),
-        string_lists(rows, |r| r.support_devices),
-        string_lists(rows, |r| r.question_ids),
-        float_lists(rows, |r| &r.question_logit_yes),
-        float_lists(rows, |r| &r.question_logit_no),
-        string_lists(rows, |r| r.device_question_ids),
-        float_lists(rows, |r| r.device_logit_yes),
-        float_lists(rows, |r| r.device_logit_no),
-    ];
-    RecordBatch::try_new(pair_schema(), columns)
-}

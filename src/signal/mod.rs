@@ -1,6 +1,8 @@
 //! The trust signal per (image, label), derived only from the raw per-question scores, so anyone
 //! holding the shipped scores can re-derive every column exactly.
 
+pub mod trace;
+
 use serde::Serialize;
 
 use crate::infer::ImageScores;
@@ -63,11 +65,16 @@ pub fn devices_present(scores: &ImageScores, questions: &[Question], spec: &Sign
     SUPPORT_DEVICES
         .iter()
         .filter(|device| {
-            let ps: Vec<f64> = questions.iter().zip(&scores.scores).filter(|(q, _)| q.target == **device).map(|(_, s)| s.p_yes()).collect();
+            let ps = p_yes_for(scores, questions, device);
             !ps.is_empty() && mean(&ps) >= spec.device_present_min
         })
         .copied()
         .collect()
+}
+
+/// The p_yes of every question about `target` (a label or a device), in prompt-set order.
+fn p_yes_for(scores: &ImageScores, questions: &[Question], target: &str) -> Vec<f64> {
+    questions.iter().zip(&scores.scores).filter(|(q, _)| q.target == target).map(|(_, s)| s.p_yes()).collect()
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -82,26 +89,40 @@ pub struct Signal {
     pub pairs: Vec<PairSignal>,
     /// Support devices seen, one list per selected image.
     pub devices: Vec<Vec<&'static str>>,
+    /// The chest2err-shaped error trace, one per selected image.
+    pub traces: Vec<trace::ErrorTrace>,
+}
+
+/// Per label, the mean p_yes of its questions (the confidence a row of that label would get).
+pub fn label_confidences(scores: &ImageScores, questions: &[Question]) -> Vec<f64> {
+    LABELS
+        .iter()
+        .map(|label| {
+            let ps = p_yes_for(scores, questions, label);
+            if ps.is_empty() { 0.0 } else { mean(&ps) }
+        })
+        .collect()
 }
 
 /// Derives the signal for every row of the selection, in row order.
 pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Question], spec: &SignalSpec) -> Signal {
     let devices: Vec<Vec<&'static str>> = scores.iter().map(|s| devices_present(s, questions, spec)).collect();
+    let traces = selection
+        .images
+        .iter()
+        .zip(scores)
+        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, questions), spec.finding_present_min, spec.tau))
+        .collect();
     let pairs = selection
         .rows
         .iter()
         .map(|row| {
             let label = LABELS[row.label];
-            let ps: Vec<f64> = questions
-                .iter()
-                .zip(&scores[row.image].scores)
-                .filter(|(q, _)| q.target == label)
-                .map(|(_, s)| s.p_yes())
-                .collect();
+            let ps = p_yes_for(&scores[row.image], questions, label);
             pair_signal(&ps, row.nih_label, label, !devices[row.image].is_empty(), spec)
         })
         .collect();
-    Signal { pairs, devices }
+    Signal { pairs, devices, traces }
 }
 
 /// The signal of one row from its questions' p_yes values.
@@ -136,6 +157,7 @@ mod tests {
             hard_case_margin: 0.1,
             low_consistency_below: 0.67,
             device_present_min: 0.5,
+            finding_present_min: 0.5,
             device_confounded_labels: vec!["Pneumothorax".into()],
             tau: 3.0,
             calibration: "none".into(),

@@ -242,6 +242,7 @@ pub struct SignalLayer {
     pub hard_case_margin: Option<f64>,
     pub low_consistency_below: Option<f64>,
     pub device_present_min: Option<f64>,
+    pub finding_present_min: Option<f64>,
     pub device_confounded_labels: Option<Vec<String>>,
     pub tau: Option<f64>,
     pub calibration: Option<String>,
@@ -250,7 +251,7 @@ pub struct SignalLayer {
 impl Merge for SignalLayer {
     fn merge(&mut self, c: Self) {
         merge_options!(self, c; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
-            hard_case_margin, low_consistency_below, device_present_min, device_confounded_labels, tau,
+            hard_case_margin, low_consistency_below, device_present_min, finding_present_min, device_confounded_labels, tau,
             calibration);
     }
 }

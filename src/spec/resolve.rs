@@ -280,6 +280,7 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         hard_case_margin: r.probability(s.hard_case_margin, "signal.hard_case_margin", 0.1)?,
         low_consistency_below: r.probability(s.low_consistency_below, "signal.low_consistency_below", 0.67)?,
         device_present_min: r.probability(s.device_present_min, "signal.device_present_min", 0.5)?,
+        finding_present_min: r.probability(s.finding_present_min, "signal.finding_present_min", 0.5)?,
         device_confounded_labels: s.device_confounded_labels.unwrap_or_default(),
         tau: s.tau.unwrap_or(3.0),
         calibration: s.calibration.unwrap_or_else(|| "none".into()),

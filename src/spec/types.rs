@@ -157,6 +157,8 @@ pub struct SignalSpec {
     pub hard_case_margin: f64,
     pub low_consistency_below: f64,
     pub device_present_min: f64,
+    /// Confidence at which the model is taken to see a finding (the error trace's candidate list).
+    pub finding_present_min: f64,
     pub device_confounded_labels: Vec<String>,
     pub tau: f64,
     pub calibration: String,

@@ -43,8 +43,8 @@ def card_parts(release):
     return yaml.safe_load(front), body
 
 
-def documented_columns(body):
-    section = body.split("## Schema", 1)[1].split("\n## ", 1)[0]
+def documented_columns(body, heading="## Schema"):
+    section = body.split(heading, 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
 
 
@@ -57,11 +57,13 @@ def test_sha256sum_agrees_with_the_manifest(release):
 
 def test_readers_agree_on_schema_and_rows(release):
     _, body = card_parts(release)
-    columns = documented_columns(body)
-    assert columns[:2] == ["image_index", "patient_id"]
+    pair_columns = documented_columns(body)
+    image_columns = documented_columns(body, "## Error trace")
+    assert pair_columns[:2] == image_columns[:2] == ["image_index", "patient_id"]
     for f in manifest(release)["files"]:
         if not f["path"].endswith(".parquet"):
             continue
+        columns = image_columns if f["path"].startswith("data/images/") else pair_columns
         path = str(release / f["path"])
         table = pq.read_table(path)
         assert table.column_names == columns
@@ -95,13 +97,31 @@ def test_front_matter_matches_the_shards(release):
     front, _ = card_parts(release)
     assert front["pretty_name"].startswith("CXR14-BPALS S1b")
     files = {f["path"]: f for f in manifest(release)["files"]}
-    for entry in front["configs"][0]["data_files"]:
-        matched = [p for p in files if fnmatch.fnmatch(p, entry["path"])]
-        assert matched, entry
-        info = next(s for s in front["dataset_info"]["splits"] if s["name"] == entry["split"])
-        assert info["num_examples"] == sum(files[p]["rows"] for p in matched)
-    names = [f["name"] for f in front["dataset_info"]["features"]]
-    assert names == pq.read_schema(str(release / "data" / "trial-00000-of-00001.parquet")).names
+    parquet = {p for p in files if p.endswith(".parquet")}
+    matched = set()
+    for config in front["configs"]:
+        info = next(i for i in front["dataset_info"] if i["config_name"] == config["config_name"])
+        for entry in config["data_files"]:
+            paths = [p for p in parquet if fnmatch.fnmatch(p, entry["path"]) and "/" not in p[len(entry["path"].rsplit("/", 1)[0]) + 1:]]
+            assert paths, entry
+            matched.update(paths)
+            split = next(s for s in info["splits"] if s["name"] == entry["split"])
+            assert split["num_examples"] == sum(files[p]["rows"] for p in paths)
+            names = [f["name"] for f in info["features"]]
+            assert names == pq.read_schema(str(release / paths[0])).names
+    assert matched == parquet
+
+
+def test_error_traces_match_the_pair_table(release):
+    images = pl.read_parquet(str(release / "data" / "images" / "full-*.parquet"))
+    pairs = pl.read_parquet(str(release / "data" / "full-*.parquet"))
+    assert images.height == pairs["image_index"].n_unique()
+    assert ((images["error_score"] - (-images["k_total"].cast(pl.Float64) / 3.0).exp()).abs() < 1e-12).all()
+    assert (images["error_category"].list.len() == images["k_total"]).all()
+    # Every NIH-asserted finding the model rejects is a false prediction (category 1).
+    rejected = pairs.filter(pl.col("nih_label") & (pl.col("confidence") < 0.5) & (pl.col("label") != "No Finding"))
+    false_predictions = images["error_category"].list.eval(pl.element() == 1).list.sum().sum()
+    assert false_predictions == rejected.height
 
 
 def test_trial_rows_are_a_subset_of_full(release):
