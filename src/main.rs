@@ -26,8 +26,28 @@ enum Command {
     Verify(VerifyArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(SourceArgs),
+    /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
+    Eval(EvalArgs),
     /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
     Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// The release directory.
+    dir: PathBuf,
+    /// Gold labels: a CSV with header image_index,label,value (value 0 or 1).
+    #[arg(long)]
+    gold: PathBuf,
+    /// Bootstrap resamples for the 95% intervals.
+    #[arg(long, default_value_t = 1000)]
+    bootstrap: usize,
+    /// Seed of the bootstrap resampler.
+    #[arg(long, default_value_t = 20260526)]
+    seed: u64,
+    /// Also write the Markdown section for the card here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -223,6 +243,17 @@ fn run_source(args: SourceArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_eval(args: EvalArgs) -> Result<ExitCode> {
+    let gold = bpals_release::eval::read_generic(&args.gold)?;
+    let options = bpals_release::eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
+    let report = bpals_release::eval::evaluate(&args.dir, &args.gold, &gold, &options).map_err(anyhow::Error::msg)?;
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, bpals_release::eval::to_markdown(&report)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     let spec = spec::load(&args.spec)?;
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -238,6 +269,7 @@ fn main() -> ExitCode {
         Command::Infer(a) => run_infer(a),
         Command::Verify(a) => run_verify(a),
         Command::Source(a) => run_source(a),
+        Command::Eval(a) => run_eval(a),
         Command::Bench(a) => run_bench(a),
     };
     match result {

@@ -1,3 +1,178 @@
-//! Evaluation of the signal against expert labels. [`metrics`] holds the metric definitions.
+//! `bpals-release eval`: the signal against expert labels, measured the way the field measures
+//! it: per-label AUROC and AUPRC with bootstrap intervals, mislabel-detection AP, precision@K
+//! and Lift@K, calibration (ECE, Brier), and the same split by strata (support devices present
+//! or not, AP vs PA). [`metrics`] holds the metric definitions, checked against scikit-learn.
 
+pub mod gold;
 pub mod metrics;
+mod release_rows;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+pub use gold::{read_generic, GoldError, GoldLabels};
+pub use release_rows::{read as read_release_rows, ReleaseRow};
+pub use report::to_markdown;
+
+use metrics::*;
+
+/// How intervals and calibration are computed; recorded in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalOptions {
+    pub bootstrap_resamples: usize,
+    pub seed: u64,
+    pub ece_bins: usize,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions { bootstrap_resamples: 1000, seed: 20260526, ece_bins: 10 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LabelMetrics {
+    pub n: usize,
+    pub prevalence: f64,
+    pub auroc: Option<f64>,
+    pub auprc: Option<f64>,
+    pub auroc_ci95: Option<(f64, f64)>,
+    pub auprc_ci95: Option<(f64, f64)>,
+    pub brier: Option<f64>,
+    pub ece: Option<f64>,
+}
+
+/// Finding the NIH labels that the gold contradicts, ranked by 1 - agreement.
+#[derive(Debug, Clone, Serialize)]
+pub struct MislabelMetrics {
+    pub n: usize,
+    pub mislabeled: usize,
+    pub ap: Option<f64>,
+    pub ap_ci95: Option<(f64, f64)>,
+    /// (K, precision@K, Lift@K) for K = the number of mislabeled rows and 10% of rows.
+    pub at_k: Vec<(usize, Option<f64>, Option<f64>)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StratumMetrics {
+    pub n: usize,
+    /// Confidence against gold, pooled over labels.
+    pub auroc: Option<f64>,
+    pub mislabel: MislabelMetrics,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub release_id: String,
+    pub split: String,
+    pub gold_file: String,
+    pub gold_judgements: usize,
+    /// Gold judgements with a matching release row.
+    pub matched: usize,
+    pub options: EvalOptions,
+    pub per_label: BTreeMap<String, LabelMetrics>,
+    pub mislabel_detection: MislabelMetrics,
+    /// Confidence against gold, pooled over labels.
+    pub calibration: Calibration,
+    pub strata: BTreeMap<String, StratumMetrics>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    pub ece: Option<f64>,
+    pub brier: Option<f64>,
+    /// Calibration files are not built yet; when they are, the calibrated figures go here.
+    pub after_calibration: Option<(f64, f64)>,
+}
+
+/// One release row joined with its gold value.
+struct Judged<'a> {
+    row: &'a ReleaseRow,
+    gold: bool,
+}
+
+pub fn evaluate(dir: &Path, gold_path: &Path, gold: &GoldLabels, options: &EvalOptions) -> Result<EvalReport, String> {
+    let manifest = crate::manifest::Manifest::read(dir)?;
+    let (split, rows) = read_release_rows(dir)?;
+    let judged: Vec<Judged<'_>> = rows
+        .iter()
+        .filter_map(|row| gold.get(&(row.image_index.clone(), row.label.clone())).map(|&g| Judged { row, gold: g }))
+        .collect();
+    if judged.is_empty() {
+        return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
+    }
+
+    let mut per_label = BTreeMap::new();
+    for label in crate::labels::LABELS {
+        let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.label == label).collect();
+        if !subset.is_empty() {
+            per_label.insert(label.to_string(), label_metrics(&subset, options));
+        }
+    }
+    let all: Vec<&Judged<'_>> = judged.iter().collect();
+    let (conf, truth) = columns(&all, |j| j.row.confidence);
+    let mut strata = BTreeMap::new();
+    let groups: [(&str, fn(&ReleaseRow) -> bool); 4] = [
+        ("support_devices_present", |r| r.devices_present),
+        ("support_devices_absent", |r| !r.devices_present),
+        ("view_AP", |r| r.view_position == "AP"),
+        ("view_PA", |r| r.view_position == "PA"),
+    ];
+    for (name, keep) in groups {
+        let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| keep(j.row)).collect();
+        if !subset.is_empty() {
+            let (c, t) = columns(&subset, |j| j.row.confidence);
+            strata.insert(name.to_string(), StratumMetrics { n: subset.len(), auroc: auroc(&c, &t), mislabel: mislabel_metrics(&subset, options) });
+        }
+    }
+    Ok(EvalReport {
+        release_id: manifest.release_id,
+        split,
+        gold_file: gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        gold_judgements: gold.len(),
+        matched: judged.len(),
+        options: options.clone(),
+        per_label,
+        mislabel_detection: mislabel_metrics(&all, options),
+        calibration: Calibration { ece: ece(&conf, &truth, options.ece_bins), brier: brier(&conf, &truth), after_calibration: None },
+        strata,
+    })
+}
+
+fn columns(judged: &[&Judged<'_>], score: impl Fn(&Judged<'_>) -> f64) -> (Vec<f64>, Vec<bool>) {
+    (judged.iter().map(|j| score(j)).collect(), judged.iter().map(|j| j.gold).collect())
+}
+
+fn label_metrics(judged: &[&Judged<'_>], o: &EvalOptions) -> LabelMetrics {
+    let (conf, truth) = columns(judged, |j| j.row.confidence);
+    let positives = truth.iter().filter(|t| **t).count();
+    LabelMetrics {
+        n: judged.len(),
+        prevalence: positives as f64 / judged.len() as f64,
+        auroc: auroc(&conf, &truth),
+        auprc: average_precision(&conf, &truth),
+        auroc_ci95: bootstrap_ci95(&conf, &truth, o.bootstrap_resamples, o.seed, auroc),
+        auprc_ci95: bootstrap_ci95(&conf, &truth, o.bootstrap_resamples, o.seed, average_precision),
+        brier: brier(&conf, &truth),
+        ece: ece(&conf, &truth, o.ece_bins),
+    }
+}
+
+fn mislabel_metrics(judged: &[&Judged<'_>], o: &EvalOptions) -> MislabelMetrics {
+    let doubt: Vec<f64> = judged.iter().map(|j| 1.0 - j.row.agreement).collect();
+    let wrong: Vec<bool> = judged.iter().map(|j| j.row.nih_label != j.gold).collect();
+    let mislabeled = wrong.iter().filter(|w| **w).count();
+    let mut ks = vec![mislabeled, judged.len().div_ceil(10)];
+    ks.retain(|&k| k > 0);
+    ks.dedup();
+    MislabelMetrics {
+        n: judged.len(),
+        mislabeled,
+        ap: average_precision(&doubt, &wrong),
+        ap_ci95: bootstrap_ci95(&doubt, &wrong, o.bootstrap_resamples, o.seed, average_precision),
+        at_k: ks.into_iter().map(|k| (k, precision_at_k(&doubt, &wrong, k), lift_at_k(&doubt, &wrong, k))).collect(),
+    }
+}

@@ -1,0 +1,69 @@
+//! Reads a release's pair shards back (what an evaluator has: the published files).
+
+use std::fs::File;
+use std::path::Path;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
+use arrow_array::Array;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// The columns evaluation needs from one pair row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseRow {
+    pub image_index: String,
+    pub label: String,
+    pub nih_label: bool,
+    pub confidence: f64,
+    pub agreement: f64,
+    pub view_position: String,
+    pub devices_present: bool,
+}
+
+/// Every row of the pair table's `full` split if the release has one, else its `trial` split.
+pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
+    let manifest = crate::manifest::Manifest::read(dir)?;
+    let pairs = |split: &str| -> Vec<String> {
+        manifest.files.iter().map(|f| f.path.clone()).filter(|p| p.starts_with(&format!("data/{split}-")) && p.ends_with(".parquet")).collect()
+    };
+    let (split, files) = match pairs("full") {
+        f if !f.is_empty() => ("full", f),
+        _ => ("trial", pairs("trial")),
+    };
+    if files.is_empty() {
+        return Err(format!("{}: the manifest lists no pair shards (data/full-* or data/trial-*)", dir.display()));
+    }
+    let mut rows = Vec::new();
+    for rel in &files {
+        let path = dir.join(rel);
+        let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let file = File::open(&path).map_err(|e| err(&e))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| err(&e))?.build().map_err(|e| err(&e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| err(&e))?;
+            let column = |name: &str| batch.column_by_name(name).cloned().ok_or_else(|| err(&format!("no column {name}")));
+            let images = column("image_index")?;
+            let labels = column("label")?;
+            let nih = column("nih_label")?;
+            let confidence = column("confidence")?;
+            let agreement = column("agreement")?;
+            let views = column("view_position")?;
+            let devices = column("support_devices")?;
+            let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
+            let (confidence, agreement) = (confidence.as_primitive::<Float64Type>(), agreement.as_primitive::<Float64Type>());
+            let (nih, devices) = (nih.as_boolean(), devices.as_list::<i32>());
+            for i in 0..batch.num_rows() {
+                rows.push(ReleaseRow {
+                    image_index: images.value(i).to_string(),
+                    label: labels.value(i).to_string(),
+                    nih_label: nih.value(i),
+                    confidence: confidence.value(i),
+                    agreement: agreement.value(i),
+                    view_position: views.value(i).to_string(),
+                    devices_present: !devices.value(i).is_empty(),
+                });
+            }
+        }
+    }
+    Ok((split.to_string(), rows))
+}

@@ -1,0 +1,46 @@
+//! The Markdown section an evaluation adds to a card.
+
+use super::EvalReport;
+
+fn num(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.3}"))
+}
+
+fn ci(v: Option<(f64, f64)>) -> String {
+    v.map_or(String::new(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"))
+}
+
+pub fn to_markdown(r: &EvalReport) -> String {
+    let mut md = String::new();
+    md.push_str(&format!(
+        "## Evaluation against expert labels\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}. \
+         Intervals are 95% percentile bootstraps ({} resamples, seed {}); ECE uses {} equal-width bins.\n\n",
+        r.gold_file, r.gold_judgements, r.matched, r.split, r.release_id, r.options.bootstrap_resamples, r.options.seed, r.options.ece_bins
+    ));
+    md.push_str("| label | n | prevalence | AUROC [95% CI] | AUPRC [95% CI] | Brier | ECE |\n|---|---:|---:|---|---|---:|---:|\n");
+    for (label, m) in &r.per_label {
+        md.push_str(&format!(
+            "| {label} | {} | {:.3} | {}{} | {}{} | {} | {} |\n",
+            m.n, m.prevalence, num(m.auroc), ci(m.auroc_ci95), num(m.auprc), ci(m.auprc_ci95), num(m.brier), num(m.ece)
+        ));
+    }
+    let d = &r.mislabel_detection;
+    md.push_str(&format!(
+        "\n**Mislabel detection** (NIH label contradicted by the gold, ranked by 1 - agreement): {} of {} rows mislabeled, \
+         AP {}{}.\n\n| K | precision@K | Lift@K |\n|---:|---:|---:|\n",
+        d.mislabeled, d.n, num(d.ap), ci(d.ap_ci95)
+    ));
+    for (k, p, l) in &d.at_k {
+        md.push_str(&format!("| {k} | {} | {} |\n", num(*p), num(*l)));
+    }
+    md.push_str(&format!(
+        "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {} (no calibration applied).\n\n",
+        num(r.calibration.ece),
+        num(r.calibration.brier)
+    ));
+    md.push_str("| stratum | n | AUROC | mislabel AP |\n|---|---:|---:|---:|\n");
+    for (name, s) in &r.strata {
+        md.push_str(&format!("| {name} | {} | {} | {} |\n", s.n, num(s.auroc), num(s.mislabel.ap)));
+    }
+    md
+}

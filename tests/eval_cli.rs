@@ -1,0 +1,70 @@
+//! `bpals-release eval` on a built release, with gold labels whose answers are known.
+
+mod common;
+
+use std::fmt::Write;
+
+use common::*;
+
+/// Builds the S1b sample (full + trial splits) and returns its directory.
+fn release(s: &Scratch) -> std::path::PathBuf {
+    let out = s.path("s1b");
+    build(&spec("s1b.yaml"), &out, &s.cache(), &[]).success();
+    out
+}
+
+#[test]
+fn gold_that_thresholds_the_confidence_gives_perfect_scores() {
+    let s = Scratch::new();
+    let out = release(&s);
+    let (split, rows) = bpals_release::eval::read_release_rows(&out).unwrap();
+    assert_eq!(split, "full");
+    // Gold says "present" exactly where the model's confidence is at least 0.5.
+    let mut csv = String::from("image_index,label,value\n");
+    for r in rows.iter().filter(|r| r.label != "No Finding") {
+        writeln!(csv, "{},{},{}", r.image_index, r.label, u8::from(r.confidence >= 0.5)).unwrap();
+    }
+    let gold = s.write("gold.csv", &csv);
+    let md = s.path("eval.md");
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).arg("--bootstrap").arg("200").arg("--markdown").arg(&md).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(report["matched"], report["gold_judgements"]);
+    let per_label = report["per_label"].as_object().unwrap();
+    assert!(per_label.len() >= 10, "most findings are judged");
+    for (label, m) in per_label {
+        for key in ["n", "prevalence", "auroc", "auprc", "auroc_ci95", "auprc_ci95"] {
+            assert!(m.get(key).is_some(), "{label}: {key}");
+        }
+        if let Some(auroc) = m["auroc"].as_f64() {
+            assert_eq!(auroc, 1.0, "{label}: the gold thresholds the confidence");
+            assert_eq!(m["auprc"].as_f64().unwrap(), 1.0, "{label}");
+        }
+    }
+    // NIH asserts every row's label (row policy nih_asserted); the gold contradicts it exactly
+    // where confidence < 0.5, which is where agreement is lowest: perfect mislabel detection.
+    let d = &report["mislabel_detection"];
+    assert!(d["mislabeled"].as_u64().unwrap() > 0);
+    assert_eq!(d["ap"].as_f64().unwrap(), 1.0);
+    assert_eq!(d["at_k"][0][1].as_f64().unwrap(), 1.0, "precision@K at K = mislabeled");
+    assert!(report["strata"]["view_PA"]["n"].as_u64().unwrap() > 0);
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(md.contains("## Evaluation against expert labels") && md.contains("| Effusion |"), "{md}");
+}
+
+#[test]
+fn bad_gold_files_name_the_line() {
+    let s = Scratch::new();
+    let out = release(&s);
+    let cases = [
+        ("header.csv", "image,label,value\n", "header is"),
+        ("label.csv", "image_index,label,value\n00000001_000.png,Infiltrate,1\n", "gold/label.csv:2: label \"Infiltrate\""),
+        ("value.csv", "image_index,label,value\n00000001_000.png,Mass,yes\n", "value.csv:2: value \"yes\""),
+        ("dup.csv", "image_index,label,value\n00000001_000.png,Mass,1\n00000001_000.png,Mass,0\n", "dup.csv:3:"),
+        ("nomatch.csv", "image_index,label,value\n99999999_000.png,Mass,1\n", "matches a row"),
+    ];
+    for (name, text, expected) in cases {
+        let gold = s.write(&format!("gold/{name}"), text);
+        let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).assert().failure();
+        assert!(stderr(&a).contains(expected), "{name}: {}", stderr(&a));
+    }
+}
