@@ -116,25 +116,47 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
     let s = Scratch::new();
     build(&spec("s1b.yaml"), &s.path("reference"), &s.path("cache-ref"), &[]).success();
     let out = s.path("killed");
-    let mut killed_midway = 0;
-    for delay_ms in [5u64, 20, 60, 120, 250] {
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
+    let cache = s.path("cache-killed");
+    let spawn = || {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
             .arg("build")
             .arg(spec("s1b.yaml"))
             .arg("--out")
             .arg(&out)
             .arg("--cache-dir")
-            .arg(s.path("cache-killed"))
+            .arg(&cache)
             .args(["--no-progress", "--jobs", "1"])
             .env_remove("BPALS_NIH_ROOT")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+            .unwrap()
+    };
+    // Finished entries only: a kill can leave the cache writer's temp file behind.
+    let cached = || if cache.exists() { files_under(&cache).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
+    let mut killed_midway = 0;
+    let mut killed_during_inference = false;
+    // Fixed delays land in different stages; the last round waits for the cache to grow, so one
+    // kill surely lands in the middle of inference whatever the machine's speed.
+    for delay_ms in [5u64, 20, 60, 120, 250, 0] {
+        if delay_ms == 0 && cache.exists() {
+            // Earlier rounds may have scored everything: start the polling round from empty.
+            std::fs::remove_dir_all(&cache).unwrap();
+        }
+        let before = cached();
+        let mut child = spawn();
+        if delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        } else {
+            let start = std::time::Instant::now();
+            while cached() == before && start.elapsed() < std::time::Duration::from_secs(60) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap(); // SIGKILL
             killed_midway += 1;
+            killed_during_inference |= delay_ms == 0 && cached() > before;
         }
         child.wait().unwrap();
         if out.exists() {
@@ -143,8 +165,9 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
             std::fs::remove_dir_all(&out).unwrap();
         }
     }
+    assert!(killed_during_inference, "one build was killed after scoring some images");
     assert!(killed_midway > 0, "at least one build was killed while running");
-    let a = build(&spec("s1b.yaml"), &out, &s.path("cache-killed"), &[]).success();
+    let a = build(&spec("s1b.yaml"), &out, &cache, &[]).success();
     assert!(!stderr(&a).contains("infer: 0 images from the cache"), "the rerun reuses the cache: {}", stderr(&a));
     assert_eq!(tree_digest(&s.path("reference")), tree_digest(&out));
     let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect();
