@@ -28,8 +28,30 @@ enum Command {
     Source(SourceArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
     Eval(EvalArgs),
+    /// Fit per-label calibration of a release's confidence on expert labels; a spec can name the file.
+    Calibrate(CalibrateArgs),
     /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
     Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    /// The release directory.
+    dir: PathBuf,
+    /// Gold labels: a CSV with header image_index,label,value (value 0 or 1).
+    #[arg(long)]
+    gold: PathBuf,
+    #[arg(long, value_enum, default_value_t = CalibrationMethod::Platt)]
+    method: CalibrationMethod,
+    /// Where to write the calibration JSON (name it in a spec as signal.calibration).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CalibrationMethod {
+    Platt,
+    Temperature,
 }
 
 #[derive(Args)]
@@ -48,6 +70,9 @@ struct EvalArgs {
     /// Also write the Markdown section for the card here.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// A calibration file to report ECE and Brier after (see `calibrate`).
+    #[arg(long)]
+    calibration: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -246,11 +271,31 @@ fn run_source(args: SourceArgs) -> Result<ExitCode> {
 fn run_eval(args: EvalArgs) -> Result<ExitCode> {
     let gold = bpals_release::eval::read_generic(&args.gold)?;
     let options = bpals_release::eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
-    let report = bpals_release::eval::evaluate(&args.dir, &args.gold, &gold, &options).map_err(anyhow::Error::msg)?;
+    let calibration = match &args.calibration {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(serde_json::from_slice(&bytes).with_context(|| format!("{} is not a calibration file", path.display()))?)
+        }
+        None => None,
+    };
+    let report = bpals_release::eval::evaluate(&args.dir, &args.gold, &gold, &options, calibration.as_ref()).map_err(anyhow::Error::msg)?;
     if let Some(path) = &args.markdown {
         std::fs::write(path, bpals_release::eval::to_markdown(&report)).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode> {
+    use bpals_release::signal::calibration::Method;
+    let gold = bpals_release::eval::read_generic(&args.gold)?;
+    let method = match args.method {
+        CalibrationMethod::Platt => Method::Platt,
+        CalibrationMethod::Temperature => Method::Temperature,
+    };
+    let table = bpals_release::eval::fit_calibration(&args.dir, &args.gold, &gold, method).map_err(anyhow::Error::msg)?;
+    std::fs::write(&args.out, bpals_release::manifest::to_json_bytes(&table)).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("wrote {:?} calibration for {} labels ({}) to {}", method, table.labels.len(), table.fitted_on, args.out.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -270,6 +315,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => run_verify(a),
         Command::Source(a) => run_source(a),
         Command::Eval(a) => run_eval(a),
+        Command::Calibrate(a) => run_calibrate(a),
         Command::Bench(a) => run_bench(a),
     };
     match result {

@@ -17,6 +17,7 @@ pub use gold::{read_generic, GoldError, GoldLabels};
 pub use release_rows::{read as read_release_rows, ReleaseRow};
 pub use report::to_markdown;
 
+use crate::signal::calibration;
 use metrics::*;
 
 /// How intervals and calibration are computed; recorded in the report.
@@ -84,8 +85,45 @@ pub struct EvalReport {
 pub struct Calibration {
     pub ece: Option<f64>,
     pub brier: Option<f64>,
-    /// Calibration files are not built yet; when they are, the calibrated figures go here.
-    pub after_calibration: Option<(f64, f64)>,
+    /// The same after applying a calibration file (`eval --calibration`).
+    pub after_calibration: Option<AfterCalibration>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterCalibration {
+    pub method: calibration::Method,
+    pub fitted_on: String,
+    pub ece: f64,
+    pub brier: f64,
+}
+
+/// Fits a per-label calibration of the release's `confidence` on the gold labels.
+pub fn fit_calibration(dir: &Path, gold_path: &Path, gold: &GoldLabels, method: calibration::Method) -> Result<calibration::Calibration, String> {
+    let manifest = crate::manifest::Manifest::read(dir)?;
+    let (_, rows) = read_release_rows(dir)?;
+    let mut labels = BTreeMap::new();
+    for label in crate::labels::LABELS {
+        let pairs: Vec<(f64, bool)> = rows
+            .iter()
+            .filter(|r| r.label == label)
+            .filter_map(|r| gold.get(&(r.image_index.clone(), r.label.clone())).map(|&g| (r.confidence, g)))
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let (conf, truth): (Vec<f64>, Vec<bool>) = pairs.into_iter().unzip();
+        labels.insert(label.to_string(), calibration::fit(method, &conf, &truth));
+    }
+    if labels.is_empty() {
+        return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
+    }
+    let gold_name = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(calibration::Calibration {
+        format: calibration::CALIBRATION_FORMAT.into(),
+        method,
+        fitted_on: format!("release {} against {gold_name}", manifest.release_id),
+        labels,
+    })
 }
 
 /// One release row joined with its gold value.
@@ -94,7 +132,15 @@ struct Judged<'a> {
     gold: bool,
 }
 
-pub fn evaluate(dir: &Path, gold_path: &Path, gold: &GoldLabels, options: &EvalOptions) -> Result<EvalReport, String> {
+/// `calibration`, when given, is applied to the shipped confidence for the "after calibration"
+/// figures (in-sample when it was fitted on the same gold: say so when reporting it).
+pub fn evaluate(
+    dir: &Path,
+    gold_path: &Path,
+    gold: &GoldLabels,
+    options: &EvalOptions,
+    calibration: Option<&calibration::Calibration>,
+) -> Result<EvalReport, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
     let judged: Vec<Judged<'_>> = rows
@@ -137,7 +183,19 @@ pub fn evaluate(dir: &Path, gold_path: &Path, gold: &GoldLabels, options: &EvalO
         options: options.clone(),
         per_label,
         mislabel_detection: mislabel_metrics(&all, options),
-        calibration: Calibration { ece: ece(&conf, &truth, options.ece_bins), brier: brier(&conf, &truth), after_calibration: None },
+        calibration: Calibration {
+            ece: ece(&conf, &truth, options.ece_bins),
+            brier: brier(&conf, &truth),
+            after_calibration: calibration.and_then(|c| {
+                let calibrated: Vec<f64> = judged.iter().map(|j| c.apply(&j.row.label, j.row.confidence)).collect();
+                Some(AfterCalibration {
+                    method: c.method,
+                    fitted_on: c.fitted_on.clone(),
+                    ece: ece(&calibrated, &truth, options.ece_bins)?,
+                    brier: brier(&calibrated, &truth)?,
+                })
+            }),
+        },
         strata,
     })
 }

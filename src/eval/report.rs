@@ -34,10 +34,17 @@ pub fn to_markdown(r: &EvalReport) -> String {
         md.push_str(&format!("| {k} | {} | {} |\n", num(*p), num(*l)));
     }
     md.push_str(&format!(
-        "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {} (no calibration applied).\n\n",
+        "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {}",
         num(r.calibration.ece),
         num(r.calibration.brier)
     ));
+    match &r.calibration.after_calibration {
+        Some(a) => md.push_str(&format!(
+            "; after {:?} scaling fitted on {}: ECE {:.3}, Brier {:.3} (in-sample if fitted on this gold).\n\n",
+            a.method, a.fitted_on, a.ece, a.brier
+        )),
+        None => md.push_str(" (no calibration applied).\n\n"),
+    }
     md.push_str("| stratum | n | AUROC | mislabel AP |\n|---|---:|---:|---:|\n");
     for (name, s) in &r.strata {
         md.push_str(&format!("| {name} | {} | {} | {} |\n", s.n, num(s.auroc), num(s.mislabel.ap)));

@@ -77,7 +77,7 @@ pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
     ColumnDoc { name: "official_split", kind: ColumnType::Utf8, nullable: true, description: "NIH's official patient-disjoint split: `train_val` or `test` (null if the split lists were not used)." },
     column("label", ColumnType::Utf8, "One of the 14 NIH findings or `No Finding`."),
     column("nih_label", ColumnType::Bool, "True when NIH's report-derived labels assert this label for the image."),
-    column("confidence", ColumnType::Float64, "Model's probability that the finding is present: the mean of `p_yes` over the label's paraphrased questions."),
+    column("confidence", ColumnType::Float64, "Model's probability that the finding is present: the mean of `p_yes` over the label's paraphrased questions (calibrated per label when the card says so)."),
     column("agreement", ColumnType::Float64, "Probability that the model agrees with NIH: `confidence` when `nih_label` is true, `1 - confidence` otherwise."),
     column("consistency", ColumnType::Float64, "Share of the label's questions whose yes/no vote matches the ensemble majority (1.0 = unanimous)."),
     column("trust_class", ColumnType::Utf8, "`trusted`, `review`, `suspect` or `likely_mislabeled`, from `agreement` and the thresholds below."),

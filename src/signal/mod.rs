@@ -1,6 +1,7 @@
 //! The trust signal per (image, label), derived only from the raw per-question scores, so anyone
 //! holding the shipped scores can re-derive every column exactly.
 
+pub mod calibration;
 pub mod trace;
 
 use serde::Serialize;
@@ -93,13 +94,14 @@ pub struct Signal {
     pub traces: Vec<trace::ErrorTrace>,
 }
 
-/// Per label, the mean p_yes of its questions (the confidence a row of that label would get).
-pub fn label_confidences(scores: &ImageScores, questions: &[Question]) -> Vec<f64> {
+/// Per label, the confidence a row of that label would get (calibrated when the spec says so).
+pub fn label_confidences(scores: &ImageScores, questions: &[Question], spec: &SignalSpec) -> Vec<f64> {
     LABELS
         .iter()
         .map(|label| {
             let ps = p_yes_for(scores, questions, label);
-            if ps.is_empty() { 0.0 } else { mean(&ps) }
+            let raw = if ps.is_empty() { 0.0 } else { mean(&ps) };
+            spec.calibration.as_ref().map_or(raw, |c| c.table.apply(label, raw))
         })
         .collect()
 }
@@ -111,7 +113,7 @@ pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Questi
         .images
         .iter()
         .zip(scores)
-        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, questions), spec.finding_present_min, spec.tau))
+        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, questions, spec), spec.finding_present_min, spec.tau))
         .collect();
     let pairs = selection
         .rows
@@ -127,7 +129,8 @@ pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Questi
 
 /// The signal of one row from its questions' p_yes values.
 pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: bool, spec: &SignalSpec) -> PairSignal {
-    let confidence = mean(ps);
+    let raw = mean(ps);
+    let confidence = spec.calibration.as_ref().map_or(raw, |c| c.table.apply(label, raw));
     let agreement = if nih_label { confidence } else { 1.0 - confidence };
     let yes_votes = ps.iter().filter(|p| **p >= 0.5).count();
     let majority = yes_votes.max(ps.len() - yes_votes);
@@ -160,7 +163,7 @@ mod tests {
             finding_present_min: 0.5,
             device_confounded_labels: vec!["Pneumothorax".into()],
             tau: 3.0,
-            calibration: "none".into(),
+            calibration: None,
         }
     }
 

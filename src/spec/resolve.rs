@@ -283,7 +283,10 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         finding_present_min: r.probability(s.finding_present_min, "signal.finding_present_min", 0.5)?,
         device_confounded_labels: s.device_confounded_labels.unwrap_or_default(),
         tau: s.tau.unwrap_or(3.0),
-        calibration: s.calibration.unwrap_or_else(|| "none".into()),
+        calibration: match s.calibration.as_deref() {
+            None | Some("none") => None,
+            Some(file) => Some(read_calibration(r, file)?),
+        },
     };
     if !(signal.trusted_min_agreement > signal.review_min_agreement
         && signal.review_min_agreement > signal.suspect_min_agreement)
@@ -298,12 +301,6 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
     }
     if let Some(bad) = signal.device_confounded_labels.iter().find(|l| !LABELS.contains(&l.as_str())) {
         return Err(r.invalid("signal.device_confounded_labels", format!("unknown label {bad:?}")));
-    }
-    if signal.calibration != "none" {
-        return Err(r.invalid(
-            "signal.calibration",
-            format!("{:?}: only `none` is supported by this version (calibration files are not built yet)", signal.calibration),
-        ));
     }
     Ok(signal)
 }
@@ -370,6 +367,22 @@ fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<Publ
     }
     let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
     Ok(publish)
+}
+
+/// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.
+fn read_calibration(r: &Resolver<'_>, file: &str) -> Result<CalibrationRef, SpecError> {
+    let key = "signal.calibration";
+    let path = r.base_dir(key).join(file);
+    let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read calibration file {}: {e}", path.display())))?;
+    let table: crate::signal::calibration::Calibration = serde_json::from_slice(&bytes)
+        .map_err(|e| r.invalid(key, format!("{} is not a calibration file: {e}", path.display())))?;
+    if table.format != crate::signal::calibration::CALIBRATION_FORMAT {
+        return Err(r.invalid(key, format!("{}: format {:?}, expected {:?}", path.display(), table.format, crate::signal::calibration::CALIBRATION_FORMAT)));
+    }
+    if let Some(bad) = table.labels.keys().find(|l| !LABELS.contains(&l.as_str())) {
+        return Err(r.invalid(key, format!("{}: unknown label {bad:?}", path.display())));
+    }
+    Ok(CalibrationRef { file: file.to_string(), sha256: crate::hashing::sha256_hex(&bytes), table })
 }
 
 /// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.

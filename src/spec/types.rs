@@ -161,7 +161,18 @@ pub struct SignalSpec {
     pub finding_present_min: f64,
     pub device_confounded_labels: Vec<String>,
     pub tau: f64,
-    pub calibration: String,
+    /// Per-label calibration of `confidence`, when the spec names a calibration file.
+    pub calibration: Option<CalibrationRef>,
+}
+
+/// A calibration file named by the spec. Its content and digest are part of the resolved spec,
+/// so the spec hash and build.lock change whenever the calibration does.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationRef {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub sha256: String,
+    pub table: crate::signal::calibration::Calibration,
 }
 
 #[derive(Debug, Clone, Serialize)]
