@@ -70,11 +70,22 @@ const fn column(name: &'static str, kind: ColumnType, description: &'static str)
     ColumnDoc { name, kind, nullable: false, description }
 }
 
+// The key columns both tables start with.
+const IMAGE_INDEX: ColumnDoc = column("image_index", ColumnType::Utf8, "NIH image file name (e.g. `00000013_005.png`): the key to join with the NIH images and metadata, and between the two tables.");
+const PATIENT_ID: ColumnDoc = column("patient_id", ColumnType::UInt32, "NIH patient id.");
+const VIEW_POSITION: ColumnDoc = column("view_position", ColumnType::Utf8, "`PA` or `AP`, from the NIH metadata.");
+const OFFICIAL_SPLIT: ColumnDoc = ColumnDoc {
+    name: "official_split",
+    kind: ColumnType::Utf8,
+    nullable: true,
+    description: "NIH's official patient-disjoint split: `train_val` or `test` (null if the split lists were not used).",
+};
+
 pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
-    column("image_index", ColumnType::Utf8, "NIH image file name (e.g. `00000013_005.png`): the key to join with the NIH images and metadata."),
-    column("patient_id", ColumnType::UInt32, "NIH patient id."),
-    column("view_position", ColumnType::Utf8, "`PA` or `AP`, from the NIH metadata."),
-    ColumnDoc { name: "official_split", kind: ColumnType::Utf8, nullable: true, description: "NIH's official patient-disjoint split: `train_val` or `test` (null if the split lists were not used)." },
+    IMAGE_INDEX,
+    PATIENT_ID,
+    VIEW_POSITION,
+    OFFICIAL_SPLIT,
     column("label", ColumnType::Utf8, "One of the 14 NIH findings or `No Finding`."),
     column("nih_label", ColumnType::Bool, "True when NIH's report-derived labels assert this label for the image."),
     column("confidence", ColumnType::Float64, "Model's probability that the finding is present: the mean of `p_yes` over the label's paraphrased questions (calibrated per label when the card says so)."),
@@ -93,10 +104,10 @@ pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
 
 /// The image-level table: one row per image, with its chest2err-shaped error trace.
 pub const IMAGE_COLUMNS: [ColumnDoc; 15] = [
-    column("image_index", ColumnType::Utf8, "NIH image file name: the key shared with the pair table and the NIH metadata."),
-    column("patient_id", ColumnType::UInt32, "NIH patient id."),
-    column("view_position", ColumnType::Utf8, "`PA` or `AP`."),
-    ColumnDoc { name: "official_split", kind: ColumnType::Utf8, nullable: true, description: "NIH's official split: `train_val` or `test` (null if the split lists were not used)." },
+    IMAGE_INDEX,
+    PATIENT_ID,
+    VIEW_POSITION,
+    OFFICIAL_SPLIT,
     column("nih_findings", ColumnType::ListUtf8, "The findings NIH asserts (the reference list; `No Finding` is an empty list)."),
     column("model_findings", ColumnType::ListUtf8, "The findings whose `confidence` reaches the presence threshold (the candidate list)."),
     column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image."),
