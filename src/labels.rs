@@ -46,7 +46,3 @@ pub fn normalize_bbox_label(name: &str) -> &str {
         other => other,
     }
 }
-
-pub fn is_support_device(name: &str) -> bool {
-    SUPPORT_DEVICES.contains(&name)
-}

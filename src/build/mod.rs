@@ -169,7 +169,9 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     log(&format!("infer: {} images from the cache, {} scored by {:?}", report.cached, report.computed, scorer.identity().backend));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
 
-    let sig = signal::derive(&selection, &scores, &questions, &spec.signal);
+    // --jobs bounds every parallel stage after inference too.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|e| BuildError::Images(e.to_string()))?;
+    let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &spec.signal));
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig.pairs, t, spec.selection.seed));
 
     let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
@@ -181,7 +183,6 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     };
     let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions);
     let mut splits = Vec::new();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|e| BuildError::Images(e.to_string()))?;
     for split in &spec.output.splits {
         let rows: Vec<usize> = match split {
             Split::Full => (0..selection.rows.len()).collect(),

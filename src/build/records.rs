@@ -4,7 +4,7 @@ use crate::infer::ImageScores;
 use crate::labels::LABELS;
 use crate::select::Selection;
 use crate::shard::{ImageRecord, PairRecord};
-use crate::signal::Signal;
+use crate::signal::{QuestionIndex, Signal};
 use crate::spec::Question;
 
 /// Per-label and per-device question positions, computed once for all rows.
@@ -20,12 +20,12 @@ pub struct RecordTable<'a> {
 
 impl<'a> RecordTable<'a> {
     pub fn new(selection: &'a Selection, signal: &'a Signal, scores: &'a [ImageScores], questions: &[Question]) -> Self {
-        let label_questions: Vec<Vec<usize>> = LABELS
-            .iter()
-            .map(|l| questions.iter().enumerate().filter(|(_, q)| q.target == *l).map(|(i, _)| i).collect())
-            .collect();
+        let index = QuestionIndex::new(questions);
+        let label_questions = index.labels;
         let label_question_ids = label_questions.iter().map(|qs| qs.iter().map(|&i| questions[i].id.clone()).collect()).collect();
-        let device_idx: Vec<usize> = questions.iter().enumerate().filter(|(_, q)| crate::labels::is_support_device(&q.target)).map(|(i, _)| i).collect();
+        // All device questions, in prompt-set order.
+        let mut device_idx: Vec<usize> = index.devices.into_iter().flatten().collect();
+        device_idx.sort_unstable();
         let device_question_ids = device_idx.iter().map(|&i| questions[i].id.clone()).collect();
         let device_logits = scores
             .iter()
@@ -41,9 +41,6 @@ impl<'a> RecordTable<'a> {
                 let row = &self.selection.rows[i];
                 let image = &self.selection.images[row.image];
                 let sig = &self.signal.pairs[i];
-                let qs = &self.label_questions[row.label];
-                let scores = &self.scores[row.image].scores;
-                let (dev_yes, dev_no) = &self.device_logits[row.image];
                 PairRecord {
                     image_index: &image.image_index,
                     patient_id: image.patient_id,
@@ -58,11 +55,8 @@ impl<'a> RecordTable<'a> {
                     flags: &sig.flags,
                     support_devices: &self.signal.devices[row.image],
                     question_ids: &self.label_question_ids[row.label],
-                    question_logit_yes: qs.iter().map(|&q| scores[q].logit_yes).collect(),
-                    question_logit_no: qs.iter().map(|&q| scores[q].logit_no).collect(),
-                    device_question_ids: &self.device_question_ids,
-                    device_logit_yes: dev_yes,
-                    device_logit_no: dev_no,
+                    scores: &self.scores[row.image].scores,
+                    positions: &self.label_questions[row.label],
                 }
             })
             .collect()
@@ -80,6 +74,9 @@ impl<'a> RecordTable<'a> {
                     view_position: &image.view_position,
                     official_split: image.official_split.as_deref(),
                     support_devices: &self.signal.devices[i],
+                    device_question_ids: &self.device_question_ids,
+                    device_logit_yes: &self.device_logits[i].0,
+                    device_logit_no: &self.device_logits[i].1,
                     trace: &self.signal.traces[i],
                 }
             })

@@ -28,10 +28,10 @@ pub fn string_lists<'r, R, S: AsRef<str> + 'r>(rows: &'r [R], f: impl Fn(&'r R) 
     Arc::new(b.finish())
 }
 
-pub fn float_lists<'r, R>(rows: &'r [R], f: impl Fn(&'r R) -> &'r [f32]) -> ArrayRef {
+pub fn float_lists<'r, R, I: IntoIterator<Item = f32>>(rows: &'r [R], f: impl Fn(&'r R) -> I) -> ArrayRef {
     let mut b = ListBuilder::new(Float32Builder::new());
     for r in rows {
-        b.values().append_slice(f(r));
+        b.values().extend(f(r).into_iter().map(Some));
         b.append(true);
     }
     Arc::new(b.finish())

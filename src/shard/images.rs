@@ -14,6 +14,9 @@ pub struct ImageRecord<'a> {
     pub view_position: &'a str,
     pub official_split: Option<&'a str>,
     pub support_devices: &'a [&'static str],
+    pub device_question_ids: &'a [String],
+    pub device_logit_yes: &'a [f32],
+    pub device_logit_no: &'a [f32],
     pub trace: &'a ErrorTrace,
 }
 
@@ -36,6 +39,9 @@ fn to_batch(rows: &[ImageRecord<'_>]) -> Result<RecordBatch, arrow_schema::Arrow
             string_lists(rows, |r| r.trace.nih_findings.as_slice()),
             string_lists(rows, |r| r.trace.model_findings.as_slice()),
             string_lists(rows, |r| r.support_devices),
+            string_lists(rows, |r| r.device_question_ids),
+            float_lists(rows, |r| r.device_logit_yes.iter().copied()),
+            float_lists(rows, |r| r.device_logit_no.iter().copied()),
             floats(rows, |r| r.trace.score),
             u32s(rows, |r| r.trace.k_total as u32),
             int_lists(rows, |r| tuple_field(r, |t| i32::from(t.category))),

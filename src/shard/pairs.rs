@@ -8,6 +8,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use super::columns::*;
 use super::schema::pair_schema;
 use super::writer::TableLayout;
+use crate::infer::QuestionScore;
 
 /// One row of the pair table, borrowing from the selection and the scores.
 #[derive(Debug, Clone)]
@@ -25,11 +26,10 @@ pub struct PairRecord<'a> {
     pub flags: &'a [&'static str],
     pub support_devices: &'a [&'static str],
     pub question_ids: &'a [String],
-    pub question_logit_yes: Vec<f32>,
-    pub question_logit_no: Vec<f32>,
-    pub device_question_ids: &'a [String],
-    pub device_logit_yes: &'a [f32],
-    pub device_logit_no: &'a [f32],
+    /// The image's scores for the whole prompt set, and where this row's questions sit in it:
+    /// the logits are read in place rather than copied per row.
+    pub scores: &'a [QuestionScore],
+    pub positions: &'a [usize],
 }
 
 pub fn layout<'a>() -> TableLayout<PairRecord<'a>> {
@@ -53,11 +53,8 @@ fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowE
         string_lists(rows, |r| r.flags),
         string_lists(rows, |r| r.support_devices),
         string_lists(rows, |r| r.question_ids),
-        float_lists(rows, |r| &r.question_logit_yes),
-        float_lists(rows, |r| &r.question_logit_no),
-        string_lists(rows, |r| r.device_question_ids),
-        float_lists(rows, |r| r.device_logit_yes),
-        float_lists(rows, |r| r.device_logit_no),
+        float_lists(rows, |r| r.positions.iter().map(|&q| r.scores[q].logit_yes)),
+        float_lists(rows, |r| r.positions.iter().map(|&q| r.scores[q].logit_no)),
     ];
     RecordBatch::try_new(pair_schema(), columns)
 }

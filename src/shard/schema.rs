@@ -81,7 +81,7 @@ const OFFICIAL_SPLIT: ColumnDoc = ColumnDoc {
     description: "NIH's official patient-disjoint split: `train_val` or `test` (null if the split lists were not used).",
 };
 
-pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
+pub const PAIR_COLUMNS: [ColumnDoc; 15] = [
     IMAGE_INDEX,
     PATIENT_ID,
     VIEW_POSITION,
@@ -93,24 +93,24 @@ pub const PAIR_COLUMNS: [ColumnDoc; 18] = [
     column("consistency", ColumnType::Float64, "Share of the label's questions whose yes/no vote matches the ensemble majority (1.0 = unanimous)."),
     column("trust_class", ColumnType::Utf8, "`trusted`, `review`, `suspect` or `likely_mislabeled`, from `agreement` and the thresholds below."),
     column("flags", ColumnType::ListUtf8, "Zero or more of `hard_case`, `low_consistency`, `support_device_confounder`."),
-    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image (image-level; same on every row of the image)."),
+    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image (image-level, repeated on each of its rows; the device logits are in the `images` config)."),
     column("question_ids", ColumnType::ListUtf8, "Ids of the label's questions (`Label#k`, k-th paraphrase of the prompt set)."),
     column("question_logit_yes", ColumnType::ListFloat32, "Raw logit of the \"Yes\" answer token per question, aligned with `question_ids`."),
     column("question_logit_no", ColumnType::ListFloat32, "Raw logit of the \"No\" answer token per question; `p_yes = 1 / (1 + exp(logit_no - logit_yes))`."),
-    column("device_question_ids", ColumnType::ListUtf8, "Ids of the support-device questions (`device#k`)."),
-    column("device_logit_yes", ColumnType::ListFloat32, "Raw \"Yes\" logits of the device questions, aligned with `device_question_ids`."),
-    column("device_logit_no", ColumnType::ListFloat32, "Raw \"No\" logits of the device questions."),
 ];
 
 /// The image-level table: one row per image, with its chest2err-shaped error trace.
-pub const IMAGE_COLUMNS: [ColumnDoc; 15] = [
+pub const IMAGE_COLUMNS: [ColumnDoc; 18] = [
     IMAGE_INDEX,
     PATIENT_ID,
     VIEW_POSITION,
     OFFICIAL_SPLIT,
     column("nih_findings", ColumnType::ListUtf8, "The findings NIH asserts (the reference list; `No Finding` is an empty list)."),
     column("model_findings", ColumnType::ListUtf8, "The findings whose `confidence` reaches the presence threshold (the candidate list)."),
-    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image."),
+    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image: a device whose questions' mean p_yes reaches the threshold."),
+    column("device_question_ids", ColumnType::ListUtf8, "Ids of the support-device questions (`device#k`, k-th paraphrase of the prompt set)."),
+    column("device_logit_yes", ColumnType::ListFloat32, "Raw \"Yes\" logits of the device questions, aligned with `device_question_ids`."),
+    column("device_logit_no", ColumnType::ListFloat32, "Raw \"No\" logits of the device questions."),
     column("error_score", ColumnType::Float64, "exp(-K / tau): 1.0 when the model and NIH agree on every finding."),
     column("k_total", ColumnType::UInt32, "K: the number of error tuples (at most 24)."),
     column("error_category", ColumnType::ListInt32, "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out)."),

@@ -4,6 +4,7 @@
 pub mod calibration;
 pub mod trace;
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::infer::ImageScores;
@@ -61,21 +62,39 @@ pub struct PairSignal {
     pub flags: Vec<&'static str>,
 }
 
-/// Per image: the support devices the model sees (mean p_yes over a device's questions >= threshold).
-pub fn devices_present(scores: &ImageScores, questions: &[Question], spec: &SignalSpec) -> Vec<&'static str> {
-    SUPPORT_DEVICES
-        .iter()
-        .filter(|device| {
-            let ps = p_yes_for(scores, questions, device);
-            !ps.is_empty() && mean(&ps) >= spec.device_present_min
-        })
-        .copied()
-        .collect()
+/// Where each label's and each device's questions sit in the prompt set, found once per build
+/// rather than once per row.
+#[derive(Debug, Clone)]
+pub struct QuestionIndex {
+    /// Per label of [`LABELS`], the positions of its questions, in prompt-set order.
+    pub labels: Vec<Vec<usize>>,
+    /// Per device of [`SUPPORT_DEVICES`], likewise.
+    pub devices: Vec<Vec<usize>>,
 }
 
-/// The p_yes of every question about `target` (a label or a device), in prompt-set order.
-fn p_yes_for(scores: &ImageScores, questions: &[Question], target: &str) -> Vec<f64> {
-    questions.iter().zip(&scores.scores).filter(|(q, _)| q.target == target).map(|(_, s)| s.p_yes()).collect()
+impl QuestionIndex {
+    pub fn new(questions: &[Question]) -> Self {
+        let positions = |target: &str| questions.iter().enumerate().filter(|(_, q)| q.target == target).map(|(i, _)| i).collect();
+        QuestionIndex {
+            labels: LABELS.iter().map(|l| positions(l)).collect(),
+            devices: SUPPORT_DEVICES.iter().map(|d| positions(d)).collect(),
+        }
+    }
+}
+
+/// The p_yes of the questions at `positions`, in that order.
+fn p_yes_at(scores: &ImageScores, positions: &[usize]) -> Vec<f64> {
+    positions.iter().map(|&i| scores.scores[i].p_yes()).collect()
+}
+
+/// Per image: the support devices the model sees (mean p_yes over a device's questions >= threshold).
+pub fn devices_present(scores: &ImageScores, index: &QuestionIndex, spec: &SignalSpec) -> Vec<&'static str> {
+    SUPPORT_DEVICES
+        .iter()
+        .zip(&index.devices)
+        .filter(|(_, positions)| !positions.is_empty() && mean(&p_yes_at(scores, positions)) >= spec.device_present_min)
+        .map(|(device, _)| *device)
+        .collect()
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -95,12 +114,12 @@ pub struct Signal {
 }
 
 /// Per label, the confidence a row of that label would get (calibrated when the spec says so).
-pub fn label_confidences(scores: &ImageScores, questions: &[Question], spec: &SignalSpec) -> Vec<f64> {
+pub fn label_confidences(scores: &ImageScores, index: &QuestionIndex, spec: &SignalSpec) -> Vec<f64> {
     LABELS
         .iter()
-        .map(|label| {
-            let ps = p_yes_for(scores, questions, label);
-            let raw = if ps.is_empty() { 0.0 } else { mean(&ps) };
+        .zip(&index.labels)
+        .map(|(label, positions)| {
+            let raw = if positions.is_empty() { 0.0 } else { mean(&p_yes_at(scores, positions)) };
             spec.calibration.as_ref().map_or(raw, |c| c.table.apply(label, raw))
         })
         .collect()
@@ -108,20 +127,22 @@ pub fn label_confidences(scores: &ImageScores, questions: &[Question], spec: &Si
 
 /// Derives the signal for every row of the selection, in row order.
 pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Question], spec: &SignalSpec) -> Signal {
-    let devices: Vec<Vec<&'static str>> = scores.iter().map(|s| devices_present(s, questions, spec)).collect();
+    // Rows and images are independent; parallel collects keep their order, so the output does not
+    // depend on the thread count.
+    let index = QuestionIndex::new(questions);
+    let devices: Vec<Vec<&'static str>> = scores.par_iter().map(|s| devices_present(s, &index, spec)).collect();
     let traces = selection
         .images
-        .iter()
+        .par_iter()
         .zip(scores)
-        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, questions, spec), spec.finding_present_min, spec.tau))
+        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, &index, spec), spec.finding_present_min, spec.tau))
         .collect();
     let pairs = selection
         .rows
-        .iter()
+        .par_iter()
         .map(|row| {
-            let label = LABELS[row.label];
-            let ps = p_yes_for(&scores[row.image], questions, label);
-            pair_signal(&ps, row.nih_label, label, !devices[row.image].is_empty(), spec)
+            let ps = p_yes_at(&scores[row.image], &index.labels[row.label]);
+            pair_signal(&ps, row.nih_label, LABELS[row.label], !devices[row.image].is_empty(), spec)
         })
         .collect();
     Signal { pairs, devices, traces }
