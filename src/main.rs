@@ -165,10 +165,14 @@ fn default_cache_dir() -> PathBuf {
     base.join("bpals-release")
 }
 
+fn jobs_or_cpus(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 fn options(common: &Common, out: PathBuf) -> BuildOptions {
     BuildOptions {
         out,
-        jobs: common.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        jobs: jobs_or_cpus(common.jobs),
         cache_dir: common.cache_dir.clone().unwrap_or_else(default_cache_dir),
         publishable: common.publishable,
         progress: !common.no_progress,
@@ -301,7 +305,7 @@ fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode> {
 
 fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     let spec = spec::load(&args.spec)?;
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = jobs_or_cpus(args.jobs);
     let report = bpals_release::bench::run(&spec, &args.data_entry, &args.out, jobs)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(ExitCode::SUCCESS)

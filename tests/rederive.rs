@@ -5,7 +5,6 @@ mod common;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type};
-use arrow_array::Array;
 use bpals_release::signal::pair_signal;
 use bpals_release::spec;
 use common::*;

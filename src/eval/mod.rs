@@ -101,18 +101,14 @@ pub struct AfterCalibration {
 pub fn fit_calibration(dir: &Path, gold_path: &Path, gold: &GoldLabels, method: calibration::Method) -> Result<calibration::Calibration, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (_, rows) = read_release_rows(dir)?;
+    let judged = join(&rows, gold);
     let mut labels = BTreeMap::new();
     for label in crate::labels::LABELS {
-        let pairs: Vec<(f64, bool)> = rows
-            .iter()
-            .filter(|r| r.label == label)
-            .filter_map(|r| gold.get(&(r.image_index.clone(), r.label.clone())).map(|&g| (r.confidence, g)))
-            .collect();
-        if pairs.is_empty() {
-            continue;
+        let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.label == label).collect();
+        if !subset.is_empty() {
+            let (conf, truth) = columns(&subset, |j| j.row.confidence);
+            labels.insert(label.to_string(), calibration::fit(method, &conf, &truth));
         }
-        let (conf, truth): (Vec<f64>, Vec<bool>) = pairs.into_iter().unzip();
-        labels.insert(label.to_string(), calibration::fit(method, &conf, &truth));
     }
     if labels.is_empty() {
         return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
@@ -143,10 +139,7 @@ pub fn evaluate(
 ) -> Result<EvalReport, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
-    let judged: Vec<Judged<'_>> = rows
-        .iter()
-        .filter_map(|row| gold.get(&(row.image_index.clone(), row.label.clone())).map(|&g| Judged { row, gold: g }))
-        .collect();
+    let judged = join(&rows, gold);
     if judged.is_empty() {
         return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
     }
@@ -198,6 +191,13 @@ pub fn evaluate(
         },
         strata,
     })
+}
+
+/// The release rows that have a gold judgement, with it.
+fn join<'a>(rows: &'a [ReleaseRow], gold: &GoldLabels) -> Vec<Judged<'a>> {
+    rows.iter()
+        .filter_map(|row| gold.get(&(row.image_index.clone(), row.label.clone())).map(|&g| Judged { row, gold: g }))
+        .collect()
 }
 
 fn columns(judged: &[&Judged<'_>], score: impl Fn(&Judged<'_>) -> f64) -> (Vec<f64>, Vec<bool>) {

@@ -84,12 +84,7 @@ pub fn run(
             return Ok(Outcome::Skipped);
         }
         let image_err = |message: String| InferError::Image { path: job.path.clone(), message };
-        let bytes = std::fs::read(&job.path).map_err(|e| image_err(format!("cannot read: {e}")))?;
-        let key = CacheKey {
-            image_sha256: sha256_hex(&bytes),
-            scorer_hash: scorer_hash.clone(),
-            prompt_set_hash: prompt_set_hash.to_string(),
-        };
+        let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
         let outcome = if let Some(scores) = cache.get(&key, &question_ids) {
             Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
         } else {
@@ -155,13 +150,18 @@ mod tests {
     }
 }
 
+/// An image's bytes and its cache key.
+fn read_keyed(job: &ImageJob, scorer_hash: &str, prompt_set_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
+    let bytes = std::fs::read(&job.path).map_err(|e| InferError::Image { path: job.path.clone(), message: format!("cannot read: {e}") })?;
+    let key = CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
+    Ok((bytes, key))
+}
+
 /// How many of the images already have cached scores (reads and hashes every image, scores none).
 pub fn count_cached(images: &[ImageJob], scorer: &dyn Scorer, prompt_set_hash: &str, cache: &ScoreCache) -> Result<usize, InferError> {
     let scorer_hash = scorer.identity().hash();
-    images.par_iter().try_fold(|| 0usize, |n, job| {
-        let bytes = std::fs::read(&job.path).map_err(|e| InferError::Image { path: job.path.clone(), message: format!("cannot read: {e}") })?;
-        let key = CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.clone(), prompt_set_hash: prompt_set_hash.to_string() };
-        Ok(n + usize::from(cache.contains(&key)))
-    })
-    .try_reduce(|| 0, |a, b| Ok(a + b))
+    images
+        .par_iter()
+        .try_fold(|| 0usize, |n, job| Ok(n + usize::from(cache.contains(&read_keyed(job, &scorer_hash, prompt_set_hash)?.1))))
+        .try_reduce(|| 0, |a, b| Ok(a + b))
 }
