@@ -68,3 +68,32 @@ fn bad_gold_files_name_the_line() {
         assert!(stderr(&a).contains(expected), "{name}: {}", stderr(&a));
     }
 }
+
+#[test]
+fn a_spec_that_names_a_gold_file_puts_the_evaluation_in_the_card() {
+    let s = Scratch::new();
+    let out = release(&s);
+    let (_, rows) = bpals_release::eval::read_release_rows(&out).unwrap();
+    let mut csv = String::from("image_index,label,value\n");
+    for r in rows.iter().filter(|r| r.label != "No Finding") {
+        writeln!(csv, "{},{},{}", r.image_index, r.label, u8::from(r.confidence >= 0.5)).unwrap();
+    }
+    s.write("gold.csv", &csv);
+    let evaluated = s.write("evaluated.yaml", &format!("extends: {}\nevaluation:\n  gold: gold.csv\n", spec("s1b.yaml").display()));
+    let second = s.path("evaluated");
+    build(&evaluated, &second, &s.cache(), &[]).success();
+    let card = std::fs::read_to_string(second.join("README.md")).unwrap();
+    assert!(card.contains("## Evaluation against expert labels"), "the card carries the evaluation");
+    assert!(!card.contains("No evaluation against expert relabels has been run"));
+    // The same numbers as `eval` on the published files, and eval.json is in the manifest.
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(s.path("gold.csv")).assert().success();
+    let standalone: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let built: serde_json::Value = serde_json::from_slice(&std::fs::read(second.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(built["per_label"], standalone["per_label"]);
+    assert_eq!(built["mislabel_detection"], standalone["mislabel_detection"]);
+    bin().arg("verify").arg(&second).assert().success();
+    // A malformed gold file is refused at resolve time, naming the key and the line.
+    s.write("gold.csv", "image_index,label,value\n00000001_000.png,Mass,maybe\n");
+    let a = build(&evaluated, &s.path("bad"), &s.cache(), &[]).failure();
+    assert!(stderr(&a).contains("key `evaluation.gold`") && stderr(&a).contains("gold.csv:2"), "{}", stderr(&a));
+}

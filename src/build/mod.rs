@@ -44,6 +44,10 @@ pub enum BuildError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Images(String),
+    #[error("evaluation: {0}")]
+    Evaluation(String),
+    #[error("starting {0} worker threads failed")]
+    Threads(usize),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
@@ -170,7 +174,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
 
     // --jobs bounds every parallel stage after inference too.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|e| BuildError::Images(e.to_string()))?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
     let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &spec.signal));
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig.pairs, t, spec.selection.seed));
 
@@ -208,6 +212,30 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         }
     }
 
+    // The evaluation covers the full split when there is one (as `eval` does on shards).
+    let evaluation = match &spec.evaluation {
+        None => None,
+        Some(e) => {
+            let split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
+            let rows: Vec<usize> = match split {
+                Split::Full => (0..selection.rows.len()).collect(),
+                Split::Trial => trial.as_ref().map(|t| t.rows.clone()).unwrap_or_default(),
+            };
+            let report = crate::eval::evaluate_rows(
+                &spec.release.id,
+                split.name(),
+                &table_rows.release_rows(&rows),
+                &e.gold_file,
+                &e.gold,
+                &crate::eval::EvalOptions::default(),
+                None,
+            )
+            .map_err(|m| BuildError::Evaluation(format!("against {}: {m}", e.gold_file)))?;
+            write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;
+            log(&format!("eval: {} gold judgements matched on the {} split", report.matched, report.split));
+            Some(crate::eval::to_markdown(&report))
+        }
+    };
     let series = load_series_lenient(spec, &mut notes);
     let card_input = CardInput {
         spec,
@@ -220,6 +248,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         splits: splits.clone(),
         trial_strata: trial.as_ref().map(|t| t.strata.as_slice()),
         trial_requested: trial.as_ref().map(|t| t.requested),
+        evaluation,
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;

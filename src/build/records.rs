@@ -89,4 +89,23 @@ impl<'a> RecordTable<'a> {
         images.dedup();
         images
     }
+
+    /// The given rows as evaluation reads them from shards.
+    pub fn release_rows(&self, rows: &[usize]) -> Vec<crate::eval::ReleaseRow> {
+        rows.iter()
+            .map(|&i| {
+                let row = &self.selection.rows[i];
+                let image = &self.selection.images[row.image];
+                crate::eval::ReleaseRow {
+                    image_index: image.image_index.clone(),
+                    label: LABELS[row.label].to_string(),
+                    nih_label: row.nih_label,
+                    confidence: self.signal.pairs[i].confidence,
+                    agreement: self.signal.pairs[i].agreement,
+                    view_position: image.view_position.clone(),
+                    devices_present: !self.signal.devices[row.image].is_empty(),
+                }
+            })
+            .collect()
+    }
 }

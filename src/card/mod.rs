@@ -65,6 +65,8 @@ pub struct CardInput<'a> {
     pub splits: Vec<SplitFacts>,
     pub trial_strata: Option<&'a [Stratum]>,
     pub trial_requested: Option<usize>,
+    /// The Markdown evaluation section, when the spec names a gold file.
+    pub evaluation: Option<String>,
 }
 
 /// Renders the card and the license text for the spec's tier: (README.md, LICENSE.md).

@@ -139,9 +139,25 @@ pub fn evaluate(
 ) -> Result<EvalReport, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
-    let judged = join(&rows, gold);
+    let gold_file = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration)
+        .map_err(|e| format!("{e} (gold {}, release {})", gold_path.display(), dir.display()))
+}
+
+/// The evaluation of rows already in hand: `evaluate` reads them from a release directory; the
+/// build passes its own, so the card can carry the evaluation of the release it describes.
+pub fn evaluate_rows(
+    release_id: &str,
+    split: &str,
+    rows: &[ReleaseRow],
+    gold_file: &str,
+    gold: &GoldLabels,
+    options: &EvalOptions,
+    calibration: Option<&calibration::Calibration>,
+) -> Result<EvalReport, String> {
+    let judged = join(rows, gold);
     if judged.is_empty() {
-        return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
+        return Err("no gold judgement matches a row of the release".into());
     }
 
     let mut per_label = BTreeMap::new();
@@ -168,9 +184,9 @@ pub fn evaluate(
         }
     }
     Ok(EvalReport {
-        release_id: manifest.release_id,
-        split,
-        gold_file: gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        release_id: release_id.to_string(),
+        split: split.to_string(),
+        gold_file: gold_file.to_string(),
         gold_judgements: gold.len(),
         matched: judged.len(),
         options: options.clone(),

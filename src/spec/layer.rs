@@ -40,6 +40,7 @@ pub struct SpecLayer {
     pub output: Option<OutputLayer>,
     pub card: Option<CardLayer>,
     pub publish: Option<PublishLayer>,
+    pub evaluation: Option<EvaluationLayer>,
     pub additions: Option<Vec<Addition>>,
 }
 
@@ -55,6 +56,7 @@ impl Merge for SpecLayer {
         merge_section(&mut self.output, child.output);
         merge_section(&mut self.card, child.card);
         merge_section(&mut self.publish, child.publish);
+        merge_section(&mut self.evaluation, child.evaluation);
         merge_options!(self, child; additions);
     }
 }
@@ -331,6 +333,19 @@ pub struct PublishLayer {
 impl Merge for PublishLayer {
     fn merge(&mut self, c: Self) {
         merge_options!(self, c; repo, visibility, tag);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluationLayer {
+    /// Expert labels (CSV image_index,label,value) to evaluate the build against, for the card.
+    pub gold: Option<String>,
+}
+
+impl Merge for EvaluationLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; gold);
     }
 }
 

@@ -97,6 +97,10 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
+    let evaluation = match merged.evaluation.and_then(|e| e.gold) {
+        None => None,
+        Some(file) => Some(read_gold(&r, &file)?),
+    };
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
         chain: chain.iter().map(|l| l.path.clone()).collect(),
@@ -109,6 +113,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         output,
         card,
         publish,
+        evaluation,
         additions: merged.additions.unwrap_or_default(),
     })
 }
@@ -367,6 +372,15 @@ fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<Publ
     }
     let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
     Ok(publish)
+}
+
+/// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
+fn read_gold(r: &Resolver<'_>, file: &str) -> Result<EvaluationSpec, SpecError> {
+    let key = "evaluation.gold";
+    let path = r.base_dir(key).join(file);
+    let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read gold file {}: {e}", path.display())))?;
+    let gold = crate::eval::read_generic(&path).map_err(|e| r.invalid(key, e.to_string()))?;
+    Ok(EvaluationSpec { gold_file: file.to_string(), sha256: crate::hashing::sha256_hex(&bytes), gold })
 }
 
 /// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.

@@ -26,6 +26,7 @@ pub struct ReleaseSpec {
     pub output: OutputSpec,
     pub card: CardSpec,
     pub publish: PublishSpec,
+    pub evaluation: Option<EvaluationSpec>,
     pub additions: Vec<Addition>,
 }
 
@@ -163,6 +164,16 @@ pub struct SignalSpec {
     pub tau: f64,
     /// Per-label calibration of `confidence`, when the spec names a calibration file.
     pub calibration: Option<CalibrationRef>,
+}
+
+/// A gold file the build evaluates against; its digest is part of the resolved spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvaluationSpec {
+    /// The path as the spec wrote it.
+    pub gold_file: String,
+    pub sha256: String,
+    #[serde(skip)]
+    pub gold: crate::eval::GoldLabels,
 }
 
 /// A calibration file named by the spec. Its content and digest are part of the resolved spec,
