@@ -176,7 +176,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
     let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &spec.signal));
-    let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig.pairs, t, spec.selection.seed));
+    let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
     let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
     let dir = staging.dir.clone();
@@ -246,8 +246,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         candidates: selection.candidates,
         capped: selection.capped,
         splits: splits.clone(),
-        trial_strata: trial.as_ref().map(|t| t.strata.as_slice()),
-        trial_requested: trial.as_ref().map(|t| t.requested),
+        trial: trial.as_ref(),
         evaluation,
     };
     let (readme, license) = card::render(&card_input)?;

@@ -11,7 +11,7 @@ use serde::Serialize;
 pub use front_matter::{size_category, FrontMatter};
 
 use crate::infer::ScorerIdentity;
-use crate::select::trial::Stratum;
+use crate::select::trial::TrialSample;
 use crate::shard::{ShardFile, IMAGE_COLUMNS, PAIR_COLUMNS};
 use crate::signal::trace::{TraceStats, ANATOMY, CATEGORIES};
 use crate::signal::SignalStats;
@@ -63,8 +63,7 @@ pub struct CardInput<'a> {
     pub candidates: usize,
     pub capped: bool,
     pub splits: Vec<SplitFacts>,
-    pub trial_strata: Option<&'a [Stratum]>,
-    pub trial_requested: Option<usize>,
+    pub trial: Option<&'a TrialSample>,
     /// The Markdown evaluation section, when the spec names a gold file.
     pub evaluation: Option<String>,
 }

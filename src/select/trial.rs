@@ -1,13 +1,17 @@
-//! The free trial sample: stratified toward hard, low-confidence rows by trust class.
-//! It is built to judge the signal, so it over-represents doubtful labels on purpose and says
-//! nothing about NIH's overall error rate.
+//! The free trial sample: stratified toward hard, low-confidence rows.
+//! Trust classes get quotas (hardest class first). Within a class, rows are taken round-robin
+//! across (label, view position, support devices present) cells, hardest first in each cell, so
+//! no common label or view crowds out the rest. It is built to judge the signal, so it
+//! over-represents doubtful labels on purpose and says nothing about NIH's overall error rate.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
 use super::{PairRow, Selection};
 use crate::hashing::stable_u64;
 use crate::labels::LABELS;
-use crate::signal::{PairSignal, TrustClass};
+use crate::signal::{Signal, TrustClass};
 use crate::spec::TrialSpec;
 
 /// What one stratum asked for and got; the card shows this table.
@@ -26,14 +30,22 @@ pub struct TrialSample {
     pub rows: Vec<usize>,
     pub requested: usize,
     pub strata: Vec<Stratum>,
+    /// Rows taken per view position and per support-device presence, for the card.
+    pub by_view: Vec<(String, usize)>,
+    pub by_devices: Vec<(String, usize)>,
 }
 
 /// Hardest classes first: shortfalls in one stratum are filled from the next.
 const FILL_ORDER: [TrustClass; 4] = [TrustClass::LikelyMislabeled, TrustClass::Suspect, TrustClass::Review, TrustClass::Trusted];
 
-pub fn sample(selection: &Selection, signals: &[PairSignal], spec: &TrialSpec, seed: u64) -> TrialSample {
+pub fn sample(selection: &Selection, signal: &Signal, spec: &TrialSpec, seed: u64) -> TrialSample {
+    let signals = &signal.pairs;
     let total = spec.rows.min(selection.rows.len());
     let seed = seed.to_string();
+    let cell = |i: usize| {
+        let row = &selection.rows[i];
+        (row.label, selection.images[row.image].view_position.as_str(), !signal.devices[row.image].is_empty())
+    };
     // Candidates per stratum, lowest confidence margin first, ties broken by a seeded hash.
     let mut pools: Vec<Vec<usize>> = FILL_ORDER
         .iter()
@@ -43,7 +55,7 @@ pub fn sample(selection: &Selection, signals: &[PairSignal], spec: &TrialSpec, s
                 let margin = |i: usize| (signals[i].confidence - 0.5).abs();
                 margin(a).total_cmp(&margin(b)).then_with(|| tie(selection, &selection.rows[a], &seed).cmp(&tie(selection, &selection.rows[b], &seed)))
             });
-            pool
+            round_robin(pool, cell)
         })
         .collect();
     let shares: Vec<f64> = FILL_ORDER.iter().map(|c| spec.quotas.get(c.name()).copied().unwrap_or(0.0)).collect();
@@ -67,6 +79,13 @@ pub fn sample(selection: &Selection, signals: &[PairSignal], spec: &TrialSpec, s
         rows.extend_from_slice(&pool[..taken[s]]);
     }
     rows.sort_unstable();
+    let count = |key: &dyn Fn(usize) -> String| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        rows.iter().for_each(|&i| *counts.entry(key(i)).or_default() += 1);
+        counts.into_iter().collect::<Vec<_>>()
+    };
+    let by_view = count(&|i| cell(i).1.to_string());
+    let by_devices = count(&|i| if cell(i).2 { "devices present".into() } else { "no devices".into() });
     let strata = FILL_ORDER
         .iter()
         .enumerate()
@@ -78,7 +97,26 @@ pub fn sample(selection: &Selection, signals: &[PairSignal], spec: &TrialSpec, s
             taken: taken[s],
         })
         .collect();
-    TrialSample { rows, requested: spec.rows, strata }
+    TrialSample { rows, requested: spec.rows, strata, by_view, by_devices }
+}
+
+/// Reorders a pool (hardest first) to take one row from each cell in turn, cells in key order,
+/// each cell hardest first.
+fn round_robin<K: Ord>(pool: Vec<usize>, cell: impl Fn(usize) -> K) -> Vec<usize> {
+    let mut cells: BTreeMap<K, VecDeque<usize>> = BTreeMap::new();
+    for i in pool {
+        cells.entry(cell(i)).or_default().push_back(i);
+    }
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        for queue in cells.values_mut() {
+            out.extend(queue.pop_front());
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
 }
 
 fn tie(selection: &Selection, row: &PairRow, seed: &str) -> u64 {
@@ -104,7 +142,14 @@ fn apportion(total: usize, shares: &[f64]) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::apportion;
+    use super::{apportion, round_robin};
+
+    #[test]
+    fn round_robin_takes_one_per_cell_in_turn() {
+        // Pool in hardness order; cells by parity: evens first by key order.
+        let order = round_robin(vec![5, 1, 3, 2, 7, 4], |i| i % 2);
+        assert_eq!(order, vec![2, 5, 4, 1, 3, 7]);
+    }
 
     #[test]
     fn apportion_sums_to_total() {

@@ -130,3 +130,23 @@ def test_trial_rows_are_a_subset_of_full(release):
     joined = trial.join(full, on=["image_index", "label"], how="inner", suffix="_full")
     assert joined.height == trial.height
     assert (joined["confidence"] == joined["confidence_full"]).all()
+
+
+def test_trial_covers_cells_round_robin(tmp_path):
+    """With a trial smaller than the selection, each trust class spreads its quota over
+    (label, view position, devices present) cells: as many distinct cells as it can."""
+    spec = tmp_path / "small_trial.yaml"
+    spec.write_text(f"extends: {ROOT}/specs/s1b.yaml\nselection:\n  trial:\n    rows: 120\n")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
+    subprocess.run([BIN, "build", str(spec), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                    "--no-progress"], check=True, env=env, capture_output=True)
+    cell = [pl.col("label"), pl.col("view_position"), pl.col("support_devices").list.len() > 0]
+    full = pl.read_parquet(str(out / "data" / "full-*.parquet"))
+    trial = pl.read_parquet(str(out / "data" / "trial-*.parquet"))
+    assert trial.height == 120
+    for (klass,), rows in trial.group_by(["trust_class"]):
+        available = full.filter(pl.col("trust_class") == klass).select(cell).unique().height
+        covered = rows.select(cell).unique().height
+        assert covered == min(rows.height, available), (klass, covered, rows.height, available)
+    assert trial["label"].n_unique() >= 10
