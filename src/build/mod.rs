@@ -188,10 +188,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions);
     let mut splits = Vec::new();
     for split in &spec.output.splits {
-        let rows: Vec<usize> = match split {
-            Split::Full => (0..selection.rows.len()).collect(),
-            Split::Trial => trial.as_ref().map(|t| t.rows.clone()).unwrap_or_default(),
-        };
+        let rows = split_rows(*split, &selection, trial.as_ref());
         let records = table_rows.records(&rows);
         let files = pool.install(|| shard::write_split(&dir, &shard::pairs::layout(), split.name(), &records, &spec.output, &meta))?;
         let images = table_rows.images_of(&rows);
@@ -217,10 +214,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         None => None,
         Some(e) => {
             let split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
-            let rows: Vec<usize> = match split {
-                Split::Full => (0..selection.rows.len()).collect(),
-                Split::Trial => trial.as_ref().map(|t| t.rows.clone()).unwrap_or_default(),
-            };
+            let rows = split_rows(split, &selection, trial.as_ref());
             let report = crate::eval::evaluate_rows(
                 &spec.release.id,
                 split.name(),
@@ -297,6 +291,14 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         files,
         notes,
     })
+}
+
+/// The selection rows a split ships, in row order.
+fn split_rows(split: Split, selection: &Selection, trial: Option<&trial::TrialSample>) -> Vec<usize> {
+    match split {
+        Split::Full => (0..selection.rows.len()).collect(),
+        Split::Trial => trial.map(|t| t.rows.clone()).unwrap_or_default(),
+    }
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
