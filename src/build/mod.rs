@@ -125,7 +125,8 @@ pub fn prepare(spec: &ReleaseSpec, publishable: bool) -> Result<Prepared, BuildE
     let infer_key = sha256_parts(&["infer", &select_key, &scorer.identity().hash(), &prompt_set_hash]);
     let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal)]);
     let shard_key = sha256_parts(&["shard", &signal_key, &sha256_json(&spec.output), &sha256_json(&spec.release)]);
-    let card_key = sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish)]);
+    // The card also carries the evaluation when the spec names a gold file.
+    let card_key = sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish), &sha256_json(&spec.evaluation)]);
     for (name, key) in [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)] {
         stage_keys.insert(name.to_string(), key);
     }
