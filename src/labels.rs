@@ -25,14 +25,8 @@ pub const LABELS: [&str; 15] = [
 pub const NO_FINDING: &str = "No Finding";
 
 /// Support devices: a named confounder, since a chest tube or line is easily read as a finding.
-pub const SUPPORT_DEVICES: [&str; 6] = [
-    "chest_tube",
-    "central_venous_line",
-    "endotracheal_tube",
-    "nasogastric_tube",
-    "sternotomy_wires",
-    "pacemaker_or_icd",
-];
+pub const SUPPORT_DEVICES: [&str; 6] =
+    ["chest_tube", "central_venous_line", "endotracheal_tube", "nasogastric_tube", "sternotomy_wires", "pacemaker_or_icd"];
 
 /// Position of a label in [`LABELS`], which is also the row order within an image.
 pub fn label_index(name: &str) -> Option<usize> {

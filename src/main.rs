@@ -10,7 +10,11 @@ use bpals_release::build::{self, BuildOptions};
 use bpals_release::{infer, manifest, source, spec};
 
 #[derive(Parser)]
-#[command(name = "bpals-release", version, about = "Build, verify and publish CXR14-BPALS releases: a trust signal over NIH ChestX-ray14 labels")]
+#[command(
+    name = "bpals-release",
+    version,
+    about = "Build, verify and publish CXR14-BPALS releases: a trust signal over NIH ChestX-ray14 labels"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -211,7 +215,10 @@ fn run_build(args: BuildArgs) -> Result<ExitCode> {
     }
     println!("built release {} in {}", report.release_id, report.out.display());
     println!("  scorer: {}", report.scorer);
-    println!("  {} images, {} rows; {} images scored, {} from the cache", report.images, report.rows, report.scored_images, report.cached_images);
+    println!(
+        "  {} images, {} rows; {} images scored, {} from the cache",
+        report.images, report.rows, report.scored_images, report.cached_images
+    );
     for f in &report.files {
         match f.rows {
             Some(rows) => println!("  {:<44} {:>10} bytes {:>8} rows  {}", f.path, f.bytes, rows, &f.sha256[..16]),

@@ -10,7 +10,12 @@ fn failing_build(s: &Scratch, spec: &std::path::Path) -> String {
     let out = s.path("out");
     let a = build(spec, &out, &s.cache(), &[]).failure();
     assert!(!out.exists(), "a failed build leaves no release directory");
-    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".out")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".out"))
+        .collect();
     assert!(leftovers.is_empty(), "no staging directory is left: {leftovers:?}");
     stderr(&a)
 }
@@ -32,7 +37,7 @@ fn unknown_keys_are_errors_with_a_position() {
     assert!(err.contains("typo.yaml"), "{err}");
     assert!(err.contains("trusted_min_agreemnt"), "{err}");
     assert!(err.contains("unknown field"), "{err}");
-    assert!(err.contains("4") , "line of the key: {err}");
+    assert!(err.contains("4"), "line of the key: {err}");
 }
 
 #[test]

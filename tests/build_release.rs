@@ -34,7 +34,11 @@ fn sample_build_writes_a_verifiable_release() {
 
     bin().arg("verify").arg(&out).assert().success().stdout(contains("ok: release s1a"));
     // No staging directory is left beside the release.
-    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with('.')).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -62,12 +66,8 @@ fn card_front_matter_parses_and_matches_the_shards() {
         for d in data_files {
             let glob = d["path"].as_str().unwrap();
             let prefix = glob.trim_end_matches("*.parquet");
-            let shards: Vec<_> = manifest["files"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|f| f["path"].as_str().unwrap().starts_with(prefix))
-                .collect();
+            let shards: Vec<_> =
+                manifest["files"].as_array().unwrap().iter().filter(|f| f["path"].as_str().unwrap().starts_with(prefix)).collect();
             assert!(!shards.is_empty(), "{glob} matches a shard");
             matched_files += shards.len();
             let rows: u64 = shards.iter().map(|f| f["rows"].as_u64().unwrap()).sum();
@@ -133,7 +133,8 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
             .unwrap()
     };
     // Finished entries only: a kill can leave the cache writer's temp file behind.
-    let cached = || if cache.exists() { files_under(&cache).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
+    let cached =
+        || if cache.exists() { files_under(&cache).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
     let mut killed_midway = 0;
     let mut killed_during_inference = false;
     // Fixed delays land in different stages; the last round waits for the cache to grow, so one
@@ -170,7 +171,12 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
     let a = build(&spec("s1b.yaml"), &out, &cache, &[]).success();
     assert!(!stderr(&a).contains("infer: 0 images from the cache"), "the rerun reuses the cache: {}", stderr(&a));
     assert_eq!(tree_digest(&s.path("reference")), tree_digest(&out));
-    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
     assert!(leftovers.is_empty(), "staging directories are cleaned up: {leftovers:?}");
 }
 

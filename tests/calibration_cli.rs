@@ -26,22 +26,29 @@ fn a_calibration_fitted_on_gold_flows_into_the_build_and_the_eval() {
     assert_eq!(table["method"], "platt");
 
     // Eval reports ECE and Brier after calibration, and calibration helps on this gold.
-    let a = bin().arg("eval").arg(&first).arg("--gold").arg(&gold).args(["--bootstrap", "50", "--calibration"]).arg(&calibration).assert().success();
+    let a = bin()
+        .arg("eval")
+        .arg(&first)
+        .arg("--gold")
+        .arg(&gold)
+        .args(["--bootstrap", "50", "--calibration"])
+        .arg(&calibration)
+        .assert()
+        .success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     let before = report["calibration"]["brier"].as_f64().unwrap();
     let after = report["calibration"]["after_calibration"]["brier"].as_f64().unwrap();
     assert!(after < before, "in-sample Platt scaling lowers the Brier score: {before} -> {after}");
 
     // A spec that names the file builds with calibrated confidences, and says so.
-    let calibrated_spec = s.write(
-        "calibrated.yaml",
-        &format!("extends: {}\nsignal:\n  calibration: calibration.json\n", spec("s1b.yaml").display()),
-    );
+    let calibrated_spec =
+        s.write("calibrated.yaml", &format!("extends: {}\nsignal:\n  calibration: calibration.json\n", spec("s1b.yaml").display()));
     let second = s.path("calibrated");
     build(&calibrated_spec, &second, &s.cache(), &[]).success();
     let card = std::fs::read_to_string(second.join("README.md")).unwrap();
     assert!(card.contains("`confidence` is calibrated per label: platt scaling"), "the card states the calibration");
-    let lock = |dir: &std::path::Path| -> serde_json::Value { serde_json::from_slice(&std::fs::read(dir.join("build.lock")).unwrap()).unwrap() };
+    let lock =
+        |dir: &std::path::Path| -> serde_json::Value { serde_json::from_slice(&std::fs::read(dir.join("build.lock")).unwrap()).unwrap() };
     assert_ne!(lock(&first)["spec_sha256"], lock(&second)["spec_sha256"]);
     assert_eq!(lock(&second)["spec"]["signal"]["calibration"]["sha256"].as_str().unwrap().len(), 64);
     let (_, calibrated) = bpals_release::eval::read_release_rows(&second).unwrap();

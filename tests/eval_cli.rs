@@ -26,7 +26,8 @@ fn gold_that_thresholds_the_confidence_gives_perfect_scores() {
     }
     let gold = s.write("gold.csv", &csv);
     let md = s.path("eval.md");
-    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).arg("--bootstrap").arg("200").arg("--markdown").arg(&md).assert().success();
+    let a =
+        bin().arg("eval").arg(&out).arg("--gold").arg(&gold).arg("--bootstrap").arg("200").arg("--markdown").arg(&md).assert().success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     assert_eq!(report["matched"], report["gold_judgements"]);
     let per_label = report["per_label"].as_object().unwrap();

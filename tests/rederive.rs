@@ -36,7 +36,12 @@ fn image_devices(path: &std::path::Path, threshold: f64) -> std::collections::Ha
             let (dy, dn) = (floats(&yes.as_list::<i32>().value(i)), floats(&no.as_list::<i32>().value(i)));
             let mut seen = Vec::new();
             for device in bpals_release::labels::SUPPORT_DEVICES {
-                let ps: Vec<f64> = ids.iter().zip(dy.iter().zip(&dn)).filter(|(id, _)| id.split('#').next() == Some(device)).map(|(_, (y, n))| p_yes(*y, *n)).collect();
+                let ps: Vec<f64> = ids
+                    .iter()
+                    .zip(dy.iter().zip(&dn))
+                    .filter(|(id, _)| id.split('#').next() == Some(device))
+                    .map(|(_, (y, n))| p_yes(*y, *n))
+                    .collect();
                 if !ps.is_empty() && ps.iter().sum::<f64>() / ps.len() as f64 >= threshold {
                     seen.push(device.to_string());
                 }

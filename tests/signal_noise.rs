@@ -26,7 +26,11 @@ fn phi(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * z);
     let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erf = 1.0 - poly * (-z * z).exp();
-    if x >= 0.0 { 0.5 * (1.0 + erf) } else { 0.5 * (1.0 - erf) }
+    if x >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
+    }
 }
 
 fn gaussian(rng: &mut Resampler) -> f64 {
@@ -78,7 +82,11 @@ fn the_signal_recovers_flipped_labels_as_the_separability_predicts() {
     let (mut lo, mut hi) = (-10.0, 10.0);
     for _ in 0..100 {
         let mid = (lo + hi) / 2.0;
-        if share_below(mid) < FLIP_RATE { lo = mid } else { hi = mid }
+        if share_below(mid) < FLIP_RATE {
+            lo = mid
+        } else {
+            hi = mid
+        }
     }
     let predicted = phi((lo + MU) / SIGMA);
     eprintln!("precision@K {got:.4}, predicted {predicted:.4}");
@@ -95,7 +103,11 @@ fn the_signal_recovers_flipped_labels_as_the_separability_predicts() {
     let hits = flagged.iter().zip(&flipped).filter(|(f, t)| **f && **t).count() as f64;
     let flagged_n = flagged.iter().filter(|f| **f).count() as f64;
     let (precision, recall) = (hits / flagged_n, hits / flips as f64);
-    eprintln!("likely_mislabeled precision {precision:.4} (predicted {:.4}), recall {recall:.4} (predicted {:.4})", tp / (tp + fp), phi((cut + MU) / SIGMA));
+    eprintln!(
+        "likely_mislabeled precision {precision:.4} (predicted {:.4}), recall {recall:.4} (predicted {:.4})",
+        tp / (tp + fp),
+        phi((cut + MU) / SIGMA)
+    );
     assert!((precision - tp / (tp + fp)).abs() < 0.03, "likely_mislabeled precision {precision:.4} vs {:.4}", tp / (tp + fp));
     assert!((recall - phi((cut + MU) / SIGMA)).abs() < 0.03, "likely_mislabeled recall {recall:.4} vs {:.4}", phi((cut + MU) / SIGMA));
     // And the flips are far more likely than chance to be flagged.

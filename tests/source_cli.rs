@@ -64,7 +64,8 @@ fn boxes_and_splits_are_counted() {
             sample.join("test_list.txt").to_str().unwrap(),
         ],
     );
-    let bbox_lines = std::fs::read_to_string(sample.join("BBox_List_2017.csv")).unwrap().lines().skip(1).filter(|l| !l.trim().is_empty()).count();
+    let bbox_lines =
+        std::fs::read_to_string(sample.join("BBox_List_2017.csv")).unwrap().lines().skip(1).filter(|l| !l.trim().is_empty()).count();
     assert_eq!(s["boxes"]["total"].as_u64().unwrap() as usize, bbox_lines);
     assert!(s["boxes"]["per_finding"].get("Infiltrate").is_none(), "Infiltrate is normalised");
     let count = |f: &str| std::fs::read_to_string(sample.join(f)).unwrap().lines().filter(|l| !l.trim().is_empty()).count() as u64;
@@ -92,8 +93,16 @@ fn bad_files_get_clear_errors() {
     let s = Scratch::new();
     let header = "Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]\n";
     let cases = [
-        ("short.csv", format!("{header}00000001_000.png,Mass,0,1,58,M\n"), "short.csv:2: expected 11 fields (image to pixel spacing), found 6"),
-        ("dup.csv", format!("{header}00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n"), "appears twice (first on line 2)"),
+        (
+            "short.csv",
+            format!("{header}00000001_000.png,Mass,0,1,58,M\n"),
+            "short.csv:2: expected 11 fields (image to pixel spacing), found 6",
+        ),
+        (
+            "dup.csv",
+            format!("{header}00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n00000001_000.png,Mass,0,1,58,M,PA,1,1,0.1,0.1\n"),
+            "appears twice (first on line 2)",
+        ),
         ("age.csv", format!("{header}00000001_000.png,Mass,0,1,old,M,PA,1,1,0.1,0.1\n"), "age.csv:2: patient age \"old\""),
         ("view.csv", format!("{header}00000001_000.png,Mass,0,1,58,M,LL,1,1,0.1,0.1\n"), "view position \"LL\""),
         ("header.csv", "Image,Labels\n".to_string(), "bad header"),

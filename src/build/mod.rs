@@ -126,8 +126,11 @@ pub fn prepare(spec: &ReleaseSpec, publishable: bool) -> Result<Prepared, BuildE
     let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal)]);
     let shard_key = sha256_parts(&["shard", &signal_key, &sha256_json(&spec.output), &sha256_json(&spec.release)]);
     // The card also carries the evaluation when the spec names a gold file.
-    let card_key = sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish), &sha256_json(&spec.evaluation)]);
-    for (name, key) in [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)] {
+    let card_key =
+        sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish), &sha256_json(&spec.evaluation)]);
+    for (name, key) in
+        [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)]
+    {
         stage_keys.insert(name.to_string(), key);
     }
     Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, notes, stage_keys })
@@ -264,10 +267,8 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     };
     write(&dir.join(LOCK_FILE), &manifest::to_json_bytes(&lock))?;
 
-    let rows_of: BTreeMap<String, u64> = splits
-        .iter()
-        .flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows)))
-        .collect();
+    let rows_of: BTreeMap<String, u64> =
+        splits.iter().flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows))).collect();
     let files = manifest::collect_files(&dir, &|p| rows_of.get(p).copied()).map_err(io_err(&dir))?;
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),

@@ -48,10 +48,8 @@ pub fn plan(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Plan, BuildErr
         }
     };
     let order = ["ingest", "select", "infer", "signal", "shard", "card"];
-    let stages = order
-        .iter()
-        .map(|s| PlanStage { stage: s.to_string(), key: prepared.stage_keys[*s].clone(), status: status(s) })
-        .collect();
+    let stages =
+        order.iter().map(|s| PlanStage { stage: s.to_string(), key: prepared.stage_keys[*s].clone(), status: status(s) }).collect();
     Ok(Plan {
         release_id: spec.release.id.clone(),
         spec: spec.path.clone(),

@@ -29,7 +29,9 @@ impl<'a> RecordTable<'a> {
         let device_question_ids = device_idx.iter().map(|&i| questions[i].id.clone()).collect();
         let device_logits = scores
             .iter()
-            .map(|s| (device_idx.iter().map(|&i| s.scores[i].logit_yes).collect(), device_idx.iter().map(|&i| s.scores[i].logit_no).collect()))
+            .map(|s| {
+                (device_idx.iter().map(|&i| s.scores[i].logit_yes).collect(), device_idx.iter().map(|&i| s.scores[i].logit_no).collect())
+            })
             .collect();
         RecordTable { selection, signal, scores, label_questions, label_question_ids, device_question_ids, device_logits }
     }

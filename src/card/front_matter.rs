@@ -91,10 +91,8 @@ impl FrontMatter {
         let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
         // The pair table is the default config; the image table (error traces) is `images`.
-        let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] = [
-            ("default", "data", &PAIR_COLUMNS, |s| &s.pairs),
-            ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images),
-        ];
+        let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] =
+            [("default", "data", &PAIR_COLUMNS, |s| &s.pairs), ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images)];
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,
@@ -146,11 +144,7 @@ impl FrontMatter {
                  Requests are reviewed by O5I."
                     .to_string()
             }),
-            extra_gated_fields: gated.then(|| GatedFields {
-                company: "text".into(),
-                country: "country".into(),
-                accept: "checkbox".into(),
-            }),
+            extra_gated_fields: gated.then(|| GatedFields { company: "text".into(), country: "country".into(), accept: "checkbox".into() }),
         }
     }
 

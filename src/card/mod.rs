@@ -76,10 +76,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(true);
-    let template_err = |name: &str, e: minijinja::Error| CardError::Template {
-        path: dir.join(name),
-        message: format!("{e:#}"),
-    };
+    let template_err = |name: &str, e: minijinja::Error| CardError::Template { path: dir.join(name), message: format!("{e:#}") };
     let license_name = format!("licenses/{}.md", input.spec.release.tier.name());
     let license = env
         .get_template(&license_name)
@@ -90,7 +87,9 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
         .card
         .extra_sections
         .iter()
-        .map(|name| env.get_template(name).and_then(|t| t.render(minijinja::context! { spec => input.spec })).map_err(|e| template_err(name, e)))
+        .map(|name| {
+            env.get_template(name).and_then(|t| t.render(minijinja::context! { spec => input.spec })).map_err(|e| template_err(name, e))
+        })
         .collect::<Result<_, _>>()?;
     let front = FrontMatter::new(input).to_yaml().map_err(CardError::FrontMatter)?;
     let describe = |columns: &[crate::shard::schema::ColumnDoc]| -> Vec<minijinja::Value> {

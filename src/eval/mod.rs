@@ -98,7 +98,12 @@ pub struct AfterCalibration {
 }
 
 /// Fits a per-label calibration of the release's `confidence` on the gold labels.
-pub fn fit_calibration(dir: &Path, gold_path: &Path, gold: &GoldLabels, method: calibration::Method) -> Result<calibration::Calibration, String> {
+pub fn fit_calibration(
+    dir: &Path,
+    gold_path: &Path,
+    gold: &GoldLabels,
+    method: calibration::Method,
+) -> Result<calibration::Calibration, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (_, rows) = read_release_rows(dir)?;
     let judged = join(&rows, gold);
@@ -180,7 +185,10 @@ pub fn evaluate_rows(
         let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| keep(j.row)).collect();
         if !subset.is_empty() {
             let (c, t) = columns(&subset, |j| j.row.confidence);
-            strata.insert(name.to_string(), StratumMetrics { n: subset.len(), auroc: auroc(&c, &t), mislabel: mislabel_metrics(&subset, options) });
+            strata.insert(
+                name.to_string(),
+                StratumMetrics { n: subset.len(), auroc: auroc(&c, &t), mislabel: mislabel_metrics(&subset, options) },
+            );
         }
     }
     Ok(EvalReport {
@@ -211,9 +219,7 @@ pub fn evaluate_rows(
 
 /// The release rows that have a gold judgement, with it.
 fn join<'a>(rows: &'a [ReleaseRow], gold: &GoldLabels) -> Vec<Judged<'a>> {
-    rows.iter()
-        .filter_map(|row| gold.get(&(row.image_index.clone(), row.label.clone())).map(|&g| Judged { row, gold: g }))
-        .collect()
+    rows.iter().filter_map(|row| gold.get(&(row.image_index.clone(), row.label.clone())).map(|&g| Judged { row, gold: g })).collect()
 }
 
 fn columns(judged: &[&Judged<'_>], score: impl Fn(&Judged<'_>) -> f64) -> (Vec<f64>, Vec<bool>) {

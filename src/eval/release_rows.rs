@@ -24,7 +24,12 @@ pub struct ReleaseRow {
 pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let pairs = |split: &str| -> Vec<String> {
-        manifest.files.iter().map(|f| f.path.clone()).filter(|p| p.starts_with(&format!("data/{split}-")) && p.ends_with(".parquet")).collect()
+        manifest
+            .files
+            .iter()
+            .map(|f| f.path.clone())
+            .filter(|p| p.starts_with(&format!("data/{split}-")) && p.ends_with(".parquet"))
+            .collect()
     };
     let (split, files) = match pairs("full") {
         f if !f.is_empty() => ("full", f),

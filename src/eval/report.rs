@@ -21,14 +21,24 @@ pub fn to_markdown(r: &EvalReport) -> String {
     for (label, m) in &r.per_label {
         md.push_str(&format!(
             "| {label} | {} | {:.3} | {}{} | {}{} | {} | {} |\n",
-            m.n, m.prevalence, num(m.auroc), ci(m.auroc_ci95), num(m.auprc), ci(m.auprc_ci95), num(m.brier), num(m.ece)
+            m.n,
+            m.prevalence,
+            num(m.auroc),
+            ci(m.auroc_ci95),
+            num(m.auprc),
+            ci(m.auprc_ci95),
+            num(m.brier),
+            num(m.ece)
         ));
     }
     let d = &r.mislabel_detection;
     md.push_str(&format!(
         "\n**Mislabel detection** (NIH label contradicted by the gold, ranked by 1 - agreement): {} of {} rows mislabeled, \
          AP {}{}.\n\n| K | precision@K | Lift@K |\n|---:|---:|---:|\n",
-        d.mislabeled, d.n, num(d.ap), ci(d.ap_ci95)
+        d.mislabeled,
+        d.n,
+        num(d.ap),
+        ci(d.ap_ci95)
     ));
     for (k, p, l) in &d.at_k {
         md.push_str(&format!("| {k} | {} | {} |\n", num(*p), num(*l)));

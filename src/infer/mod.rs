@@ -89,9 +89,8 @@ pub trait Scorer: Sync {
 pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
-        Backend::Qwen2vl => Err(InferError::Scorer {
-            backend: "qwen2vl".into(),
-            message: "the native Qwen2-VL engine is not part of this build".into(),
-        }),
+        Backend::Qwen2vl => {
+            Err(InferError::Scorer { backend: "qwen2vl".into(), message: "the native Qwen2-VL engine is not part of this build".into() })
+        }
     }
 }

@@ -74,10 +74,7 @@ pub fn run(
     let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
     let todo = images.iter().filter(|j| in_shard(&j.name)).count() as u64;
     let bar = if options.progress { ProgressBar::new(todo) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("scoring {bar:30} {pos}/{len} images  {per_sec}  eta {eta}")
-            .expect("static template"),
-    );
+    bar.set_style(ProgressStyle::with_template("scoring {bar:30} {pos}/{len} images  {per_sec}  eta {eta}").expect("static template"));
 
     let score_one = |job: &ImageJob| -> Result<Outcome, InferError> {
         if !in_shard(&job.name) {
@@ -153,7 +150,8 @@ mod tests {
 /// An image's bytes and its cache key.
 fn read_keyed(job: &ImageJob, scorer_hash: &str, prompt_set_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
     let bytes = std::fs::read(&job.path).map_err(|e| InferError::Image { path: job.path.clone(), message: format!("cannot read: {e}") })?;
-    let key = CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
+    let key =
+        CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
     Ok((bytes, key))
 }
 

@@ -23,7 +23,9 @@ impl std::fmt::Display for FileProblem {
             FileProblem::Missing { path } => write!(f, "missing: {path}"),
             FileProblem::Extra { path } => write!(f, "extra (not in the manifest): {path}"),
             FileProblem::Size { path, expected, actual } => write!(f, "changed: {path} has {actual} bytes, the manifest says {expected}"),
-            FileProblem::Digest { path, expected, actual } => write!(f, "changed: {path} has sha256 {actual}, the manifest says {expected}"),
+            FileProblem::Digest { path, expected, actual } => {
+                write!(f, "changed: {path} has sha256 {actual}, the manifest says {expected}")
+            }
         }
     }
 }
@@ -43,11 +45,8 @@ impl VerifyReport {
 
 pub fn verify(dir: &Path) -> Result<VerifyReport, String> {
     let manifest = Manifest::read(dir)?;
-    let on_disk: BTreeSet<String> = list_files(dir)
-        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
-        .into_iter()
-        .filter(|p| p != MANIFEST_FILE)
-        .collect();
+    let on_disk: BTreeSet<String> =
+        list_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?.into_iter().filter(|p| p != MANIFEST_FILE).collect();
     let mut problems = Vec::new();
     for file in &manifest.files {
         if !on_disk.contains(&file.path) {

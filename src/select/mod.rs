@@ -61,7 +61,8 @@ pub fn select(table: &NihTable, spec: &SelectionSpec, allow_cap: bool) -> Result
     let views = table.str_column("view_position")?;
     let patients = table.u32_column("patient_id")?;
     let masks = table.label_masks()?;
-    let splits: Vec<Option<&str>> = table.frame.column("split").map_err(SourceError::from)?.str().map_err(SourceError::from)?.iter().collect();
+    let splits: Vec<Option<&str>> =
+        table.frame.column("split").map_err(SourceError::from)?.str().map_err(SourceError::from)?.iter().collect();
 
     let seed = spec.seed.to_string();
     let mut candidates: Vec<usize> = (0..names.len()).filter(|&i| spec.views.iter().any(|v| v == views[i])).collect();

@@ -53,7 +53,9 @@ pub fn sample(selection: &Selection, signal: &Signal, spec: &TrialSpec, seed: u6
             let mut pool: Vec<usize> = (0..selection.rows.len()).filter(|&i| signals[i].trust_class == *class).collect();
             pool.sort_by(|&a, &b| {
                 let margin = |i: usize| (signals[i].confidence - 0.5).abs();
-                margin(a).total_cmp(&margin(b)).then_with(|| tie(selection, &selection.rows[a], &seed).cmp(&tie(selection, &selection.rows[b], &seed)))
+                margin(a)
+                    .total_cmp(&margin(b))
+                    .then_with(|| tie(selection, &selection.rows[a], &seed).cmp(&tie(selection, &selection.rows[b], &seed)))
             });
             round_robin(pool, cell)
         })

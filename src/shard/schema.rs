@@ -71,7 +71,11 @@ const fn column(name: &'static str, kind: ColumnType, description: &'static str)
 }
 
 // The key columns both tables start with.
-const IMAGE_INDEX: ColumnDoc = column("image_index", ColumnType::Utf8, "NIH image file name (e.g. `00000013_005.png`): the key to join with the NIH images and metadata, and between the two tables.");
+const IMAGE_INDEX: ColumnDoc = column(
+    "image_index",
+    ColumnType::Utf8,
+    "NIH image file name (e.g. `00000013_005.png`): the key to join with the NIH images and metadata, and between the two tables.",
+);
 const PATIENT_ID: ColumnDoc = column("patient_id", ColumnType::UInt32, "NIH patient id.");
 const VIEW_POSITION: ColumnDoc = column("view_position", ColumnType::Utf8, "`PA` or `AP`, from the NIH metadata.");
 const OFFICIAL_SPLIT: ColumnDoc = ColumnDoc {
@@ -107,18 +111,38 @@ pub const IMAGE_COLUMNS: [ColumnDoc; 18] = [
     OFFICIAL_SPLIT,
     column("nih_findings", ColumnType::ListUtf8, "The findings NIH asserts (the reference list; `No Finding` is an empty list)."),
     column("model_findings", ColumnType::ListUtf8, "The findings whose `confidence` reaches the presence threshold (the candidate list)."),
-    column("support_devices", ColumnType::ListUtf8, "Support devices the model sees in the image: a device whose questions' mean p_yes reaches the threshold."),
-    column("device_question_ids", ColumnType::ListUtf8, "Ids of the support-device questions (`device#k`, k-th paraphrase of the prompt set)."),
+    column(
+        "support_devices",
+        ColumnType::ListUtf8,
+        "Support devices the model sees in the image: a device whose questions' mean p_yes reaches the threshold.",
+    ),
+    column(
+        "device_question_ids",
+        ColumnType::ListUtf8,
+        "Ids of the support-device questions (`device#k`, k-th paraphrase of the prompt set).",
+    ),
     column("device_logit_yes", ColumnType::ListFloat32, "Raw \"Yes\" logits of the device questions, aligned with `device_question_ids`."),
     column("device_logit_no", ColumnType::ListFloat32, "Raw \"No\" logits of the device questions."),
     column("error_score", ColumnType::Float64, "exp(-K / tau): 1.0 when the model and NIH agree on every finding."),
     column("k_total", ColumnType::UInt32, "K: the number of error tuples (at most 24)."),
-    column("error_category", ColumnType::ListInt32, "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out)."),
+    column(
+        "error_category",
+        ColumnType::ListInt32,
+        "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out).",
+    ),
     column("error_anatomy", ColumnType::ListInt32, "Per tuple: anatomy region, 0-8 (see the anatomy table)."),
-    column("error_concept", ColumnType::ListInt32, "Per tuple: the finding, as its position in the 15-label vocabulary (0 = Atelectasis ... 13 = Hernia)."),
+    column(
+        "error_concept",
+        ColumnType::ListInt32,
+        "Per tuple: the finding, as its position in the 15-label vocabulary (0 = Atelectasis ... 13 = Hernia).",
+    ),
     column("error_nih_item", ColumnType::ListInt32, "Per tuple: position of the finding in `nih_findings`, or -1."),
     column("error_model_item", ColumnType::ListInt32, "Per tuple: position of the finding in `model_findings`, or -1."),
-    column("per_category", ColumnType::ListInt32, "Tuple counts per category 1-5 (false prediction, omission, location, severity, comparison)."),
+    column(
+        "per_category",
+        ColumnType::ListInt32,
+        "Tuple counts per category 1-5 (false prediction, omission, location, severity, comparison).",
+    ),
 ];
 
 fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {

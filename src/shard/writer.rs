@@ -46,9 +46,9 @@ pub fn shard_name(folder: &str, split: &str, index: usize, count: usize) -> Stri
 
 fn properties(output: &OutputSpec, meta: &ShardMeta) -> WriterProperties {
     let compression = match output.compression {
-        Compression::Zstd => PqCompression::ZSTD(
-            ZstdLevel::try_new(output.compression_level.unwrap_or(3)).expect("level validated by the spec"),
-        ),
+        Compression::Zstd => {
+            PqCompression::ZSTD(ZstdLevel::try_new(output.compression_level.unwrap_or(3)).expect("level validated by the spec"))
+        }
         Compression::Snappy => PqCompression::SNAPPY,
         Compression::None => PqCompression::UNCOMPRESSED,
     };
@@ -115,4 +115,3 @@ fn write_file<R>(path: &Path, table: &TableLayout<R>, records: &[R], batch_rows:
     writer.close().map_err(|e| err(e.to_string()))?;
     Ok(())
 }
-

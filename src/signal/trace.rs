@@ -34,8 +34,7 @@ pub const MAX_TUPLES: usize = 24;
 /// The region each NIH finding belongs to.
 pub fn anatomy_of(label: &str) -> u8 {
     match label {
-        "Atelectasis" | "Infiltration" | "Mass" | "Nodule" | "Pneumonia" | "Consolidation" | "Edema"
-        | "Emphysema" | "Fibrosis" => 0,
+        "Atelectasis" | "Infiltration" | "Mass" | "Nodule" | "Pneumonia" | "Consolidation" | "Edema" | "Emphysema" | "Fibrosis" => 0,
         "Effusion" | "Pneumothorax" | "Pleural_Thickening" => 1,
         "Cardiomegaly" => 3,
         // NIH's hernias are hiatal: stomach above the diaphragm.
@@ -86,12 +85,24 @@ pub fn trace(nih: u16, confidence: &[f64], threshold: f64, tau: f64) -> ErrorTra
     let mut tuples = Vec::new();
     for &i in &nih_list {
         if !model_list.contains(&i) {
-            tuples.push(ErrorTuple { category: FALSE_PREDICTION, anatomy: anatomy_of(LABELS[i]), concept: i as u8, nih_item: position(&nih_list, i), model_item: -1 });
+            tuples.push(ErrorTuple {
+                category: FALSE_PREDICTION,
+                anatomy: anatomy_of(LABELS[i]),
+                concept: i as u8,
+                nih_item: position(&nih_list, i),
+                model_item: -1,
+            });
         }
     }
     for &i in &model_list {
         if !nih_list.contains(&i) {
-            tuples.push(ErrorTuple { category: OMISSION, anatomy: anatomy_of(LABELS[i]), concept: i as u8, nih_item: -1, model_item: position(&model_list, i) });
+            tuples.push(ErrorTuple {
+                category: OMISSION,
+                anatomy: anatomy_of(LABELS[i]),
+                concept: i as u8,
+                nih_item: -1,
+                model_item: position(&model_list, i),
+            });
         }
     }
     let errors_found = tuples.len();
@@ -235,7 +246,9 @@ mod tests {
 
     #[test]
     fn the_cap_keeps_24_tuples_and_the_score_follows_it() {
-        let many: Vec<ErrorTuple> = (0..30).map(|i| ErrorTuple { category: 1 + (i % 2) as u8, anatomy: (i % 9) as u8, concept: 0, nih_item: -1, model_item: -1 }).collect();
+        let many: Vec<ErrorTuple> = (0..30)
+            .map(|i| ErrorTuple { category: 1 + (i % 2) as u8, anatomy: (i % 9) as u8, concept: 0, nih_item: -1, model_item: -1 })
+            .collect();
         let mut kept = many.clone();
         kept.truncate(MAX_TUPLES);
         let t = ErrorTrace::from_tuples(vec![], vec![], kept, many.len(), 3.0);

@@ -35,7 +35,11 @@ pub fn read(path: &Path, known_images: &HashSet<&str>) -> Result<Vec<BoundingBox
             return Err(row.error(format!("unknown finding label {:?}", row.field(1))));
         }
         let num = |i: usize| -> Result<f64, SourceError> {
-            row.field(i).parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| row.error(format!("box value {:?} is not a number", row.field(i))))
+            row.field(i)
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| row.error(format!("box value {:?} is not a number", row.field(i))))
         };
         boxes.push(BoundingBox { image_index, label: label.to_string(), x: num(2)?, y: num(3)?, w: num(4)?, h: num(5)? });
     }

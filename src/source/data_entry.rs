@@ -61,7 +61,11 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
         };
         let float = |i: usize, name: &str| -> Result<f64, SourceError> {
             let v = field(i).parse::<f64>().map_err(|_| bad(format!("{name} {:?} is not a number", field(i))))?;
-            if v.is_finite() && v > 0.0 { Ok(v) } else { Err(bad(format!("{name} {v} must be positive"))) }
+            if v.is_finite() && v > 0.0 {
+                Ok(v)
+            } else {
+                Err(bad(format!("{name} {v} must be positive")))
+            }
         };
         let age_years = parse_age(field(4)).ok_or_else(|| bad(format!("patient age {:?} is not like 58 or 058Y", field(4))))?;
         let sex = field(5).to_string();
@@ -92,11 +96,7 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
 
 fn is_image_index(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() == 16
-        && b[..8].iter().all(u8::is_ascii_digit)
-        && b[8] == b'_'
-        && b[9..12].iter().all(u8::is_ascii_digit)
-        && &s[12..] == ".png"
+    b.len() == 16 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'_' && b[9..12].iter().all(u8::is_ascii_digit) && &s[12..] == ".png"
 }
 
 /// `Effusion|Mass` -> bitmask over [`LABELS`]; "No Finding" must stand alone.
@@ -107,8 +107,7 @@ pub fn parse_labels(s: &str) -> Result<u16, String> {
     let mut mask = 0u16;
     for part in s.split('|') {
         let part = part.trim();
-        let i = label_index(part)
-            .ok_or_else(|| format!("unknown finding label {part:?}: expected one of {}", LABELS.join(", ")))?;
+        let i = label_index(part).ok_or_else(|| format!("unknown finding label {part:?}: expected one of {}", LABELS.join(", ")))?;
         if mask & (1 << i) != 0 {
             return Err(format!("finding label {part:?} is repeated"));
         }

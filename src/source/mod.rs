@@ -85,8 +85,19 @@ impl SourceFiles {
 impl NihTable {
     /// Columns besides one boolean column per label (named as in [`LABELS`]).
     pub const COLUMNS: [&'static str; 13] = [
-        "image_index", "finding_labels", "follow_up", "patient_id", "age_years", "sex", "view_position",
-        "width", "height", "spacing_x", "spacing_y", "split", "n_boxes",
+        "image_index",
+        "finding_labels",
+        "follow_up",
+        "patient_id",
+        "age_years",
+        "sex",
+        "view_position",
+        "width",
+        "height",
+        "spacing_x",
+        "spacing_y",
+        "split",
+        "n_boxes",
     ];
 
     pub fn images(&self) -> usize {
@@ -155,11 +166,7 @@ fn read_files(files: &SourceFiles, inputs: BTreeMap<String, InputFile>) -> Resul
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
         if let Some(&first) = index.get(row.image_index.as_str()) {
-            return Err(SourceError::Duplicate {
-                path: files.data_entry.clone(),
-                image: row.image_index.clone(),
-                first: rows[first].line,
-            });
+            return Err(SourceError::Duplicate { path: files.data_entry.clone(), image: row.image_index.clone(), first: rows[first].line });
         }
         index.insert(&row.image_index, i);
     }
@@ -178,17 +185,13 @@ fn read_files(files: &SourceFiles, inputs: BTreeMap<String, InputFile>) -> Resul
     for b in &boxes {
         n_boxes[index[b.image_index.as_str()]] += 1;
     }
-    let split: Vec<Option<&str>> = (0..rows.len())
-        .map(|i| split_of.as_ref().and_then(|s| s.get(&i)).map(|s| s.name()))
-        .collect();
+    let split: Vec<Option<&str>> = (0..rows.len()).map(|i| split_of.as_ref().and_then(|s| s.get(&i)).map(|s| s.name())).collect();
     let frame = build_frame(&rows, &n_boxes, split)?;
     Ok(NihTable { frame, boxes, has_splits: split_of.is_some(), inputs })
 }
 
 fn build_frame(rows: &[DataEntryRow], n_boxes: &[u32], split: Vec<Option<&str>>) -> Result<DataFrame, PolarsError> {
-    let col_str = |name: &str, f: &dyn Fn(&DataEntryRow) -> &str| {
-        Column::new(name.into(), rows.iter().map(f).collect::<Vec<&str>>())
-    };
+    let col_str = |name: &str, f: &dyn Fn(&DataEntryRow) -> &str| Column::new(name.into(), rows.iter().map(f).collect::<Vec<&str>>());
     let col_u32 = |name: &str, f: &dyn Fn(&DataEntryRow) -> u32| Column::new(name.into(), rows.iter().map(f).collect::<Vec<u32>>());
     let col_f64 = |name: &str, f: &dyn Fn(&DataEntryRow) -> f64| Column::new(name.into(), rows.iter().map(f).collect::<Vec<f64>>());
     let finding_labels: Vec<String> = rows

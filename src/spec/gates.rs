@@ -28,7 +28,11 @@ pub fn check_static(spec: &ReleaseSpec) -> Result<(), SpecError> {
     let license = spec.model.weight_license.as_str();
     let Some(commercial_ok) = license_allows_commercial(license) else {
         let known: Vec<&str> = WEIGHT_LICENSES.iter().map(|(n, _)| *n).collect();
-        return Err(gate(spec, "weight-license", format!("unknown model.weight_license {license:?}: known licenses are {}", known.join(", "))));
+        return Err(gate(
+            spec,
+            "weight-license",
+            format!("unknown model.weight_license {license:?}: known licenses are {}", known.join(", ")),
+        ));
     };
     if license == "none" && spec.model.backend != Backend::Fixture {
         return Err(gate(spec, "weight-license", "model.weight_license `none` is only valid for the fixture backend".into()));

@@ -17,9 +17,7 @@ mod types;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use layer::{
-    Addition, Backend, Compression, DevicePolicy, Dtype, RowPolicy, Split, Status, Tier, Visibility,
-};
+pub use layer::{Addition, Backend, Compression, DevicePolicy, Dtype, RowPolicy, Split, Status, Tier, Visibility};
 pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.
@@ -72,10 +70,7 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
         let path = path.canonicalize().map_err(|source| SpecError::Read { path: path.clone(), source })?;
         if chain.iter().any(|l| l.path == path) {
             let names: Vec<String> = chain.iter().map(|l| l.path.display().to_string()).collect();
-            return Err(SpecError::ExtendsCycle {
-                path: path.clone(),
-                chain: format!("{} -> {}", names.join(" -> "), path.display()),
-            });
+            return Err(SpecError::ExtendsCycle { path: path.clone(), chain: format!("{} -> {}", names.join(" -> "), path.display()) });
         }
         let text = std::fs::read_to_string(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?;
         let layer = parse_layer(&path, &text)?;

@@ -32,10 +32,9 @@ impl Resolver<'_> {
     }
     fn expand(&self, key: &str, value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, SpecError> {
         expand(value, env).map_err(|e| match e {
-            ExpandError::Unset(var) => self.invalid(
-                key,
-                format!("environment variable {var} is not set (write ${{{var}:-default}} to give a default)"),
-            ),
+            ExpandError::Unset(var) => {
+                self.invalid(key, format!("environment variable {var} is not set (write ${{{var}:-default}} to give a default)"))
+            }
             ExpandError::Malformed(v) => {
                 self.invalid(key, format!("malformed `${{...}}` in {v:?}: expected ${{NAME}} or ${{NAME:-default}}"))
             }
@@ -60,9 +59,7 @@ impl Resolver<'_> {
 }
 
 fn is_slug(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') && !s.starts_with('-')
 }
 
 fn is_date(s: &str) -> bool {
@@ -172,17 +169,8 @@ fn resolve_source(r: &Resolver<'_>, layer: Option<SourceLayer>, env: &dyn Fn(&st
             expected_sha256.entry(name).or_insert(digest);
         }
     }
-    let source = SourceSpec {
-        root,
-        root_as_written,
-        data_entry,
-        bbox,
-        train_val_list,
-        test_list,
-        images,
-        expected_sha256,
-        embedded_sample,
-    };
+    let source =
+        SourceSpec { root, root_as_written, data_entry, bbox, train_val_list, test_list, images, expected_sha256, embedded_sample };
     Ok(source)
 }
 
@@ -263,10 +251,9 @@ fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<Prom
     let support_devices = p.support_devices.unwrap_or_default();
     for (device, questions) in &support_devices {
         if !SUPPORT_DEVICES.contains(&device.as_str()) {
-            return Err(r.invalid(
-                "prompts.support_devices",
-                format!("unknown device {device:?}: expected one of {}", SUPPORT_DEVICES.join(", ")),
-            ));
+            return Err(
+                r.invalid("prompts.support_devices", format!("unknown device {device:?}: expected one of {}", SUPPORT_DEVICES.join(", ")))
+            );
         }
         if questions.is_empty() {
             return Err(r.invalid("prompts.support_devices", format!("{device}: needs at least one question")));
@@ -293,9 +280,7 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
             Some(file) => Some(read_calibration(r, file)?),
         },
     };
-    if !(signal.trusted_min_agreement > signal.review_min_agreement
-        && signal.review_min_agreement > signal.suspect_min_agreement)
-    {
+    if !(signal.trusted_min_agreement > signal.review_min_agreement && signal.review_min_agreement > signal.suspect_min_agreement) {
         return Err(r.invalid(
             "signal.trusted_min_agreement",
             "thresholds must satisfy trusted_min_agreement > review_min_agreement > suspect_min_agreement",
@@ -388,10 +373,13 @@ fn read_calibration(r: &Resolver<'_>, file: &str) -> Result<CalibrationRef, Spec
     let key = "signal.calibration";
     let path = r.base_dir(key).join(file);
     let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read calibration file {}: {e}", path.display())))?;
-    let table: crate::signal::calibration::Calibration = serde_json::from_slice(&bytes)
-        .map_err(|e| r.invalid(key, format!("{} is not a calibration file: {e}", path.display())))?;
+    let table: crate::signal::calibration::Calibration =
+        serde_json::from_slice(&bytes).map_err(|e| r.invalid(key, format!("{} is not a calibration file: {e}", path.display())))?;
     if table.format != crate::signal::calibration::CALIBRATION_FORMAT {
-        return Err(r.invalid(key, format!("{}: format {:?}, expected {:?}", path.display(), table.format, crate::signal::calibration::CALIBRATION_FORMAT)));
+        return Err(r.invalid(
+            key,
+            format!("{}: format {:?}, expected {:?}", path.display(), table.format, crate::signal::calibration::CALIBRATION_FORMAT),
+        ));
     }
     if let Some(bad) = table.labels.keys().find(|l| !LABELS.contains(&l.as_str())) {
         return Err(r.invalid(key, format!("{}: unknown label {bad:?}", path.display())));

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::layer::{ReleaseLayer, Status, Merge};
+use super::layer::{Merge, ReleaseLayer, Status};
 use super::{load_chain, SpecError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -20,10 +20,8 @@ pub struct SeriesEntry {
 /// Every `*.yaml` directly in `dir` that has a complete release section, ordered by date.
 pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
     let entries = std::fs::read_dir(dir).map_err(|source| SpecError::Read { path: dir.to_path_buf(), source })?;
-    let mut paths: Vec<_> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+    let mut paths: Vec<_> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
     paths.sort();
     let mut out = Vec::new();
     for path in paths {

@@ -215,4 +215,3 @@ impl PublishSpec {
         self.tag.replace("{id}", &release.id).replace("{version}", &release.version)
     }
 }
-

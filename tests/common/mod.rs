@@ -48,16 +48,7 @@ impl Scratch {
 
 /// `build SPEC --out OUT --cache-dir CACHE --no-progress` plus extra args.
 pub fn build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
-    bin()
-        .arg("build")
-        .arg(spec)
-        .arg("--out")
-        .arg(out)
-        .arg("--cache-dir")
-        .arg(cache)
-        .arg("--no-progress")
-        .args(extra)
-        .assert()
+    bin().arg("build").arg(spec).arg("--out").arg(out).arg("--cache-dir").arg(cache).arg("--no-progress").args(extra).assert()
 }
 
 /// Every file under `dir`, recursively.
