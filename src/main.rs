@@ -42,14 +42,35 @@ enum Command {
 struct CalibrateArgs {
     /// The release directory.
     dir: PathBuf,
-    /// Gold labels: a CSV with header image_index,label,value (value 0 or 1).
+    /// Gold labels (see `eval --help` for the formats).
     #[arg(long)]
     gold: PathBuf,
+    #[arg(long, value_enum, default_value_t = GoldFormatArg::Generic)]
+    format: GoldFormatArg,
     #[arg(long, value_enum, default_value_t = CalibrationMethod::Platt)]
     method: CalibrationMethod,
     /// Where to write the calibration JSON (name it in a spec as signal.calibration).
     #[arg(long)]
     out: PathBuf,
+}
+
+/// Gold file formats.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GoldFormatArg {
+    /// A CSV with header image_index,label,value (value 0 or 1), NIH label names.
+    Generic,
+    /// Google's expert relabels of NIH images: the four-findings adjudicated labels, or the
+    /// all-findings labels (one row per image, or per reader with a majority vote).
+    GoogleNih,
+}
+
+impl From<GoldFormatArg> for bpals_release::eval::GoldFormat {
+    fn from(f: GoldFormatArg) -> Self {
+        match f {
+            GoldFormatArg::Generic => Self::Generic,
+            GoldFormatArg::GoogleNih => Self::GoogleNih,
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -62,9 +83,11 @@ enum CalibrationMethod {
 struct EvalArgs {
     /// The release directory.
     dir: PathBuf,
-    /// Gold labels: a CSV with header image_index,label,value (value 0 or 1).
+    /// Expert gold labels, in the format given by --format.
     #[arg(long)]
     gold: PathBuf,
+    #[arg(long, value_enum, default_value_t = GoldFormatArg::Generic)]
+    format: GoldFormatArg,
     /// Bootstrap resamples for the 95% intervals.
     #[arg(long, default_value_t = 1000)]
     bootstrap: usize,
@@ -280,7 +303,7 @@ fn run_source(args: SourceArgs) -> Result<ExitCode> {
 }
 
 fn run_eval(args: EvalArgs) -> Result<ExitCode> {
-    let gold = bpals_release::eval::read_generic(&args.gold)?;
+    let gold = bpals_release::eval::gold::read(&args.gold, args.format.into())?;
     let options = bpals_release::eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
     let calibration = match &args.calibration {
         Some(path) => {
@@ -299,7 +322,7 @@ fn run_eval(args: EvalArgs) -> Result<ExitCode> {
 
 fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     use bpals_release::signal::calibration::Method;
-    let gold = bpals_release::eval::read_generic(&args.gold)?;
+    let gold = bpals_release::eval::gold::read(&args.gold, args.format.into())?;
     let method = match args.method {
         CalibrationMethod::Platt => Method::Platt,
         CalibrationMethod::Temperature => Method::Temperature,

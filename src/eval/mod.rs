@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use gold::{read_generic, GoldError, GoldLabels};
+pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
 pub use release_rows::{read as read_release_rows, ReleaseRow};
 pub use report::to_markdown;
 
@@ -70,6 +70,8 @@ pub struct EvalReport {
     pub release_id: String,
     pub split: String,
     pub gold_file: String,
+    /// The gold's format and variant, how its labels map onto NIH's, and what was left out.
+    pub gold: GoldSet,
     pub gold_judgements: usize,
     /// Gold judgements with a matching release row.
     pub matched: usize,
@@ -98,15 +100,17 @@ pub struct AfterCalibration {
 }
 
 /// Fits a per-label calibration of the release's `confidence` on the gold labels.
+/// Only NIH labels get a calibration: a composite gold label has no shipped confidence to apply
+/// it to.
 pub fn fit_calibration(
     dir: &Path,
     gold_path: &Path,
-    gold: &GoldLabels,
+    gold: &GoldSet,
     method: calibration::Method,
 ) -> Result<calibration::Calibration, String> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (_, rows) = read_release_rows(dir)?;
-    let judged = join(&rows, gold);
+    let judged = join(&rows, &gold.labels);
     let mut labels = BTreeMap::new();
     for label in crate::labels::LABELS {
         let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.label == label).collect();
@@ -138,7 +142,7 @@ struct Judged<'a> {
 pub fn evaluate(
     dir: &Path,
     gold_path: &Path,
-    gold: &GoldLabels,
+    gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
 ) -> Result<EvalReport, String> {
@@ -156,17 +160,20 @@ pub fn evaluate_rows(
     split: &str,
     rows: &[ReleaseRow],
     gold_file: &str,
-    gold: &GoldLabels,
+    gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
 ) -> Result<EvalReport, String> {
-    let judged = join(rows, gold);
+    let composite_rows = composites(rows, gold);
+    let mut judged = join(rows, &gold.labels);
+    judged.extend(join(&composite_rows, &gold.labels));
     if judged.is_empty() {
         return Err("no gold judgement matches a row of the release".into());
     }
 
     let mut per_label = BTreeMap::new();
-    for label in crate::labels::LABELS {
+    for mapping in &gold.mapping {
+        let label = mapping.eval_label();
         let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.label == label).collect();
         if !subset.is_empty() {
             per_label.insert(label.to_string(), label_metrics(&subset, options));
@@ -195,7 +202,8 @@ pub fn evaluate_rows(
         release_id: release_id.to_string(),
         split: split.to_string(),
         gold_file: gold_file.to_string(),
-        gold_judgements: gold.len(),
+        gold: gold.clone(),
+        gold_judgements: gold.labels.len(),
         matched: judged.len(),
         options: options.clone(),
         per_label,
@@ -215,6 +223,37 @@ pub fn evaluate_rows(
         },
         strata,
     })
+}
+
+/// One derived row per image and composite gold label, when the release holds a row for every
+/// member label of that image: NIH asserts the composite when it asserts any member, and the
+/// confidence is the highest member confidence (a lower bound on P(any member present)).
+fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
+    let mut by_image: BTreeMap<&str, Vec<&ReleaseRow>> = BTreeMap::new();
+    for row in rows {
+        by_image.entry(&row.image_index).or_default().push(row);
+    }
+    let mut derived = Vec::new();
+    for mapping in gold.composites() {
+        for (image, image_rows) in &by_image {
+            let members: Vec<&ReleaseRow> = mapping.nih.iter().filter_map(|l| image_rows.iter().find(|r| &r.label == l).copied()).collect();
+            if members.len() != mapping.nih.len() {
+                continue;
+            }
+            let nih_label = members.iter().any(|r| r.nih_label);
+            let confidence = members.iter().map(|r| r.confidence).fold(f64::MIN, f64::max);
+            derived.push(ReleaseRow {
+                image_index: image.to_string(),
+                label: mapping.gold.clone(),
+                nih_label,
+                confidence,
+                agreement: if nih_label { confidence } else { 1.0 - confidence },
+                view_position: members[0].view_position.clone(),
+                devices_present: members[0].devices_present,
+            });
+        }
+    }
+    derived
 }
 
 /// The release rows that have a gold judgement, with it.

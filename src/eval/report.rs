@@ -17,6 +17,7 @@ pub fn to_markdown(r: &EvalReport) -> String {
          Intervals are 95% percentile bootstraps ({} resamples, seed {}); ECE uses {} equal-width bins.\n\n",
         r.gold_file, r.gold_judgements, r.matched, r.split, r.release_id, r.options.bootstrap_resamples, r.options.seed, r.options.ece_bins
     ));
+    md.push_str(&label_mapping(r));
     md.push_str("| label | n | prevalence | AUROC [95% CI] | AUPRC [95% CI] | Brier | ECE |\n|---|---:|---:|---|---|---:|---:|\n");
     for (label, m) in &r.per_label {
         md.push_str(&format!(
@@ -59,5 +60,32 @@ pub fn to_markdown(r: &EvalReport) -> String {
     for (name, s) in &r.strata {
         md.push_str(&format!("| {name} | {} | {} | {} |\n", s.n, num(s.auroc), num(s.mislabel.ap)));
     }
+    md
+}
+
+/// How the gold's vocabulary maps onto NIH's, and what it could not map; said only when the gold
+/// uses a vocabulary of its own.
+fn label_mapping(r: &EvalReport) -> String {
+    let g = &r.gold;
+    let mut md = format!("Gold format: {} ({}).", g.format.name(), g.variant);
+    if g.uncertain > 0 {
+        md.push_str(&format!(" {} cells had no verdict (HEDGE or a tied reader vote) and are left out.", g.uncertain));
+    }
+    md.push_str("\n\n");
+    if g.mapping.iter().all(|m| !m.is_composite() && m.nih[0] == m.gold) && g.unmapped.is_empty() {
+        return md;
+    }
+    md.push_str("| gold label | scored as | note |\n|---|---|---|\n");
+    for m in &g.mapping {
+        let scored = if m.is_composite() { format!("any of {}", m.nih.join(", ")) } else { m.nih[0].clone() };
+        md.push_str(&format!("| {} | {scored} | {} |\n", m.gold, m.note.as_deref().unwrap_or("")));
+    }
+    for u in &g.unmapped {
+        md.push_str(&format!("| {} | not evaluated ({} judgements) | {} |\n", u.column, u.judgements, u.reason));
+    }
+    md.push_str(
+        "\nA composite label is scored on a derived row per image: NIH asserts it when it asserts any member label, \
+and its confidence is the highest member confidence. Images without a row for every member are left out.\n\n",
+    );
     md
 }

@@ -339,13 +339,15 @@ impl Merge for PublishLayer {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvaluationLayer {
-    /// Expert labels (CSV image_index,label,value) to evaluate the build against, for the card.
+    /// Expert labels to evaluate the build against, for the card.
     pub gold: Option<String>,
+    /// `generic` (CSV image_index,label,value; the default) or `google-nih`.
+    pub format: Option<crate::eval::GoldFormat>,
 }
 
 impl Merge for EvaluationLayer {
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; gold);
+        merge_options!(self, c; gold, format);
     }
 }
 

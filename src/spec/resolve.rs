@@ -94,9 +94,12 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
-    let evaluation = match merged.evaluation.and_then(|e| e.gold) {
-        None => None,
-        Some(file) => Some(read_gold(&r, &file)?),
+    let evaluation = match merged.evaluation {
+        Some(EvaluationLayer { gold: Some(file), format }) => Some(read_gold(&r, &file, format.unwrap_or_default())?),
+        Some(EvaluationLayer { gold: None, format: Some(_) }) => {
+            return Err(r.invalid("evaluation.format", "is set but evaluation.gold names no gold file"))
+        }
+        _ => None,
     };
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
@@ -360,12 +363,12 @@ fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<Publ
 }
 
 /// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
-fn read_gold(r: &Resolver<'_>, file: &str) -> Result<EvaluationSpec, SpecError> {
+fn read_gold(r: &Resolver<'_>, file: &str, format: crate::eval::GoldFormat) -> Result<EvaluationSpec, SpecError> {
     let key = "evaluation.gold";
     let path = r.base_dir(key).join(file);
     let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read gold file {}: {e}", path.display())))?;
-    let gold = crate::eval::read_generic(&path).map_err(|e| r.invalid(key, e.to_string()))?;
-    Ok(EvaluationSpec { gold_file: file.to_string(), sha256: crate::hashing::sha256_hex(&bytes), gold })
+    let gold = crate::eval::gold::read(&path, format).map_err(|e| r.invalid(key, e.to_string()))?;
+    Ok(EvaluationSpec { gold_file: file.to_string(), format, sha256: crate::hashing::sha256_hex(&bytes), gold })
 }
 
 /// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.

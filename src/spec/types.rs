@@ -171,9 +171,10 @@ pub struct SignalSpec {
 pub struct EvaluationSpec {
     /// The path as the spec wrote it.
     pub gold_file: String,
+    pub format: crate::eval::GoldFormat,
     pub sha256: String,
     #[serde(skip)]
-    pub gold: crate::eval::GoldLabels,
+    pub gold: crate::eval::GoldSet,
 }
 
 /// A calibration file named by the spec. Its content and digest are part of the resolved spec,

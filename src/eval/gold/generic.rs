@@ -1,25 +1,13 @@
-//! Expert gold labels. The generic format is a CSV with a header `image_index,label,value`
-//! (value 0 or 1), one row per judged (image, label); labels use the NIH vocabulary.
+//! The generic gold CSV: header `image_index,label,value`, one row per judged (image, label),
+//! value 0 or 1, labels in the NIH vocabulary.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::{csv_reader, GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping};
 use crate::labels::{LABELS, NO_FINDING};
 
-#[derive(Debug, thiserror::Error)]
-pub enum GoldError {
-    #[error("cannot read gold file {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{}:{line}: {message}", path.display())]
-    Row { path: PathBuf, line: u64, message: String },
-}
-
-/// Gold value per (image index, label).
-pub type GoldLabels = BTreeMap<(String, String), bool>;
-
-pub fn read_generic(path: &Path) -> Result<GoldLabels, GoldError> {
-    let file = std::fs::File::open(path).map_err(|source| GoldError::Io { path: path.into(), source })?;
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(file);
+pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
+    let mut reader = csv_reader(path)?;
     let mut gold = GoldLabels::new();
     let mut first = true;
     for record in reader.records() {
@@ -30,7 +18,12 @@ pub fn read_generic(path: &Path) -> Result<GoldLabels, GoldError> {
         if first {
             first = false;
             if fields != ["image_index", "label", "value"] {
-                return Err(bad(line, format!("header is {fields:?}, expected image_index,label,value")));
+                let hint = if fields.iter().any(|f| f.eq_ignore_ascii_case("Image Index") || f.eq_ignore_ascii_case("Image ID")) {
+                    " (this looks like a Google NIH expert-label file: pass --format google-nih)"
+                } else {
+                    ""
+                };
+                return Err(bad(line, format!("header is {fields:?}, expected image_index,label,value{hint}")));
             }
             continue;
         }
@@ -56,5 +49,16 @@ pub fn read_generic(path: &Path) -> Result<GoldLabels, GoldError> {
     if first {
         return Err(GoldError::Row { path: path.into(), line: 0, message: "the file is empty".into() });
     }
-    Ok(gold)
+    let mut labels: Vec<&str> = gold.keys().map(|(_, l)| l.as_str()).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let mapping = labels.into_iter().map(|l| LabelMapping { gold: l.to_string(), nih: vec![l.to_string()], note: None }).collect();
+    Ok(GoldSet {
+        format: GoldFormat::Generic,
+        variant: "image_index,label,value".into(),
+        labels: gold,
+        mapping,
+        unmapped: Vec::new(),
+        uncertain: 0,
+    })
 }

@@ -1,0 +1,111 @@
+//! Expert gold labels, read into one shape whatever file they came from: a value per
+//! (image, label), the mapping from the file's vocabulary to NIH's, and what could not be mapped.
+//!
+//! Formats:
+//! - `generic`: a CSV `image_index,label,value` (value 0 or 1) in the NIH vocabulary.
+//! - `google-nih`: Google's expert relabels of NIH images, either the four-findings adjudicated
+//!   files (`test_labels.csv`, `validation_labels.csv`) or the all-findings files
+//!   (`test_labels.csv`, or `test_individual_readers.csv`, reduced by majority vote).
+
+mod generic;
+mod google;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GoldError {
+    #[error("cannot read gold file {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: {message}", path.display())]
+    Row { path: PathBuf, line: u64, message: String },
+}
+
+/// Gold value per (image index, label). The label is an NIH label, or the gold's own name for a
+/// composite (see [`LabelMapping`]).
+pub type GoldLabels = BTreeMap<(String, String), bool>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GoldFormat {
+    #[default]
+    Generic,
+    GoogleNih,
+}
+
+impl GoldFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            GoldFormat::Generic => "generic",
+            GoldFormat::GoogleNih => "google-nih",
+        }
+    }
+}
+
+/// How one gold column maps onto NIH labels. With one NIH label the gold is scored as that
+/// label; with several it becomes a composite named `gold`, scored on a derived row whose NIH
+/// label is the union of the members and whose confidence is the highest member confidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LabelMapping {
+    pub gold: String,
+    pub nih: Vec<String>,
+    /// Why the mapping is only approximate, when it is.
+    pub note: Option<String>,
+}
+
+impl LabelMapping {
+    /// The label name evaluation reports this gold column under.
+    pub fn eval_label(&self) -> &str {
+        if self.nih.len() == 1 {
+            &self.nih[0]
+        } else {
+            &self.gold
+        }
+    }
+    pub fn is_composite(&self) -> bool {
+        self.nih.len() > 1
+    }
+}
+
+/// A gold column left out of the evaluation, with the judgements it held and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unmapped {
+    pub column: String,
+    pub judgements: usize,
+    pub reason: String,
+}
+
+/// A gold file, read.
+#[derive(Debug, Clone, Serialize)]
+pub struct GoldSet {
+    pub format: GoldFormat,
+    /// Which variant of the format, e.g. "four-findings adjudicated".
+    pub variant: String,
+    #[serde(skip)]
+    pub labels: GoldLabels,
+    pub mapping: Vec<LabelMapping>,
+    pub unmapped: Vec<Unmapped>,
+    /// Cells with no usable verdict: HEDGE, a tied reader vote.
+    pub uncertain: usize,
+}
+
+impl GoldSet {
+    pub fn composites(&self) -> impl Iterator<Item = &LabelMapping> {
+        self.mapping.iter().filter(|m| m.is_composite())
+    }
+}
+
+pub fn read(path: &Path, format: GoldFormat) -> Result<GoldSet, GoldError> {
+    match format {
+        GoldFormat::Generic => generic::read(path),
+        GoldFormat::GoogleNih => google::read(path),
+    }
+}
+
+/// Opens a CSV reader that reports line numbers and tolerates ragged rows (checked per row).
+fn csv_reader(path: &Path) -> Result<csv::Reader<std::fs::File>, GoldError> {
+    let file = std::fs::File::open(path).map_err(|source| GoldError::Io { path: path.into(), source })?;
+    Ok(csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(file))
+}

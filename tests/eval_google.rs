@@ -1,0 +1,163 @@
+//! `eval --format google-nih`: Google's expert-label files, their vocabulary mapped onto NIH's.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use common::*;
+
+/// S1b with a row for every label of every image, so composites have all their members.
+fn release(s: &Scratch) -> (std::path::PathBuf, Vec<bpals_release::eval::ReleaseRow>) {
+    let all = s.write("all.yaml", &format!("extends: {}\nselection:\n  rows: all_labels\n", spec("s1b.yaml").display()));
+    let out = s.path("all");
+    build(&all, &out, &s.cache(), &[]).success();
+    let (_, rows) = bpals_release::eval::read_release_rows(&out).unwrap();
+    (out, rows)
+}
+
+fn confidences(rows: &[bpals_release::eval::ReleaseRow]) -> BTreeMap<(String, String), f64> {
+    rows.iter().map(|r| ((r.image_index.clone(), r.label.clone()), r.confidence)).collect()
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "YES"
+    } else {
+        "NO"
+    }
+}
+
+#[test]
+fn four_findings_adjudicated_maps_composites_and_reports_fracture_as_unmapped() {
+    let s = Scratch::new();
+    let (out, rows) = release(&s);
+    let conf = confidences(&rows);
+    let c = |image: &str, label: &str| conf[&(image.to_string(), label.to_string())];
+    let mut images: Vec<&str> = rows.iter().map(|r| r.image_index.as_str()).collect();
+    images.dedup();
+    // Experts say YES exactly where the highest member confidence is at least 0.5, so a correct
+    // composite (max over members) ranks perfectly.
+    let mut csv = String::from(
+        "Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,\
+         Fracture,Pneumothorax,Airspace opacity,Nodule or mass\r\n",
+    );
+    for (n, image) in images.iter().enumerate() {
+        let nodule_mass = c(image, "Nodule").max(c(image, "Mass")) >= 0.5;
+        let opacity = ["Consolidation", "Infiltration", "Pneumonia", "Edema"].iter().map(|l| c(image, l)).fold(0.0, f64::max) >= 0.5;
+        let fracture = if n % 3 == 0 { "YES" } else { "NO" };
+        // Every tenth image was not adjudicated for airspace opacity: an empty cell.
+        let opacity = if n % 10 == 0 { "" } else { yes(opacity) };
+        writeln!(
+            csv,
+            "{image},No Finding,0,1,45,F,PA,{fracture},{},{opacity},{}\r",
+            yes(c(image, "Pneumothorax") >= 0.5),
+            yes(nodule_mass)
+        )
+        .unwrap();
+    }
+    let gold = s.write("four/test_labels.csv", &csv);
+    let md = s.path("eval.md");
+    let a = bin()
+        .arg("eval")
+        .arg(&out)
+        .arg("--gold")
+        .arg(&gold)
+        .args(["--format", "google-nih", "--bootstrap", "50", "--markdown"])
+        .arg(&md)
+        .assert()
+        .success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(report["gold"]["variant"], "four-findings adjudicated");
+    let per_label = report["per_label"].as_object().unwrap();
+    let keys: Vec<&str> = per_label.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["Airspace opacity", "Nodule or mass", "Pneumothorax"]);
+    for (label, m) in per_label {
+        if let Some(auroc) = m["auroc"].as_f64() {
+            assert_eq!(auroc, 1.0, "{label}: the experts threshold the (composite) confidence");
+        }
+    }
+    assert_eq!(per_label["Nodule or mass"]["n"].as_u64().unwrap() as usize, images.len());
+    let judged_opacity = images.len() - images.len().div_ceil(10);
+    assert_eq!(per_label["Airspace opacity"]["n"].as_u64().unwrap() as usize, judged_opacity);
+    let unmapped = &report["gold"]["unmapped"];
+    assert_eq!(unmapped[0]["column"], "Fracture");
+    assert_eq!(unmapped[0]["judgements"].as_u64().unwrap() as usize, images.len());
+    let opacity = report["gold"]["mapping"].as_array().unwrap().iter().find(|m| m["gold"] == "Airspace opacity").unwrap();
+    assert!(opacity["note"].as_str().unwrap().starts_with("approximate"));
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(md.contains("| Nodule or mass | any of Nodule, Mass |"), "{md}");
+    assert!(md.contains("| Fracture | not evaluated"), "{md}");
+}
+
+#[test]
+fn all_findings_individual_readers_are_reduced_by_majority_vote() {
+    let s = Scratch::new();
+    let (out, rows) = release(&s);
+    let conf = confidences(&rows);
+    let mut images: Vec<&str> = rows.iter().map(|r| r.image_index.as_str()).collect();
+    images.dedup();
+    let images = &images[..20];
+    let findings = ["Atelectasis", "Cardiomegaly", "Effusion", "Pleural Thickening"];
+    let mut csv = String::from("Image ID,Patient ID,Reader ID,Abnormal,Atelectasis,Cardiomegaly,Effusion,Pleural Thickening,Other\n");
+    // Three readers: two follow the model (confidence >= 0.5), one always dissents; so the
+    // majority is the model's answer.
+    for image in images {
+        for reader in ["r1", "r2", "r3"] {
+            let cells: Vec<&str> = findings
+                .iter()
+                .map(|f| {
+                    let model = conf[&(image.to_string(), f.replace(' ', "_"))] >= 0.5;
+                    yes(if reader == "r3" { !model } else { model })
+                })
+                .collect();
+            writeln!(csv, "{image},7,{reader},YES,{},NO", cells.join(",")).unwrap();
+        }
+    }
+    let gold = s.write("all/test_individual_readers.csv", &csv);
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--format", "google-nih", "--bootstrap", "20"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(report["gold"]["variant"], "all-findings individual readers (majority vote)");
+    assert_eq!(report["gold_judgements"].as_u64().unwrap() as usize, images.len() * findings.len());
+    for label in ["Atelectasis", "Cardiomegaly", "Effusion", "Pleural_Thickening"] {
+        let m = &report["per_label"][label];
+        assert_eq!(m["n"].as_u64().unwrap() as usize, images.len(), "{label}");
+        if let Some(auroc) = m["auroc"].as_f64() {
+            assert_eq!(auroc, 1.0, "{label}: the majority follows the model");
+        }
+    }
+    let unmapped: Vec<&str> = report["gold"]["unmapped"].as_array().unwrap().iter().map(|u| u["column"].as_str().unwrap()).collect();
+    assert_eq!(unmapped, ["Abnormal", "Other"]);
+
+    // Two readers who disagree leave the cell without a verdict.
+    let tied = format!("Image ID,Reader ID,Effusion\n{a},r1,YES\n{a},r2,NO\n{b},r1,NO\n", a = images[0], b = images[1]);
+    let gold = s.write("all/tied.csv", &tied);
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--format", "google-nih", "--bootstrap", "20"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(report["gold"]["uncertain"], 1);
+    assert_eq!(report["gold_judgements"], 1);
+}
+
+#[test]
+fn bad_google_files_name_the_line_and_column() {
+    let s = Scratch::new();
+    let out = s.path("none");
+    std::fs::create_dir_all(&out).unwrap();
+    let cases = [
+        ("noimage.csv", "Patient ID,Pneumothorax\n1,YES\n", "noimage.csv:1: no `Image Index` or `Image ID` column"),
+        ("nolabels.csv", "Image Index,Patient ID\nx.png,1\n", "nolabels.csv:1: no expert label column"),
+        ("value.csv", "Image Index,Pneumothorax\nx.png,maybe\n", "value.csv:2: column `Pneumothorax`: \"maybe\""),
+        ("ragged.csv", "Image Index,Pneumothorax\nx.png,YES,NO\n", "ragged.csv:2: 3 fields, the header has 2"),
+        ("twice.csv", "Image Index,Pneumothorax\nx.png,YES\nx.png,NO\n", "twice.csv:3: x.png is judged twice (first on line 2)"),
+        ("empty.csv", "", "empty.csv:0: the file is empty"),
+    ];
+    for (name, text, expected) in cases {
+        let gold = s.write(&format!("gold/{name}"), text);
+        let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--format", "google-nih"]).assert().failure();
+        assert!(stderr(&a).contains(expected), "{name}: {}", stderr(&a));
+    }
+    // A Google file read as generic says which format to use.
+    let gold = s.write("gold/google.csv", "Image Index,Pneumothorax\nx.png,YES\n");
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).assert().failure();
+    assert!(stderr(&a).contains("--format google-nih"), "{}", stderr(&a));
+}
