@@ -40,6 +40,18 @@ fn sample_build_writes_a_verifiable_release() {
         .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // Every plot the card shows is a PNG in the release, listed in the manifest.
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let plots: Vec<&str> = card.match_indices("](plots/").map(|(i, _)| &card[i + 2..i + 2 + card[i + 2..].find(')').unwrap()]).collect();
+    assert_eq!(plots.len(), 3, "{plots:?}");
+    for plot in plots {
+        assert!(files.iter().any(|f| f["path"] == plot), "{plot} is in the manifest");
+        let image = image::open(out.join(plot)).unwrap_or_else(|e| panic!("{plot}: {e}")).to_rgb8();
+        assert!(image.width() >= 800 && image.height() >= 600, "{plot}");
+        let inked = image.pixels().filter(|p| p.0 != [255, 255, 255]).count();
+        assert!(inked > 10_000, "{plot} draws something ({inked} non-white pixels)");
+    }
 }
 
 #[test]

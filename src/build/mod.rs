@@ -40,6 +40,8 @@ pub enum BuildError {
     Shard(#[from] ShardError),
     #[error(transparent)]
     Card(#[from] CardError),
+    #[error(transparent)]
+    Plot(#[from] crate::card::plots::PlotError),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
@@ -213,16 +215,19 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         }
     }
 
-    // The evaluation covers the full split when there is one (as `eval` does on shards).
+    // The evaluation and the plots cover the full split when there is one (as `eval` does on shards).
+    let main_split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
+    let main_rows = split_rows(main_split, &selection, trial.as_ref());
+    let gold = spec.evaluation.as_ref().map(|e| &e.gold.labels);
+    let plots = card::plots::render(&dir, main_split.name(), &table_rows.plot_rows(&main_rows, gold))?;
     let evaluation = match &spec.evaluation {
         None => None,
         Some(e) => {
-            let split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
-            let rows = split_rows(split, &selection, trial.as_ref());
+            let (split, rows) = (main_split, &main_rows);
             let report = crate::eval::evaluate_rows(
                 &spec.release.id,
                 split.name(),
-                &table_rows.release_rows(&rows),
+                &table_rows.release_rows(rows),
                 &e.gold_file,
                 &e.gold,
                 &crate::eval::EvalOptions::default(),
@@ -246,6 +251,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         splits: splits.clone(),
         trial: trial.as_ref(),
         evaluation,
+        plots,
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;

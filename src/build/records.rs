@@ -92,6 +92,23 @@ impl<'a> RecordTable<'a> {
         images
     }
 
+    /// The given rows as the card's plots draw them, with the gold verdict where there is one.
+    pub fn plot_rows(&self, rows: &[usize], gold: Option<&crate::eval::GoldLabels>) -> Vec<crate::card::plots::PlotRow<'_>> {
+        rows.iter()
+            .map(|&i| {
+                let row = &self.selection.rows[i];
+                let label = LABELS[row.label];
+                crate::card::plots::PlotRow {
+                    label,
+                    confidence: self.signal.pairs[i].confidence,
+                    nih_label: row.nih_label,
+                    flags: &self.signal.pairs[i].flags,
+                    gold: gold.and_then(|g| g.get(&(self.selection.images[row.image].image_index.clone(), label.to_string())).copied()),
+                }
+            })
+            .collect()
+    }
+
     /// The given rows as evaluation reads them from shards.
     pub fn release_rows(&self, rows: &[usize]) -> Vec<crate::eval::ReleaseRow> {
         rows.iter()

@@ -2,6 +2,7 @@
 //! rendered by minijinja from the templates folder. License texts come from the same folder.
 
 mod front_matter;
+pub mod plots;
 
 use std::path::Path;
 
@@ -66,6 +67,8 @@ pub struct CardInput<'a> {
     pub trial: Option<&'a TrialSample>,
     /// The Markdown evaluation section, when the spec names a gold file.
     pub evaluation: Option<String>,
+    /// The plots written into the release, in the order the card shows them.
+    pub plots: Vec<plots::PlotFile>,
 }
 
 /// Renders the card and the license text for the spec's tier: (README.md, LICENSE.md).
