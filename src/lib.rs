@@ -6,14 +6,17 @@
 //! -> [`shard`] (Parquet) -> [`card`] -> [`manifest`] (manifest, lock, verify).
 //! [`build`] wires the stages together; `main.rs` is only the command line.
 
+pub mod audit;
 pub mod bench;
 pub mod build;
 pub mod card;
 pub mod eval;
 pub mod hashing;
+pub mod hub;
 pub mod infer;
 pub mod labels;
 pub mod manifest;
+pub mod publish;
 pub mod select;
 pub mod shard;
 pub mod signal;

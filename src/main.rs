@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use bpals_release::build::{self, BuildOptions};
-use bpals_release::{infer, manifest, source, spec};
+use bpals_release::{audit, hub, infer, manifest, publish, source, spec};
 
 #[derive(Parser)]
 #[command(
@@ -26,8 +26,10 @@ enum Command {
     Build(BuildArgs),
     /// Fill the score cache for one shard of a spec's images, for array jobs on many machines.
     Infer(InferArgs),
-    /// Re-hash a release directory against its manifest; exits non-zero on any difference.
+    /// Re-hash a release against its manifest, locally or on the Hub; exits non-zero on any difference.
     Verify(VerifyArgs),
+    /// Publish a verified release to a Hugging Face dataset repo: one commit, one tag.
+    Publish(PublishArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(SourceArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
@@ -161,11 +163,48 @@ struct InferArgs {
 
 #[derive(Args)]
 struct VerifyArgs {
-    /// The release directory.
-    dir: PathBuf,
+    /// The release directory (or --remote).
+    #[arg(required_unless_present = "remote", conflicts_with = "remote")]
+    dir: Option<PathBuf>,
+    /// A published release instead: ORG/NAME[@REVISION] (a branch, tag or commit; main by default).
+    #[arg(long, value_name = "ORG/NAME[@REV]")]
+    remote: Option<String>,
+    #[command(flatten)]
+    hub: HubArgs,
+    /// With --remote: also download every file into this directory (checked on the way).
+    #[arg(long, requires = "remote")]
+    download: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Where the Hub is and how hard to try.
+#[derive(Args)]
+struct HubArgs {
+    /// Hub API endpoint [default: $HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Retries after a transient HTTP failure (5xx, 429, dropped connection) [default: hf-hub's 5].
+    #[arg(long)]
+    retries: Option<usize>,
+}
+
+#[derive(Args)]
+struct PublishArgs {
+    /// The release directory (it must verify).
+    dir: PathBuf,
+    /// Dataset repo ORG/NAME [default: the spec's publish.repo].
+    #[arg(long)]
+    repo: Option<String>,
+    #[command(flatten)]
+    hub: HubArgs,
+    /// Print the plan (files new, changed, unchanged or removed; the tag) and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Publish a demo build anyway: only to an --endpoint other than the public Hub (staging, tests).
+    #[arg(long)]
+    allow_demo: bool,
 }
 
 #[derive(Args)]
@@ -275,18 +314,63 @@ fn run_infer(args: InferArgs) -> Result<ExitCode> {
 }
 
 fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let report = manifest::verify(&args.dir).map_err(anyhow::Error::msg)?;
+    if let Some(remote) = &args.remote {
+        return run_verify_remote(remote, &args);
+    }
+    let dir = args.dir.as_ref().expect("clap requires DIR without --remote");
+    let report = manifest::verify(dir).map_err(anyhow::Error::msg)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else if report.ok() {
-        println!("ok: release {} in {}: {} files match the manifest", report.release_id, args.dir.display(), report.files_checked);
+        println!("ok: release {} in {}: {} files match the manifest", report.release_id, dir.display(), report.files_checked);
     } else {
-        println!("FAILED: release {} in {}: {} problem(s)", report.release_id, args.dir.display(), report.problems.len());
+        println!("FAILED: release {} in {}: {} problem(s)", report.release_id, dir.display(), report.problems.len());
         for p in &report.problems {
             println!("  {p}");
         }
     }
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
+    let repo = hub::RepoRef::parse(remote)?;
+    let client = hub::Hub::connect(args.hub.endpoint.as_deref(), args.hub.retries)?;
+    let report = audit::remote::verify_remote(&client, &repo, args.download.as_deref(), &|m| eprintln!("{m}"))?;
+    let at = format!("{}@{} ({})", report.repo, report.revision, hub::short(&report.commit));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if report.ok() {
+        println!(
+            "ok: release {} {} at {at}: {} files match the manifest ({} by the Hub's sha256 ETag, {} downloaded and hashed)",
+            report.release_id, report.version, report.files_checked, report.by_etag, report.by_download
+        );
+    } else {
+        println!("FAILED: release {} at {at}: {} problem(s)", report.release_id, report.problems.len());
+        for p in &report.problems {
+            println!("  {p}");
+        }
+    }
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_publish(args: PublishArgs) -> Result<ExitCode> {
+    let options = publish::PublishOptions {
+        repo: args.repo,
+        endpoint: args.hub.endpoint,
+        dry_run: args.dry_run,
+        allow_demo: args.allow_demo,
+        retries: args.hub.retries,
+    };
+    let outcome = publish::publish(&args.dir, &options, &|m| eprintln!("{}", m.trim_end()))?;
+    let plan = &outcome.plan;
+    if args.dry_run {
+        println!("dry run: nothing was changed on {}", plan.endpoint);
+    } else {
+        let commit = outcome.commit.as_deref().map_or("no new commit".to_string(), |c| format!("commit {}", hub::short(c)));
+        let tagged = outcome.tagged.as_deref().map(hub::short).unwrap_or("-");
+        println!("published {} to {} ({commit}); tag {} names {tagged}", args.dir.display(), plan.repo, plan.tag);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_source(args: SourceArgs) -> Result<ExitCode> {
@@ -347,6 +431,7 @@ fn main() -> ExitCode {
         Command::Build(a) => run_build(a),
         Command::Infer(a) => run_infer(a),
         Command::Verify(a) => run_verify(a),
+        Command::Publish(a) => run_publish(a),
         Command::Source(a) => run_source(a),
         Command::Eval(a) => run_eval(a),
         Command::Calibrate(a) => run_calibrate(a),
@@ -355,7 +440,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Errors can carry text from a server; the Hub token never goes out with them.
+            eprintln!("{}", hub::token::redact(&format!("error: {e:#}")));
             ExitCode::FAILURE
         }
     }

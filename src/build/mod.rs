@@ -5,7 +5,7 @@
 //! ```
 //! Each stage takes typed input and returns typed output; this module only wires them together.
 
-mod output;
+pub mod output;
 mod plan;
 pub(crate) mod records;
 

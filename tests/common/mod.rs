@@ -107,3 +107,12 @@ pub fn derived_spec(scratch: &Scratch, name: &str, extra_yaml: &str) -> PathBuf 
     let text = format!("extends: {}\n{extra_yaml}", spec("s1a.yaml").display());
     scratch.write(name, &text)
 }
+
+/// Copies a release directory (files only, recursively).
+pub fn copy_tree(from: &Path, to: &Path) {
+    for (rel, _) in tree_digest(from) {
+        let target = to.join(&rel);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(from.join(&rel), target).unwrap();
+    }
+}

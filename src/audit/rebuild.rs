@@ -1,0 +1,1 @@
+//! `bpals-release rebuild DIR --audit` (in progress).
