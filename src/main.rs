@@ -30,6 +30,8 @@ enum Command {
     Verify(VerifyArgs),
     /// Publish a verified release to a Hugging Face dataset repo: one commit, one tag.
     Publish(PublishArgs),
+    /// Rebuild a release from its build.lock and compare every byte (an audit).
+    Rebuild(RebuildArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(SourceArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
@@ -188,6 +190,29 @@ struct HubArgs {
     /// Retries after a transient HTTP failure (5xx, 429, dropped connection) [default: hf-hub's 5].
     #[arg(long)]
     retries: Option<usize>,
+}
+
+#[derive(Args)]
+struct RebuildArgs {
+    /// The release directory (with its build.lock).
+    dir: PathBuf,
+    /// Compare the rebuild with DIR and report; exits non-zero on any mismatch.
+    #[arg(long, required = true)]
+    audit: bool,
+    /// The spec the release was built from [default: specs/<the spec file named in build.lock>].
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Reuse this score cache instead of rerunning inference in a fresh one.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Rebuild here and keep it [default: a temporary directory, removed when the audit passes].
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -353,6 +378,23 @@ fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+fn run_rebuild(args: RebuildArgs) -> Result<ExitCode> {
+    let options = audit::rebuild::RebuildOptions {
+        spec: args.spec,
+        cache_dir: args.cache_dir,
+        scratch: args.scratch,
+        jobs: jobs_or_cpus(args.jobs),
+        progress: false,
+    };
+    let report = audit::rebuild::rebuild_audit(&args.dir, &options, &|m| eprintln!("{m}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.pass { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 fn run_publish(args: PublishArgs) -> Result<ExitCode> {
     let options = publish::PublishOptions {
         repo: args.repo,
@@ -432,6 +474,7 @@ fn main() -> ExitCode {
         Command::Infer(a) => run_infer(a),
         Command::Verify(a) => run_verify(a),
         Command::Publish(a) => run_publish(a),
+        Command::Rebuild(a) => run_rebuild(a),
         Command::Source(a) => run_source(a),
         Command::Eval(a) => run_eval(a),
         Command::Calibrate(a) => run_calibrate(a),

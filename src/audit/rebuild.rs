@@ -1,1 +1,347 @@
-//! `bpals-release rebuild DIR --audit` (in progress).
+//! `bpals-release rebuild DIR --audit`: rebuild a release from its build.lock in a scratch
+//! directory and compare every byte, with the numeric drift of the raw scores when inference
+//! was rerun.
+//!
+//! The verdict: the spec must resolve to the locked one; LICENSE.md and build.lock never depend
+//! on scores and must match exactly; with no score drift every file must match; with drift, the
+//! largest logit difference must stay within the spec's `audit.logit_tolerance` and no row may
+//! change trust class (the score-dependent files then differ only by that drift).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::build::{self, BuildOptions};
+use crate::eval::{read_release_rows, ReleaseRow};
+use crate::manifest::{self, BuildLock, LOCK_FILE};
+
+/// Files that do not depend on the scores.
+const SCORE_FREE: [&str; 2] = ["LICENSE.md", LOCK_FILE];
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    #[error("rebuilding: {0}")]
+    Build(#[from] build::BuildError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RebuildOptions {
+    /// The spec to rebuild from [default: specs/<the lock's spec file>].
+    pub spec: Option<PathBuf>,
+    /// Reuse this score cache instead of rerunning inference in a fresh one.
+    pub cache_dir: Option<PathBuf>,
+    /// Where to rebuild [default: a temporary directory, removed when the audit passes].
+    pub scratch: Option<PathBuf>,
+    pub jobs: usize,
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileStatus {
+    Identical,
+    Differs,
+    /// In the original release, not in the rebuild.
+    Missing,
+    /// In the rebuild only.
+    Extra,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileComparison {
+    pub path: String,
+    pub status: FileStatus,
+    /// False for the files that depend on scores (they may differ by tolerated drift).
+    pub score_free: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Drift {
+    pub rows_compared: usize,
+    pub logits_compared: usize,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+    pub tolerance: f64,
+    /// Rows of one release without a counterpart in the other.
+    pub unmatched_rows: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassChange {
+    pub image_index: String,
+    pub label: String,
+    pub was: String,
+    pub now: String,
+    pub confidence_was: f64,
+    pub confidence_now: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditReport {
+    pub release_id: String,
+    pub original: PathBuf,
+    pub rebuilt: PathBuf,
+    pub spec: PathBuf,
+    /// Paths in the resolved spec whose value differs from the lock's.
+    pub spec_differences: Vec<String>,
+    pub tool_locked: String,
+    pub tool_now: String,
+    /// "reused" (a given cache) or "rerun" (a fresh cache).
+    pub inference: String,
+    pub files: Vec<FileComparison>,
+    pub drift: Option<Drift>,
+    pub class_changes: Vec<ClassChange>,
+    pub pass: bool,
+    pub reasons: Vec<String>,
+}
+
+pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -> Result<AuditReport, AuditError> {
+    let lock_path = dir.join(LOCK_FILE);
+    let lock: BuildLock = std::fs::read(&lock_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| AuditError::Input(format!("{}: {e}", lock_path.display())))?;
+    let original_manifest = manifest::Manifest::read(dir).map_err(AuditError::Input)?;
+    let spec_path = options.spec.clone().unwrap_or_else(|| Path::new("specs").join(&lock.spec_file));
+    if !spec_path.is_file() {
+        return Err(AuditError::Input(format!(
+            "cannot find the spec {} the release was built from (looked for {}); pass --spec PATH",
+            lock.spec_file,
+            spec_path.display()
+        )));
+    }
+    let spec = crate::spec::load(&spec_path)?;
+    let now = serde_json::to_value(&spec).expect("plain data");
+    let mut spec_differences = Vec::new();
+    json_differences("", &lock.spec, &now, &mut spec_differences);
+    let tool_now = manifest::ToolInfo::current();
+    let mut report = AuditReport {
+        release_id: original_manifest.release_id.clone(),
+        original: dir.to_path_buf(),
+        rebuilt: PathBuf::new(),
+        spec: spec_path.clone(),
+        spec_differences,
+        tool_locked: format!("{} {} ({})", lock.tool.name, lock.tool.version, lock.tool.commit),
+        tool_now: format!("{} {} ({})", tool_now.name, tool_now.version, tool_now.commit),
+        inference: if options.cache_dir.is_some() { "reused".into() } else { "rerun".into() },
+        files: Vec::new(),
+        drift: None,
+        class_changes: Vec::new(),
+        pass: false,
+        reasons: Vec::new(),
+    };
+    if !report.spec_differences.is_empty() {
+        report.reasons.push(format!(
+            "{} resolves to a different spec than the lock records ({} differences): the release cannot be rebuilt from it",
+            spec_path.display(),
+            report.spec_differences.len()
+        ));
+        return Ok(report);
+    }
+
+    let scratch = match &options.scratch {
+        Some(s) => s.clone(),
+        None => std::env::temp_dir().join(format!("bpals-audit-{}-{}", original_manifest.release_id, std::process::id())),
+    };
+    let rebuilt = scratch.join("release");
+    let cache_dir = options.cache_dir.clone().unwrap_or_else(|| scratch.join("cache"));
+    log(&format!("rebuilding {} from {} into {}", original_manifest.release_id, spec_path.display(), rebuilt.display()));
+    let build_options =
+        BuildOptions { out: rebuilt.clone(), jobs: options.jobs, cache_dir, publishable: false, progress: options.progress };
+    build::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
+    report.rebuilt = rebuilt.clone();
+
+    report.files = compare_trees(dir, &rebuilt).map_err(AuditError::Input)?;
+    let (original_rows, rebuilt_rows) =
+        (read_release_rows(dir).map_err(AuditError::Input)?, read_release_rows(&rebuilt).map_err(AuditError::Input)?);
+    let (drift, changes) = score_drift(&original_rows.1, &rebuilt_rows.1, spec.audit.logit_tolerance);
+    report.class_changes = changes;
+    judge(&mut report, &drift);
+    report.drift = Some(drift);
+    if report.pass && options.scratch.is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+        report.rebuilt = PathBuf::from("(removed: the audit passed)");
+    }
+    Ok(report)
+}
+
+fn judge(report: &mut AuditReport, drift: &Drift) {
+    let mut reasons = Vec::new();
+    for f in &report.files {
+        match f.status {
+            FileStatus::Identical => {}
+            FileStatus::Missing => reasons.push(format!("{}: in the release, not produced by the rebuild", f.path)),
+            FileStatus::Extra => reasons.push(format!("{}: produced by the rebuild, not in the release", f.path)),
+            FileStatus::Differs if f.score_free => reasons.push(format!("{}: differs, and it does not depend on scores", f.path)),
+            FileStatus::Differs if drift.max_abs == 0.0 => {
+                reasons.push(format!("{}: differs although every raw score is identical", f.path))
+            }
+            FileStatus::Differs => {}
+        }
+    }
+    if drift.max_abs > drift.tolerance {
+        reasons.push(format!("raw logits drift by up to {:.3e}, above the tolerance {:.3e}", drift.max_abs, drift.tolerance));
+    }
+    if !report.class_changes.is_empty() {
+        reasons.push(format!("{} rows changed trust class", report.class_changes.len()));
+    }
+    if drift.unmatched_rows > 0 {
+        reasons.push(format!("{} rows exist in only one of the two releases", drift.unmatched_rows));
+    }
+    report.pass = reasons.is_empty();
+    report.reasons = reasons;
+}
+
+/// Every file of both trees, manifest.json included, compared byte for byte.
+fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>, String> {
+    let list = |dir: &Path| manifest::list_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()));
+    let (a, b) = (list(original)?, list(rebuilt)?);
+    let mut paths: Vec<&String> = a.iter().chain(&b).collect();
+    paths.sort();
+    paths.dedup();
+    let mut files = Vec::new();
+    for path in paths {
+        let status = match (a.contains(path), b.contains(path)) {
+            (true, false) => FileStatus::Missing,
+            (false, true) => FileStatus::Extra,
+            _ => {
+                let read = |dir: &Path| std::fs::read(dir.join(path)).map_err(|e| format!("{}: {e}", dir.join(path).display()));
+                if read(original)? == read(rebuilt)? {
+                    FileStatus::Identical
+                } else {
+                    FileStatus::Differs
+                }
+            }
+        };
+        files.push(FileComparison { path: path.clone(), status, score_free: SCORE_FREE.contains(&path.as_str()) });
+    }
+    Ok(files)
+}
+
+/// Logit drift and trust-class changes between two releases' pair rows, joined on (image, label).
+pub fn score_drift(original: &[ReleaseRow], rebuilt: &[ReleaseRow], tolerance: f64) -> (Drift, Vec<ClassChange>) {
+    let by_key: BTreeMap<(&str, &str), &ReleaseRow> = rebuilt.iter().map(|r| ((r.image_index.as_str(), r.label.as_str()), r)).collect();
+    let (mut max_abs, mut sum, mut count, mut rows, mut unmatched) = (0f64, 0f64, 0usize, 0usize, 0usize);
+    let mut changes = Vec::new();
+    for a in original {
+        let Some(b) = by_key.get(&(a.image_index.as_str(), a.label.as_str())) else {
+            unmatched += 1;
+            continue;
+        };
+        rows += 1;
+        if a.logit_yes.len() != b.logit_yes.len() || a.logit_no.len() != b.logit_no.len() {
+            unmatched += 1;
+            continue;
+        }
+        for (x, y) in a.logit_yes.iter().zip(&b.logit_yes).chain(a.logit_no.iter().zip(&b.logit_no)) {
+            let d = (f64::from(*x) - f64::from(*y)).abs();
+            max_abs = max_abs.max(d);
+            sum += d;
+            count += 1;
+        }
+        if a.trust_class != b.trust_class {
+            changes.push(ClassChange {
+                image_index: a.image_index.clone(),
+                label: a.label.clone(),
+                was: a.trust_class.clone(),
+                now: b.trust_class.clone(),
+                confidence_was: a.confidence,
+                confidence_now: b.confidence,
+            });
+        }
+    }
+    unmatched += rebuilt.len().saturating_sub(rows);
+    let drift = Drift {
+        rows_compared: rows,
+        logits_compared: count,
+        max_abs,
+        mean_abs: if count > 0 { sum / count as f64 } else { 0.0 },
+        tolerance,
+        unmatched_rows: unmatched,
+    };
+    (drift, changes)
+}
+
+/// Dotted paths where two JSON values differ, leaves only, at most 50.
+fn json_differences(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    if out.len() >= 50 || a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let child = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                json_differences(&child, x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), out);
+            }
+        }
+        _ => out.push(if path.is_empty() { "(the whole spec)".into() } else { path.to_string() }),
+    }
+}
+
+impl AuditReport {
+    /// The report as a person reads it.
+    pub fn render(&self) -> String {
+        let mut out = format!("audit of release {} in {}\n", self.release_id, self.original.display());
+        out.push_str(&format!("  spec: {}\n", self.spec.display()));
+        for d in &self.spec_differences {
+            out.push_str(&format!("    differs from the lock: {d}\n"));
+        }
+        out.push_str(&format!("  tool: locked {}; now {}\n", self.tool_locked, self.tool_now));
+        if !self.files.is_empty() {
+            out.push_str(&format!(
+                "  inference: {}\n  rebuilt into: {}\n",
+                if self.inference == "rerun" { "rerun in a fresh cache" } else { "scores reused from the given cache" },
+                self.rebuilt.display()
+            ));
+            let identical = self.files.iter().filter(|f| f.status == FileStatus::Identical).count();
+            out.push_str(&format!("  files: {identical} of {} identical\n", self.files.len()));
+            for f in self.files.iter().filter(|f| f.status != FileStatus::Identical) {
+                let status = match f.status {
+                    FileStatus::Differs => "differs",
+                    FileStatus::Missing => "missing from the rebuild",
+                    FileStatus::Extra => "only in the rebuild",
+                    FileStatus::Identical => unreachable!(),
+                };
+                out.push_str(&format!("    {status}: {}\n", f.path));
+            }
+        }
+        if let Some(d) = &self.drift {
+            out.push_str(&format!(
+                "  raw logits: {} rows, {} logits compared; max |diff| {:.3e}, mean |diff| {:.3e} (tolerance {:.3e})\n",
+                d.rows_compared, d.logits_compared, d.max_abs, d.mean_abs, d.tolerance
+            ));
+        }
+        if !self.class_changes.is_empty() {
+            out.push_str(&format!("  trust class changed on {} rows:\n", self.class_changes.len()));
+            for c in &self.class_changes {
+                out.push_str(&format!(
+                    "    {} {}: {} -> {} (confidence {:.4} -> {:.4})\n",
+                    c.image_index, c.label, c.was, c.now, c.confidence_was, c.confidence_now
+                ));
+            }
+        }
+        if self.pass {
+            let drifted = self.drift.as_ref().is_some_and(|d| d.max_abs > 0.0);
+            out.push_str(if drifted {
+                "PASS: deterministic files identical; scores drift within tolerance and no row changed class\n"
+            } else {
+                "PASS: every file is identical, byte for byte\n"
+            });
+        } else {
+            out.push_str("FAIL:\n");
+            for r in &self.reasons {
+                out.push_str(&format!("  - {r}\n"));
+            }
+        }
+        out
+    }
+}

@@ -115,6 +115,7 @@ impl<'a> RecordTable<'a> {
             .map(|&i| {
                 let row = &self.selection.rows[i];
                 let image = &self.selection.images[row.image];
+                let (questions, scores) = (&self.label_questions[row.label], &self.scores[row.image].scores);
                 crate::eval::ReleaseRow {
                     image_index: image.image_index.clone(),
                     label: LABELS[row.label].to_string(),
@@ -123,6 +124,9 @@ impl<'a> RecordTable<'a> {
                     agreement: self.signal.pairs[i].agreement,
                     view_position: image.view_position.clone(),
                     devices_present: !self.signal.devices[row.image].is_empty(),
+                    trust_class: self.signal.pairs[i].trust_class.name().to_string(),
+                    logit_yes: questions.iter().map(|&q| scores[q].logit_yes).collect(),
+                    logit_no: questions.iter().map(|&q| scores[q].logit_no).collect(),
                 }
             })
             .collect()

@@ -250,6 +250,10 @@ fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
                 agreement: if nih_label { confidence } else { 1.0 - confidence },
                 view_position: members[0].view_position.clone(),
                 devices_present: members[0].devices_present,
+                // A composite has no class or questions of its own.
+                trust_class: String::new(),
+                logit_yes: Vec::new(),
+                logit_no: Vec::new(),
             });
         }
     }

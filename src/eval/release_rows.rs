@@ -18,6 +18,10 @@ pub struct ReleaseRow {
     pub agreement: f64,
     pub view_position: String,
     pub devices_present: bool,
+    pub trust_class: String,
+    /// The label questions' raw logits, as shipped.
+    pub logit_yes: Vec<f32>,
+    pub logit_no: Vec<f32>,
 }
 
 /// Every row of the pair table's `full` split if the release has one, else its `trial` split.
@@ -54,6 +58,9 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
             let agreement = column("agreement")?;
             let views = column("view_position")?;
             let devices = column("support_devices")?;
+            let classes = column("trust_class")?;
+            let (yes, no) = (column("question_logit_yes")?, column("question_logit_no")?);
+            let (classes, yes, no) = (classes.as_string::<i32>(), yes.as_list::<i32>(), no.as_list::<i32>());
             let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
             let (confidence, agreement) = (confidence.as_primitive::<Float64Type>(), agreement.as_primitive::<Float64Type>());
             let (nih, devices) = (nih.as_boolean(), devices.as_list::<i32>());
@@ -66,9 +73,16 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
                     agreement: agreement.value(i),
                     view_position: views.value(i).to_string(),
                     devices_present: !devices.value(i).is_empty(),
+                    trust_class: classes.value(i).to_string(),
+                    logit_yes: floats(&yes.value(i)),
+                    logit_no: floats(&no.value(i)),
                 });
             }
         }
     }
     Ok((split.to_string(), rows))
+}
+
+fn floats(list: &arrow_array::ArrayRef) -> Vec<f32> {
+    list.as_primitive::<arrow_array::types::Float32Type>().values().to_vec()
 }

@@ -41,6 +41,7 @@ pub struct SpecLayer {
     pub card: Option<CardLayer>,
     pub publish: Option<PublishLayer>,
     pub evaluation: Option<EvaluationLayer>,
+    pub audit: Option<AuditLayer>,
     pub additions: Option<Vec<Addition>>,
 }
 
@@ -57,6 +58,7 @@ impl Merge for SpecLayer {
         merge_section(&mut self.card, child.card);
         merge_section(&mut self.publish, child.publish);
         merge_section(&mut self.evaluation, child.evaluation);
+        merge_section(&mut self.audit, child.audit);
         merge_options!(self, child; additions);
     }
 }
@@ -348,6 +350,20 @@ pub struct EvaluationLayer {
 impl Merge for EvaluationLayer {
     fn merge(&mut self, c: Self) {
         merge_options!(self, c; gold, format);
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditLayer {
+    /// Largest absolute difference of a raw logit that `rebuild --audit` accepts when inference
+    /// is rerun (GPU kernels are not bit-exact across machines).
+    pub logit_tolerance: Option<f64>,
+}
+
+impl Merge for AuditLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; logit_tolerance);
     }
 }
 

@@ -114,6 +114,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         card,
         publish,
         evaluation,
+        audit: resolve_audit(&r, merged.audit)?,
         additions: merged.additions.unwrap_or_default(),
     })
 }
@@ -360,6 +361,14 @@ fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<Publ
     }
     let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
     Ok(publish)
+}
+
+fn resolve_audit(r: &Resolver<'_>, layer: Option<AuditLayer>) -> Result<AuditSpec, SpecError> {
+    let tolerance = layer.and_then(|a| a.logit_tolerance).unwrap_or(1e-3);
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        return Err(r.invalid("audit.logit_tolerance", format!("expected a number >= 0, got {tolerance}")));
+    }
+    Ok(AuditSpec { logit_tolerance: tolerance })
 }
 
 /// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.

@@ -27,7 +27,14 @@ pub struct ReleaseSpec {
     pub card: CardSpec,
     pub publish: PublishSpec,
     pub evaluation: Option<EvaluationSpec>,
+    pub audit: AuditSpec,
     pub additions: Vec<Addition>,
+}
+
+/// How `rebuild --audit` judges a rebuild whose inference was rerun.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct AuditSpec {
+    pub logit_tolerance: f64,
 }
 
 impl ReleaseSpec {
