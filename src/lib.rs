@@ -10,6 +10,7 @@ pub mod audit;
 pub mod bench;
 pub mod build;
 pub mod card;
+pub mod diff;
 pub mod eval;
 pub mod hashing;
 pub mod hub;

@@ -32,6 +32,8 @@ enum Command {
     Publish(PublishArgs),
     /// Rebuild a release from its build.lock and compare every byte (an audit).
     Rebuild(RebuildArgs),
+    /// Compare two releases row by row: trust-class agreement, Cohen's kappa, confidence correlation.
+    Diff(DiffArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(SourceArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
@@ -190,6 +192,20 @@ struct HubArgs {
     /// Retries after a transient HTTP failure (5xx, 429, dropped connection) [default: hf-hub's 5].
     #[arg(long)]
     retries: Option<usize>,
+}
+
+#[derive(Args)]
+struct DiffArgs {
+    /// Release A (e.g. ours).
+    a: PathBuf,
+    /// Release B (e.g. a build with your own VLM).
+    b: PathBuf,
+    /// How many changed rows to list.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Also write the Markdown report here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -378,6 +394,15 @@ fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+fn run_diff(args: DiffArgs) -> Result<ExitCode> {
+    let report = bpals_release::diff::diff(&args.a, &args.b, args.top).map_err(anyhow::Error::msg)?;
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, bpals_release::diff::to_markdown(&report)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_rebuild(args: RebuildArgs) -> Result<ExitCode> {
     let options = audit::rebuild::RebuildOptions {
         spec: args.spec,
@@ -475,6 +500,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => run_verify(a),
         Command::Publish(a) => run_publish(a),
         Command::Rebuild(a) => run_rebuild(a),
+        Command::Diff(a) => run_diff(a),
         Command::Source(a) => run_source(a),
         Command::Eval(a) => run_eval(a),
         Command::Calibrate(a) => run_calibrate(a),

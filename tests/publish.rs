@@ -288,6 +288,12 @@ fn the_token_never_appears_in_any_output_or_file() {
     run(&["publish", d, "--repo", REPO, "--endpoint", &hub.url, "--allow-demo", "--retries", "0"], TOKEN);
     run(&["verify", "--remote", REPO, "--endpoint", &hub.url], TOKEN);
     run(&["verify", "--remote", REPO, "--endpoint", &hub.url, "--json"], TOKEN);
+    let back = s.path("back");
+    run(&["verify", "--remote", REPO, "--endpoint", &hub.url, "--download", back.to_str().unwrap()], TOKEN);
+    run(&["diff", d, back.to_str().unwrap()], TOKEN);
+    let scratch = s.path("audit");
+    run(&["rebuild", d, "--audit", "--spec", s1a.to_str().unwrap(), "--cache-dir", c, "--scratch", scratch.to_str().unwrap()], TOKEN);
+    run(&["eval", d, "--gold", "/nonexistent/gold.csv"], TOKEN);
     // A wrong token: the fake echoes the Authorization header back in its 401 body.
     let wrong = "hf_wrongTOKENvalue9876543210";
     run(&["publish", d, "--repo", "bpals-test/other", "--endpoint", &hub.url, "--allow-demo", "--retries", "0"], wrong);

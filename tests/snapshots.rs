@@ -10,6 +10,10 @@ fn help_text() {
     insta::assert_snapshot!("help", stdout(&a));
     let a = bin().args(["build", "--help"]).assert().success();
     insta::assert_snapshot!("build_help", stdout(&a));
+    for command in ["publish", "verify", "rebuild", "diff"] {
+        let a = bin().args([command, "--help"]).assert().success();
+        insta::assert_snapshot!(format!("{command}_help"), stdout(&a));
+    }
 }
 
 #[test]
