@@ -230,14 +230,7 @@ fn reliability(area: &Area<'_>, rows: &[PlotRow<'_>]) -> Result<(), String> {
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 5, color.filled()))).map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 16))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|e| e.to_string())
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 fn flag_rates(area: &Area<'_>, labels: &[&str], rows: &[PlotRow<'_>]) -> Result<(), String> {
@@ -290,9 +283,15 @@ fn flag_rates(area: &Area<'_>, labels: &[&str], rows: &[PlotRow<'_>]) -> Result<
             .label(*flag)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
     }
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
+type Chart<'a, 'b> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+fn legend<'a>(chart: &mut Chart<'a, 'a>, position: SeriesLabelPosition) -> Result<(), String> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .label_font((FONT, 16))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.3))
