@@ -192,6 +192,15 @@ struct HubArgs {
     /// Retries after a transient HTTP failure (5xx, 429, dropped connection) [default: hf-hub's 5].
     #[arg(long)]
     retries: Option<usize>,
+    /// Seconds a request may connect or wait for data before it fails (and is retried).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    timeout: u64,
+}
+
+impl HubArgs {
+    fn connect(&self) -> Result<hub::Hub> {
+        Ok(hub::Hub::connect_with(self.endpoint.as_deref(), self.retries, std::time::Duration::from_secs(self.timeout))?)
+    }
 }
 
 #[derive(Args)]
@@ -375,7 +384,7 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
 
 fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
     let repo = hub::RepoRef::parse(remote)?;
-    let client = hub::Hub::connect(args.hub.endpoint.as_deref(), args.hub.retries)?;
+    let client = args.hub.connect()?;
     let report = audit::remote::verify_remote(&client, &repo, args.download.as_deref(), &|m| eprintln!("{m}"))?;
     let at = format!("{}@{} ({})", report.repo, report.revision, hub::short(&report.commit));
     if args.json {
@@ -427,6 +436,7 @@ fn run_publish(args: PublishArgs) -> Result<ExitCode> {
         dry_run: args.dry_run,
         allow_demo: args.allow_demo,
         retries: args.hub.retries,
+        stall_timeout: std::time::Duration::from_secs(args.hub.timeout),
     };
     let outcome = publish::publish(&args.dir, &options, &|m| eprintln!("{}", m.trim_end()))?;
     let plan = &outcome.plan;

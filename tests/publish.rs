@@ -308,3 +308,21 @@ fn the_token_never_appears_in_any_output_or_file() {
         assert!(!bytes.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()), "{path} holds the token");
     }
 }
+
+#[test]
+fn a_timed_out_commit_that_lands_later_is_not_duplicated() {
+    // The Hub stalls 3 s before applying the commit; the client gives up after 1 s. The commit
+    // lands anyway; the rerun finds the files on main and only tags.
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    hub.inject("commit", Fault::StallThenApply(std::time::Duration::from_secs(3)));
+    let a = publish(&hub, &dir, &["--timeout", "1"]).failure();
+    assert!(stderr(&a).contains("committing to") && stderr(&a).contains("run publish again"), "{}", stderr(&a));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let a = publish(&hub, &dir, &[]).success();
+    assert!(stderr(&a).contains("no commit"), "{}", stderr(&a));
+    let repo = hub.repo(REPO).unwrap();
+    assert_eq!(hub.release_commits(REPO), 1);
+    assert_eq!(repo.tags["s1a-v1.0.0"], repo.head().sha);
+}

@@ -286,7 +286,8 @@ fn flag_rates(area: &Area<'_>, labels: &[&str], rows: &[PlotRow<'_>]) -> Result<
     legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
-type Chart<'a, 'b> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
 
 fn legend<'a>(chart: &mut Chart<'a, 'a>, position: SeriesLabelPosition) -> Result<(), String> {
     chart

@@ -4,12 +4,16 @@
 pub mod token;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use hf_hub::repository::RepoTreeEntry;
 use hf_hub::{HFClient, HFClientSync, HFError, RepoTypeDataset};
 
 /// The public Hub. Demo builds may only go to another endpoint (a staging or fake Hub).
 pub const PUBLIC_HUB: &str = "https://huggingface.co";
+
+/// How long a request may connect or wait for data before it counts as failed (and is retried).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The file the Hub manages in every repo; never part of a release.
 pub const GITATTRIBUTES: &str = ".gitattributes";
@@ -91,13 +95,25 @@ impl Hub {
     /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. `retries`: attempts after
     /// the first on transient failures (hf-hub's default when None).
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>) -> Result<Hub, HubError> {
+        Self::connect_with(endpoint, retries, DEFAULT_STALL_TIMEOUT)
+    }
+
+    /// As [`Hub::connect`], failing any request that connects or receives nothing for `stall`
+    /// (a long transfer that keeps moving is never cut).
+    pub fn connect_with(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let endpoint = endpoint
             .map(str::to_string)
             .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()))
             .unwrap_or_else(|| PUBLIC_HUB.to_string())
             .trim_end_matches('/')
             .to_string();
-        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false);
+        let http = reqwest::Client::builder()
+            .user_agent(format!("{}/{} hf-hub/1", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+            .connect_timeout(stall)
+            .read_timeout(stall)
+            .build()
+            .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
+        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(http);
         if let Some(n) = retries {
             builder = builder.retry_max_attempts(n);
         }

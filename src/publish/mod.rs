@@ -26,7 +26,7 @@ pub enum PublishError {
     Hub(#[from] HubError),
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PublishOptions {
     /// ORG/NAME; the spec's `publish.repo` when None.
     pub repo: Option<String>,
@@ -36,6 +36,8 @@ pub struct PublishOptions {
     pub allow_demo: bool,
     /// Attempts after the first on transient HTTP failures (hf-hub's default when None).
     pub retries: Option<usize>,
+    /// A request that connects or receives nothing for this long fails.
+    pub stall_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -72,7 +74,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         return Err(PublishError::Refused(format!("{} does not verify against its manifest:\n{}", dir.display(), problems.join("\n"))));
     }
 
-    let hub = Hub::connect(options.endpoint.as_deref(), options.retries)?;
+    let hub = Hub::connect_with(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
     if manifest.is_demo() {
         let reasons = manifest.demo_reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n");
         if !options.allow_demo {

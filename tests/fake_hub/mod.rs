@@ -33,6 +33,8 @@ pub enum Fault {
     Drop,
     /// Wait, then answer normally.
     Slow(Duration),
+    /// For a commit: wait, then apply it even if the client has gone.
+    StallThenApply(Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -371,24 +373,52 @@ async fn commit(
             _ => return error(StatusCode::BAD_REQUEST, "unknown NDJSON key"),
         }
     }
-    let mut s = state.lock().unwrap();
-    let Some(repo) = s.repos.get_mut(&id) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
     if rev != "main" {
         return error(StatusCode::BAD_REQUEST, "this fake commits to main only");
     }
+    // A stalled commit is applied by a task of its own, like a server that finishes the work
+    // although the client has hung up.
+    let stall = match &fault {
+        Some(Fault::StallThenApply(d)) => Some(*d),
+        _ => None,
+    };
+    let task = tokio::spawn(async move {
+        if let Some(d) = stall {
+            tokio::time::sleep(d).await;
+        }
+        apply_commit(&state, &id, &header, adds, deletes)
+    });
+    let (id, sha) = match task.await.expect("the commit task does not panic") {
+        Ok(done) => done,
+        Err(response) => return response,
+    };
+    if let Some(Fault::StatusAfterApply(code)) = fault {
+        return error(StatusCode::from_u16(code).unwrap(), "injected fault after the commit was applied");
+    }
+    Json(json!({ "commitOid": sha, "commitUrl": format!("https://fake.hub/datasets/{id}/commit/{sha}") })).into_response()
+}
+
+/// Applies a commit to main, whole, if its parent is still the head.
+fn apply_commit(
+    state: &Shared,
+    id: &str,
+    header: &Value,
+    adds: Vec<(String, Vec<u8>)>,
+    deletes: Vec<String>,
+) -> Result<(String, String), Response> {
+    let mut s = state.lock().unwrap();
+    let Some(repo) = s.repos.get_mut(id) else { return Err(error(StatusCode::NOT_FOUND, "Repository not found")) };
     let head = repo.head().clone();
     if let Some(parent) = header["parentCommit"].as_str() {
         if parent != head.sha {
-            return error(
-                StatusCode::PRECONDITION_FAILED,
-                &format!("A commit has happened since. Parent {parent} is not the head {}", head.sha),
-            );
+            let message = format!("A commit has happened since. Parent {parent} is not the head {}", head.sha);
+            return Err(error(StatusCode::PRECONDITION_FAILED, &message));
         }
     }
     let mut files = head.files.clone();
     for path in &deletes {
         if files.remove(path).is_none() {
-            return error(StatusCode::NOT_FOUND, &format!("cannot delete {path}: no such file"));
+            return Err(error(StatusCode::NOT_FOUND, &format!("cannot delete {path}: no such file")));
         }
     }
     for (path, bytes) in adds {
@@ -397,10 +427,7 @@ async fn commit(
     let message = header["summary"].as_str().unwrap_or_default().to_string();
     let sha = hex::encode(sha1::Sha1::digest(format!("{}{}{}", head.sha, message, repo.commits.len()).as_bytes()));
     repo.commits.push(Commit { sha: sha.clone(), parent: Some(head.sha), message, files });
-    if let Some(Fault::StatusAfterApply(code)) = fault {
-        return error(StatusCode::from_u16(code).unwrap(), "injected fault after the commit was applied");
-    }
-    Json(json!({ "commitOid": sha, "commitUrl": format!("https://fake.hub/datasets/{id}/commit/{sha}") })).into_response()
+    Ok((id.to_string(), sha))
 }
 
 async fn tag(
