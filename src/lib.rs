@@ -23,3 +23,4 @@ pub mod shard;
 pub mod signal;
 pub mod source;
 pub mod spec;
+pub mod vlm;

@@ -1,0 +1,15 @@
+//! The vision-language model: Qwen2-VL and Qwen2.5-VL.
+//!
+//! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
+//! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the
+//! prompt and its token ids, and the multimodal rotary position ids. The tensor code (vision
+//! tower, decoder, KV cache) builds on it behind the `vlm` feature.
+
+pub mod config;
+pub mod model_dir;
+pub mod preprocess;
+pub mod prompt;
+pub mod rope;
+
+pub use config::{Family, ModelConfig, PreprocessorConfig, TextConfig, VisionConfig};
+pub use model_dir::{ChatTemplateSource, ModelDir, VlmError};

@@ -1,0 +1,164 @@
+//! A Hugging Face model directory, checked as a whole before anything is computed: the config,
+//! the preprocessor config, the tokenizer, the chat template (wherever the checkpoint keeps it)
+//! and the weight files (one file, or shards listed by an index).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::config::{ConfigError, ModelConfig, PreprocessorConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum VlmError {
+    #[error("model directory {}: no {what} ({})", dir.display(), hint)]
+    Missing { dir: PathBuf, what: String, hint: String },
+    #[error("{}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("{}: key `{}`: {}", path.display(), error.key, error.message)]
+    Config { path: PathBuf, error: ConfigError },
+    #[error("chat template from {source_file}: {message}")]
+    Template { source_file: String, message: String },
+    #[error("{0}")]
+    Input(String),
+}
+
+/// Where the chat template was found, in the order they are looked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatTemplateSource {
+    ChatTemplateJinja,
+    ChatTemplateJson,
+    TokenizerConfig,
+}
+
+impl ChatTemplateSource {
+    pub fn file(self) -> &'static str {
+        match self {
+            ChatTemplateSource::ChatTemplateJinja => "chat_template.jinja",
+            ChatTemplateSource::ChatTemplateJson => "chat_template.json",
+            ChatTemplateSource::TokenizerConfig => "tokenizer_config.json",
+        }
+    }
+}
+
+pub struct ModelDir {
+    pub path: PathBuf,
+    pub config: ModelConfig,
+    pub preprocessor: PreprocessorConfig,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat_template: String,
+    pub chat_template_source: ChatTemplateSource,
+    /// `model.safetensors`, or every shard named by `model.safetensors.index.json`, sorted.
+    pub weights: Vec<PathBuf>,
+}
+
+fn read_json(path: &Path) -> Result<Value, VlmError> {
+    let text = std::fs::read_to_string(path).map_err(|e| VlmError::File { path: path.into(), message: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| VlmError::File { path: path.into(), message: format!("not valid JSON: {e}") })
+}
+
+fn require(dir: &Path, name: &str, hint: &str) -> Result<PathBuf, VlmError> {
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(VlmError::Missing { dir: dir.into(), what: name.into(), hint: hint.into() })
+    }
+}
+
+impl ModelDir {
+    pub fn open(dir: &Path) -> Result<ModelDir, VlmError> {
+        if !dir.is_dir() {
+            return Err(VlmError::Input(format!("{} is not a directory (expected a Hugging Face model directory)", dir.display())));
+        }
+        let config_path = require(dir, "config.json", "every checkpoint has one")?;
+        let config = ModelConfig::from_json(&read_json(&config_path)?).map_err(|error| VlmError::Config { path: config_path, error })?;
+        let pre_path = require(dir, "preprocessor_config.json", "the image processor settings")?;
+        let preprocessor =
+            PreprocessorConfig::from_json(&read_json(&pre_path)?).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
+        if preprocessor.patch_size != config.vision.patch_size || preprocessor.merge_size != config.vision.spatial_merge_size {
+            return Err(VlmError::File {
+                path: pre_path,
+                message: format!(
+                    "patch_size {} / merge_size {} disagree with config.json's vision_config ({} / {})",
+                    preprocessor.patch_size, preprocessor.merge_size, config.vision.patch_size, config.vision.spatial_merge_size
+                ),
+            });
+        }
+        let tokenizer_path = require(dir, "tokenizer.json", "the fast tokenizer file")?;
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| VlmError::File { path: tokenizer_path.clone(), message: format!("not a tokenizer: {e}") })?;
+        let vocab = tokenizer.get_vocab_size(true);
+        if vocab > config.text.vocab_size {
+            return Err(VlmError::File {
+                path: tokenizer_path,
+                message: format!("{vocab} tokens, more than the model's vocab_size {}", config.text.vocab_size),
+            });
+        }
+        let (chat_template, chat_template_source) = chat_template(dir)?;
+        let weights = weight_files(dir)?;
+        Ok(ModelDir { path: dir.into(), config, preprocessor, tokenizer, chat_template, chat_template_source, weights })
+    }
+}
+
+fn chat_template(dir: &Path) -> Result<(String, ChatTemplateSource), VlmError> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        let text = std::fs::read_to_string(&jinja).map_err(|e| VlmError::File { path: jinja, message: e.to_string() })?;
+        return Ok((text, ChatTemplateSource::ChatTemplateJinja));
+    }
+    for source in [ChatTemplateSource::ChatTemplateJson, ChatTemplateSource::TokenizerConfig] {
+        let path = dir.join(source.file());
+        if !path.is_file() {
+            continue;
+        }
+        match read_json(&path)?.get("chat_template") {
+            Some(Value::String(t)) => return Ok((t.clone(), source)),
+            // A list of named templates: take the default one.
+            Some(Value::Array(named)) => {
+                if let Some(t) = named.iter().find(|n| n["name"] == "default").and_then(|n| n["template"].as_str()) {
+                    return Ok((t.to_string(), source));
+                }
+                return Err(VlmError::File { path, message: "chat_template lists no template named \"default\"".into() });
+            }
+            _ => {}
+        }
+    }
+    Err(VlmError::Missing {
+        dir: dir.into(),
+        what: "chat template".into(),
+        hint: "looked in chat_template.jinja, chat_template.json and tokenizer_config.json".into(),
+    })
+}
+
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, VlmError> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if !index.is_file() {
+        return Err(VlmError::Missing {
+            dir: dir.into(),
+            what: "weights".into(),
+            hint: "expected model.safetensors or model.safetensors.index.json".into(),
+        });
+    }
+    let map = read_json(&index)?;
+    let Some(entries) = map.get("weight_map").and_then(Value::as_object) else {
+        return Err(VlmError::File { path: index, message: "no weight_map object".into() });
+    };
+    let mut shards: Vec<String> = entries.values().filter_map(Value::as_str).map(str::to_string).collect();
+    shards.sort();
+    shards.dedup();
+    let mut files = Vec::new();
+    for shard in shards {
+        let path = dir.join(&shard);
+        if !path.is_file() {
+            return Err(VlmError::File { path: index, message: format!("weight_map names {shard}, which is not in the directory") });
+        }
+        files.push(path);
+    }
+    Ok(files)
+}

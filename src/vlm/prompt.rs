@@ -1,0 +1,62 @@
+//! The prompt for one yes/no question about one image: the model's own chat template applied to
+//! a single user message holding the image then the question, with the generation prompt; the
+//! image placeholder expanded to one token per merged patch; then tokenized.
+
+use minijinja::{context, Environment, Error, ErrorKind};
+
+use super::model_dir::{ModelDir, VlmError};
+
+pub const IMAGE_PAD: &str = "<|image_pad|>";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    /// The rendered template, with a single image placeholder.
+    pub text: String,
+    pub input_ids: Vec<u32>,
+    pub image_tokens: usize,
+}
+
+/// Renders the chat template as transformers does (trim_blocks, lstrip_blocks, and its
+/// `raise_exception` helper).
+pub fn render(template: &str, source_file: &str, question: &str) -> Result<String, VlmError> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_function("raise_exception", |message: String| -> Result<String, Error> {
+        Err(Error::new(ErrorKind::InvalidOperation, message))
+    });
+    let fail = |e: Error| VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") };
+    env.add_template("chat", template).map_err(fail)?;
+    let messages = vec![context! {
+        role => "user",
+        content => vec![context! { type => "image" }, context! { type => "text", text => question }],
+    }];
+    env.get_template("chat").map_err(fail)?.render(context! { messages, add_generation_prompt => true }).map_err(fail)
+}
+
+impl ModelDir {
+    /// The prompt for `question` about an image whose patch grid is (t, h, w).
+    pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
+        let text = render(&self.chat_template, self.chat_template_source.file(), question)?;
+        if text.matches(IMAGE_PAD).count() != 1 {
+            return Err(VlmError::Template {
+                source_file: self.chat_template_source.file().into(),
+                message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
+            });
+        }
+        let merge = self.config.vision.spatial_merge_size;
+        let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
+        let expanded = text.replace(IMAGE_PAD, &IMAGE_PAD.repeat(image_tokens));
+        let encoding = self.tokenizer.encode(expanded, true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
+        Ok(Prompt { text, input_ids: encoding.get_ids().to_vec(), image_tokens })
+    }
+
+    /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
+    pub fn answer_token_ids(&self) -> Result<(u32, u32), VlmError> {
+        let first = |word: &str| -> Result<u32, VlmError> {
+            let encoding = self.tokenizer.encode(word, false).map_err(|e| VlmError::Input(format!("tokenizing {word:?}: {e}")))?;
+            encoding.get_ids().first().copied().ok_or_else(|| VlmError::Input(format!("the tokenizer encodes {word:?} as nothing")))
+        };
+        Ok((first("Yes")?, first("No")?))
+    }
+}
