@@ -68,6 +68,26 @@ impl ScoreCache {
         valid.then_some(entry.scores)
     }
 
+    /// Removes temp files older than `max_age` that killed runs left behind. Younger ones may
+    /// belong to a run writing right now (sharded `infer` jobs share the cache), so they stay.
+    /// Returns how many were removed.
+    pub fn sweep_stale_temp_files(&self, max_age: std::time::Duration) -> usize {
+        let Ok(dirs) = std::fs::read_dir(&self.dir) else { return 0 };
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        for dir in dirs.flatten().filter(|d| d.path().is_dir()) {
+            let Ok(files) = std::fs::read_dir(dir.path()) else { continue };
+            for file in files.flatten() {
+                let stale = file.file_name().to_string_lossy().starts_with(".tmp")
+                    && file.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > max_age));
+                if stale && std::fs::remove_file(file.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
     pub fn put(&self, key: &CacheKey, image: &str, question_ids: &[String], scores: &[QuestionScore]) -> Result<(), InferError> {
         let digest = key.digest();
         let path = self.path(&digest);
@@ -86,5 +106,28 @@ impl ScoreCache {
         tmp.flush().map_err(io)?;
         tmp.persist(&path).map_err(|e| io(e.error))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn only_old_temp_files_are_swept() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = ScoreCache::new(root.path());
+        let key = CacheKey { image_sha256: "ab".repeat(32), scorer_hash: "s".into(), prompt_set_hash: "p".into() };
+        cache.put(&key, "x.png", &["q".into()], &[QuestionScore { logit_yes: 1.0, logit_no: 0.0 }]).unwrap();
+        let sub = cache.path(&key.digest()).parent().unwrap().to_path_buf();
+        let old = sub.join(".tmpOLD");
+        std::fs::write(&old, "partial").unwrap();
+        std::fs::File::options().write(true).open(&old).unwrap().set_modified(SystemTime::now() - Duration::from_secs(7200)).unwrap();
+        let fresh = sub.join(".tmpNEW");
+        std::fs::write(&fresh, "being written").unwrap();
+        assert_eq!(cache.sweep_stale_temp_files(Duration::from_secs(3600)), 1);
+        assert!(!old.exists() && fresh.exists());
+        assert!(cache.get(&key, &["q".into()]).is_some(), "entries are never swept");
     }
 }

@@ -61,6 +61,9 @@ enum Outcome {
     Computed(ImageScores),
 }
 
+/// Cache temp files older than this were left by a killed run.
+const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 pub fn run(
     images: &[ImageJob],
     scorer: &dyn Scorer,
@@ -70,6 +73,7 @@ pub fn run(
     options: &RunOptions,
 ) -> Result<InferReport, InferError> {
     let scorer_hash = scorer.identity().hash();
+    cache.sweep_stale_temp_files(STALE_TEMP_AGE);
     let question_ids: Vec<String> = questions.iter().map(|q| q.id.clone()).collect();
     let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
     let todo = images.iter().filter(|j| in_shard(&j.name)).count() as u64;
