@@ -1,4 +1,5 @@
-//! Records the git commit the tool is built from, for build.lock.
+//! Records the git commit the tool is built from, for build.lock; with the `vlm` feature, also
+//! gives the binaries an rpath to libtorch so they run without LD_LIBRARY_PATH.
 use std::process::Command;
 
 fn main() {
@@ -18,4 +19,9 @@ fn main() {
         Some(commit)
     });
     println!("cargo:rustc-env=BPALS_GIT_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));
+
+    // torch-sys (links = "tch") reports where it found libtorch.
+    if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    }
 }

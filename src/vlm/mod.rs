@@ -11,5 +11,18 @@ pub mod preprocess;
 pub mod prompt;
 pub mod rope;
 
+#[cfg(feature = "vlm")]
+mod layers;
+#[cfg(feature = "vlm")]
+pub mod model;
+#[cfg(feature = "vlm")]
+pub mod pixels;
+#[cfg(feature = "vlm")]
+mod text;
+#[cfg(feature = "vlm")]
+mod vision_qwen2;
+#[cfg(feature = "vlm")]
+mod weights;
+
 pub use config::{Family, ModelConfig, PreprocessorConfig, TextConfig, VisionConfig};
 pub use model_dir::{ChatTemplateSource, ModelDir, VlmError};

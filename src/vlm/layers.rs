@@ -1,0 +1,80 @@
+//! The small layers both families share.
+
+use tch::{Kind, Tensor};
+
+use super::model_dir::VlmError;
+use super::weights::Weights;
+
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(w: &Weights, prefix: &str, inputs: i64, outputs: i64, bias: bool) -> Result<Linear, VlmError> {
+        Ok(Linear {
+            weight: w.get(&format!("{prefix}.weight"), &[outputs, inputs])?,
+            bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[outputs])?) } else { None },
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn load(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<LayerNorm, VlmError> {
+        Ok(LayerNorm { weight: w.get(&format!("{prefix}.weight"), &[dim])?, bias: w.get(&format!("{prefix}.bias"), &[dim])?, eps })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.layer_norm([*self.weight.size().last().expect("1-d")], Some(&self.weight), Some(&self.bias), self.eps, false)
+    }
+}
+
+/// Root-mean-square norm, computed in f32 whatever the activations' dtype.
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn load(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<RmsNorm, VlmError> {
+        Ok(RmsNorm { weight: w.get(&format!("{prefix}.weight"), &[dim])?, eps })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        &self.weight * (xf * (variance + self.eps).rsqrt()).to_kind(kind)
+    }
+}
+
+/// (x1, x2) -> (-x2, x1) over the last dimension's halves.
+pub fn rotate_half(x: &Tensor) -> Tensor {
+    let half = x.size().last().copied().expect("non-scalar") / 2;
+    Tensor::cat(&[-x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1)
+}
+
+/// x * cos + rotate_half(x) * sin, in f32, back to x's dtype.
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let xf = x.to_kind(Kind::Float);
+    (&xf * cos + rotate_half(&xf) * sin).to_kind(x.kind())
+}
+
+/// softmax(q k^T * scale + mask) v over (batch, heads, seq, dim); the softmax runs in f32.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Tensor {
+    let mut scores = q.matmul(&k.transpose(-2, -1)) * scale;
+    if let Some(m) = mask {
+        scores = scores + m;
+    }
+    scores.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(v)
+}

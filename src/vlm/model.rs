@@ -1,0 +1,186 @@
+//! A whole vision-language model on one device: image embeddings, the prompt with the image
+//! scattered in, last-position logits, yes/no scoring of many questions over one shared image
+//! prefix, and greedy generation.
+
+use tch::{Device, Kind, Tensor};
+
+use super::config::Family;
+use super::model_dir::{ModelDir, VlmError};
+use super::rope;
+use super::text::{KvCache, TextModel};
+use super::vision_qwen2::VisionQwen2;
+use super::weights::Weights;
+
+pub enum Vision {
+    Qwen2(VisionQwen2),
+}
+
+pub struct VlModel {
+    pub vision: Vision,
+    pub text: TextModel,
+    image_token_id: u32,
+    merge: usize,
+    pub device: Device,
+    pub kind: Kind,
+}
+
+/// One question's answer logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YesNo {
+    pub logit_yes: f32,
+    pub logit_no: f32,
+}
+
+impl YesNo {
+    pub fn p_yes(&self) -> f64 {
+        1.0 / (1.0 + (f64::from(self.logit_no) - f64::from(self.logit_yes)).exp())
+    }
+}
+
+impl VlModel {
+    pub fn load(dir: &ModelDir, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
+        let weights = Weights::load(&dir.weights, device, kind)?;
+        let vision = match dir.config.family {
+            Family::Qwen2Vl => Vision::Qwen2(VisionQwen2::load(&weights, &dir.config.vision)?),
+            Family::Qwen25Vl => return Err(VlmError::Input("the Qwen2.5-VL vision tower is not ported yet".into())),
+        };
+        Ok(VlModel {
+            vision,
+            text: TextModel::load(&weights, &dir.config.text)?,
+            image_token_id: dir.config.image_token_id,
+            merge: dir.config.vision.spatial_merge_size,
+            device,
+            kind,
+        })
+    }
+
+    pub fn image_embeds(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
+        tch::no_grad(|| match &self.vision {
+            Vision::Qwen2(v) => v.forward(&pixels.to_device(self.device), grid),
+        })
+    }
+
+    /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
+    /// the image embeddings.
+    fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
+        let t = Tensor::from_slice(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>()).to_device(self.device).unsqueeze(0);
+        let embeds = self.text.embed(&t);
+        let Some(start) = ids.iter().position(|&i| i == self.image_token_id) else { return Ok(embeds) };
+        let run = ids[start..].iter().take_while(|&&i| i == self.image_token_id).count();
+        let image = image_embeds.ok_or_else(|| VlmError::Input("the prompt holds an image but no image was given".into()))?;
+        if image.size()[0] != run as i64 {
+            return Err(VlmError::Input(format!("the prompt has {run} image tokens, the image {} embeddings", image.size()[0])));
+        }
+        let end = (start + run) as i64;
+        Ok(Tensor::cat(
+            &[embeds.narrow(1, 0, start as i64), image.to_kind(embeds.kind()).unsqueeze(0), embeds.narrow(1, end, ids.len() as i64 - end)],
+            1,
+        ))
+    }
+
+    fn positions(&self, ids: &[u32], grid: (usize, usize, usize)) -> Result<([Vec<i64>; 3], i64), VlmError> {
+        let grids = if ids.contains(&self.image_token_id) { vec![grid] } else { Vec::new() };
+        rope::position_ids(ids, self.image_token_id, &grids, self.merge)
+    }
+
+    fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
+        let flat: Vec<i64> = axes.iter().flat_map(|a| a[from..to].iter().copied()).collect();
+        Tensor::from_slice(&flat).to_device(self.device).view([3, 1, (to - from) as i64])
+    }
+
+    /// Logits (vocab) predicting the token after `ids`, from one full pass.
+    pub fn last_logits(&self, ids: &[u32], image_embeds: &Tensor, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
+        tch::no_grad(|| {
+            let embeds = self.embed(ids, Some(image_embeds))?;
+            let (axes, _) = self.positions(ids, grid)?;
+            let hidden = self.text.forward(&embeds, &self.positions_tensor(&axes, 0, ids.len()), &mut KvCache::default());
+            Ok(self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1)).view([-1]).to_kind(Kind::Float))
+        })
+    }
+
+    /// Yes/no logits for many prompts about one image: the shared prefix (everything up to where
+    /// the prompts differ, the image included) runs once; the suffixes run as one batch on copies
+    /// of its cache.
+    pub fn score(
+        &self,
+        prompts: &[Vec<u32>],
+        image_embeds: &Tensor,
+        grid: (usize, usize, usize),
+        answer: (u32, u32),
+    ) -> Result<Vec<YesNo>, VlmError> {
+        if prompts.is_empty() {
+            return Ok(Vec::new());
+        }
+        tch::no_grad(|| {
+            let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
+            let mut common = (0..shortest).take_while(|&i| prompts.iter().all(|p| p[i] == prompts[0][i])).count();
+            common = common.min(shortest - 1); // every prompt keeps at least one token of its own
+            let (axes0, _) = self.positions(&prompts[0], grid)?;
+            let mut cache = KvCache::default();
+            let prefix = self.embed(&prompts[0][..common], Some(image_embeds))?;
+            // Only the cache it leaves is needed.
+            let _ = self.text.forward(&prefix, &self.positions_tensor(&axes0, 0, common), &mut cache);
+
+            let longest = prompts.iter().map(|p| p.len() - common).max().unwrap_or(1);
+            let mut ids = Vec::new();
+            let mut positions = [Vec::new(), Vec::new(), Vec::new()];
+            for p in prompts {
+                let (axes, _) = self.positions(p, grid)?;
+                let suffix = &p[common..];
+                let pad = longest - suffix.len();
+                ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
+                for (axis, out) in axes.iter().zip(positions.iter_mut()) {
+                    let last = *axis.last().expect("non-empty");
+                    out.extend(axis[common..].iter().copied().chain((1..=pad as i64).map(|k| last + k)));
+                }
+            }
+            let n = prompts.len() as i64;
+            let ids = Tensor::from_slice(&ids).to_device(self.device).view([n, longest as i64]);
+            let flat: Vec<i64> = positions.concat();
+            let positions = Tensor::from_slice(&flat).to_device(self.device).view([3, n, longest as i64]);
+            let mut batch_cache = cache.expand(n);
+            let hidden = self.text.forward(&self.text.embed(&ids), &positions, &mut batch_cache);
+            let mut out = Vec::with_capacity(prompts.len());
+            for (row, p) in prompts.iter().enumerate() {
+                let at = (p.len() - common - 1) as i64;
+                let logits = self.text.logits(&hidden.get(row as i64).narrow(0, at, 1)).view([-1]).to_kind(Kind::Float);
+                out.push(YesNo {
+                    logit_yes: logits.double_value(&[i64::from(answer.0)]) as f32,
+                    logit_no: logits.double_value(&[i64::from(answer.1)]) as f32,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Greedy decoding with the KV cache: the new tokens, and whether `max_new_tokens` cut it.
+    pub fn generate(
+        &self,
+        ids: &[u32],
+        image_embeds: &Tensor,
+        grid: (usize, usize, usize),
+        max_new_tokens: usize,
+        stop: &[u32],
+    ) -> Result<(Vec<u32>, bool), VlmError> {
+        tch::no_grad(|| {
+            let (axes, delta) = self.positions(ids, grid)?;
+            let mut cache = KvCache::default();
+            let hidden = self.text.forward(&self.embed(ids, Some(image_embeds))?, &self.positions_tensor(&axes, 0, ids.len()), &mut cache);
+            let mut logits = self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1));
+            let mut out = Vec::new();
+            for step in 0..max_new_tokens {
+                let next = logits.view([-1]).argmax(0, false).int64_value(&[]) as u32;
+                out.push(next);
+                if stop.contains(&next) {
+                    return Ok((out, false));
+                }
+                let position = (ids.len() + step) as i64 + delta;
+                let pos = Tensor::from_slice(&[position, position, position]).to_device(self.device).view([3, 1, 1]);
+                let embeds = self.text.embed(&Tensor::from_slice(&[i64::from(next)]).to_device(self.device).view([1, 1]));
+                let hidden = self.text.forward(&embeds, &pos, &mut cache);
+                logits = self.text.logits(&hidden);
+            }
+            Ok((out, true))
+        })
+    }
+}

@@ -1,0 +1,112 @@
+//! The Qwen2-VL vision tower: patch embedding, blocks of full attention with 2D rotary
+//! positions, LayerNorm and quick-GELU, then the patch merger.
+
+use tch::{Device, Kind, Tensor};
+
+use super::config::VisionConfig;
+use super::layers::{apply_rotary, attention, LayerNorm, Linear};
+use super::model_dir::VlmError;
+use super::weights::Weights;
+
+const EPS: f64 = 1e-6;
+
+struct Block {
+    norm1: LayerNorm,
+    norm2: LayerNorm,
+    qkv: Linear,
+    proj: Linear,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+pub struct VisionQwen2 {
+    patch_embed: Tensor,
+    blocks: Vec<Block>,
+    ln_q: LayerNorm,
+    merger_fc1: Linear,
+    merger_fc2: Linear,
+    cfg: VisionConfig,
+}
+
+impl VisionQwen2 {
+    pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen2, VlmError> {
+        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let (c, t, p) = (cfg.in_channels as i64, cfg.temporal_patch_size as i64, cfg.patch_size as i64);
+        // A Conv3d whose stride is its kernel is a matrix product on flattened patches.
+        let patch_embed = w.get("visual.patch_embed.proj.weight", &[d, c, t, p, p])?.reshape([d, c * t * p * p]);
+        let blocks = (0..cfg.depth)
+            .map(|b| {
+                let at = |name: &str| format!("visual.blocks.{b}.{name}");
+                Ok(Block {
+                    norm1: LayerNorm::load(w, &at("norm1"), d, EPS)?,
+                    norm2: LayerNorm::load(w, &at("norm2"), d, EPS)?,
+                    qkv: Linear::load(w, &at("attn.qkv"), d, 3 * d, true)?,
+                    proj: Linear::load(w, &at("attn.proj"), d, d, true)?,
+                    fc1: Linear::load(w, &at("mlp.fc1"), d, i, true)?,
+                    fc2: Linear::load(w, &at("mlp.fc2"), i, d, true)?,
+                })
+            })
+            .collect::<Result<Vec<_>, VlmError>>()?;
+        let merged = d * (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
+        Ok(VisionQwen2 {
+            patch_embed,
+            blocks,
+            ln_q: LayerNorm::load(w, "visual.merger.ln_q", d, EPS)?,
+            merger_fc1: Linear::load(w, "visual.merger.mlp.0", merged, merged, true)?,
+            merger_fc2: Linear::load(w, "visual.merger.mlp.2", merged, cfg.out_hidden_size as i64, true)?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Image embeddings, one per merged patch: (h * w / merge², out_hidden_size).
+    pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
+        let kind = self.patch_embed.kind();
+        let mut x = pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
+        let heads = self.cfg.num_heads as i64;
+        let head_dim = self.cfg.hidden_size as i64 / heads;
+        let (cos, sin) = rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
+        let n = x.size()[0];
+        for b in &self.blocks {
+            let h = b.norm1.forward(&x);
+            let qkv = b.qkv.forward(&h).reshape([n, 3, heads, head_dim]).permute([1, 0, 2, 3]);
+            let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+            let q = apply_rotary(&q, &cos, &sin).transpose(0, 1).unsqueeze(0);
+            let k = apply_rotary(&k, &cos, &sin).transpose(0, 1).unsqueeze(0);
+            let v = v.transpose(0, 1).unsqueeze(0);
+            let out =
+                attention(&q, &k, &v, None, (head_dim as f64).powf(-0.5)).squeeze_dim(0).transpose(0, 1).reshape([n, heads * head_dim]);
+            x = x + b.proj.forward(&out);
+            let h = b.fc1.forward(&b.norm2.forward(&x));
+            let h = &h * (&h * 1.702).sigmoid(); // quick GELU
+            x = x + b.fc2.forward(&h);
+        }
+        let merged = self.cfg.hidden_size as i64 * (self.cfg.spatial_merge_size * self.cfg.spatial_merge_size) as i64;
+        let x = self.ln_q.forward(&x).reshape([-1, merged]);
+        self.merger_fc2.forward(&self.merger_fc1.forward(&x).gelu("none"))
+    }
+}
+
+/// cos and sin of the 2D rotary angles, per patch in merge-block order: (patches, 1, head_dim).
+pub fn rotary(grid: (usize, usize, usize), merge: usize, head_dim: i64, device: Device) -> (Tensor, Tensor) {
+    let (t, h, w) = grid;
+    let (mut hpos, mut wpos) = (Vec::with_capacity(t * h * w), Vec::with_capacity(t * h * w));
+    for _ in 0..t {
+        for hb in 0..h / merge {
+            for wb in 0..w / merge {
+                for i in 0..merge {
+                    for j in 0..merge {
+                        hpos.push((hb * merge + i) as f32);
+                        wpos.push((wb * merge + j) as f32);
+                    }
+                }
+            }
+        }
+    }
+    let dim = head_dim / 2;
+    let inv_freq = Tensor::arange_start_step(0, dim, 2, (Kind::Float, device)).to_kind(Kind::Float) / dim as f64;
+    let inv_freq = Tensor::from(10000.0f32).to_device(device).pow(&inv_freq).reciprocal();
+    let angles = |pos: Vec<f32>| Tensor::from_slice(&pos).to_device(device).unsqueeze(1) * inv_freq.unsqueeze(0);
+    let half = Tensor::cat(&[angles(hpos), angles(wpos)], -1);
+    let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
+    (full.cos(), full.sin())
+}

@@ -1,0 +1,77 @@
+//! The native engine against transformers on the tiny fixture models (f32, CPU): pixel values,
+//! image embeddings, last-position logits, greedy tokens, and shared-prefix scoring against
+//! separate runs. Goldens: fixtures/vlm/gen_tiny_models.py.
+#![cfg(feature = "vlm")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bpals_release::vlm::model::VlModel;
+use bpals_release::vlm::{pixels, ModelDir};
+use common::*;
+use tch::{Device, Kind, Tensor};
+
+fn fixture(family: &str) -> PathBuf {
+    repo().join("fixtures/vlm").join(family)
+}
+
+fn goldens(family: &str) -> (serde_json::Value, HashMap<String, Tensor>) {
+    let dir = fixture(family).join("goldens");
+    let json = serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
+    let tensors = Tensor::read_safetensors(dir.join("goldens.safetensors")).unwrap().into_iter().collect();
+    (json, tensors)
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.size(), b.size());
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn qwen2_vl_matches_transformers() {
+    let family = "qwen2_vl";
+    let dir = ModelDir::open(&fixture(family)).unwrap();
+    let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
+    let (g, t) = goldens(family);
+    let answer = dir.answer_token_ids().unwrap();
+    for case in g["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let image = image::open(fixture(family).join("goldens").join(case["image"].as_str().unwrap())).unwrap();
+        let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, 1.0 / 255.0, Device::Cpu).unwrap();
+        let d = max_diff(&pixels, &t[&format!("{name}.pixel_values")]);
+        assert!(d <= 1e-5, "{name}: pixel values differ by {d}");
+
+        let embeds = model.image_embeds(&t[&format!("{name}.pixel_values")], grid);
+        let d = max_diff(&embeds, &t[&format!("{name}.image_embeds")]);
+        assert!(d <= 1e-4, "{name}: image embeddings differ by {d}");
+
+        let prompt = ids(&case["input_ids"]);
+        let logits = model.last_logits(&prompt, &embeds, grid).unwrap();
+        let d = max_diff(&logits, &t[&format!("{name}.last_logits")]);
+        assert!(d <= 1e-4, "{name}: last-position logits differ by {d}");
+
+        let (tokens, truncated) = model.generate(&prompt, &embeds, grid, 8, &[]).unwrap();
+        assert_eq!(tokens, ids(&case["greedy_tokens"]), "{name}: greedy tokens");
+        assert!(truncated);
+
+        // Many questions over one image prefix equal separate single-question runs.
+        let questions =
+            ["Is there a pleural effusion in this chest X-ray?", "Does this radiograph show cardiomegaly?", "Is a chest tube visible?"];
+        let prompts: Vec<Vec<u32>> = questions.iter().map(|q| dir.prompt(q, grid).unwrap().input_ids).collect();
+        let shared = model.score(&prompts, &embeds, grid, answer).unwrap();
+        for (p, s) in prompts.iter().zip(&shared) {
+            let alone = model.last_logits(p, &embeds, grid).unwrap();
+            let (y, n) = (alone.double_value(&[i64::from(answer.0)]), alone.double_value(&[i64::from(answer.1)]));
+            assert!(
+                (f64::from(s.logit_yes) - y).abs() <= 1e-5 && (f64::from(s.logit_no) - n).abs() <= 1e-5,
+                "{name}: shared {s:?} vs alone ({y}, {n})"
+            );
+        }
+    }
+}
