@@ -35,7 +35,15 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 
 #[test]
 fn qwen2_vl_matches_transformers() {
-    let family = "qwen2_vl";
+    parity("qwen2_vl");
+}
+
+#[test]
+fn qwen2_5_vl_matches_transformers() {
+    parity("qwen2_5_vl");
+}
+
+fn parity(family: &str) {
     let dir = ModelDir::open(&fixture(family)).unwrap();
     let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
     let (g, t) = goldens(family);

@@ -1,6 +1,6 @@
 //! The small layers both families share.
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::model_dir::VlmError;
 use super::weights::Weights;
@@ -77,4 +77,29 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scal
         scores = scores + m;
     }
     scores.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(v)
+}
+
+/// cos and sin of the 2D rotary angles, per patch in merge-block order: (patches, 1, head_dim).
+pub fn vision_rotary(grid: (usize, usize, usize), merge: usize, head_dim: i64, device: Device) -> (Tensor, Tensor) {
+    let (t, h, w) = grid;
+    let (mut hpos, mut wpos) = (Vec::with_capacity(t * h * w), Vec::with_capacity(t * h * w));
+    for _ in 0..t {
+        for hb in 0..h / merge {
+            for wb in 0..w / merge {
+                for i in 0..merge {
+                    for j in 0..merge {
+                        hpos.push((hb * merge + i) as f32);
+                        wpos.push((wb * merge + j) as f32);
+                    }
+                }
+            }
+        }
+    }
+    let dim = head_dim / 2;
+    let inv_freq = Tensor::arange_start_step(0, dim, 2, (Kind::Float, device)).to_kind(Kind::Float) / dim as f64;
+    let inv_freq = Tensor::from(10000.0f32).to_device(device).pow(&inv_freq).reciprocal();
+    let angles = |pos: Vec<f32>| Tensor::from_slice(&pos).to_device(device).unsqueeze(1) * inv_freq.unsqueeze(0);
+    let half = Tensor::cat(&[angles(hpos), angles(wpos)], -1);
+    let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
+    (full.cos(), full.sin())
 }

@@ -22,6 +22,8 @@ mod text;
 #[cfg(feature = "vlm")]
 mod vision_qwen2;
 #[cfg(feature = "vlm")]
+mod vision_qwen25;
+#[cfg(feature = "vlm")]
 mod weights;
 
 pub use config::{Family, ModelConfig, PreprocessorConfig, TextConfig, VisionConfig};

@@ -9,10 +9,12 @@ use super::model_dir::{ModelDir, VlmError};
 use super::rope;
 use super::text::{KvCache, TextModel};
 use super::vision_qwen2::VisionQwen2;
+use super::vision_qwen25::VisionQwen25;
 use super::weights::Weights;
 
 pub enum Vision {
     Qwen2(VisionQwen2),
+    Qwen25(VisionQwen25),
 }
 
 pub struct VlModel {
@@ -42,7 +44,7 @@ impl VlModel {
         let weights = Weights::load(&dir.weights, device, kind)?;
         let vision = match dir.config.family {
             Family::Qwen2Vl => Vision::Qwen2(VisionQwen2::load(&weights, &dir.config.vision)?),
-            Family::Qwen25Vl => return Err(VlmError::Input("the Qwen2.5-VL vision tower is not ported yet".into())),
+            Family::Qwen25Vl => Vision::Qwen25(VisionQwen25::load(&weights, &dir.config.vision)?),
         };
         Ok(VlModel {
             vision,
@@ -57,6 +59,7 @@ impl VlModel {
     pub fn image_embeds(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
         tch::no_grad(|| match &self.vision {
             Vision::Qwen2(v) => v.forward(&pixels.to_device(self.device), grid),
+            Vision::Qwen25(v) => v.forward(&pixels.to_device(self.device), grid),
         })
     }
 

@@ -1,10 +1,10 @@
 //! The Qwen2-VL vision tower: patch embedding, blocks of full attention with 2D rotary
 //! positions, LayerNorm and quick-GELU, then the patch merger.
 
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{apply_rotary, attention, LayerNorm, Linear};
+use super::layers::{apply_rotary, attention, vision_rotary, LayerNorm, Linear};
 use super::model_dir::VlmError;
 use super::weights::Weights;
 
@@ -64,7 +64,7 @@ impl VisionQwen2 {
         let mut x = pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
         let heads = self.cfg.num_heads as i64;
         let head_dim = self.cfg.hidden_size as i64 / heads;
-        let (cos, sin) = rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
+        let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
         let n = x.size()[0];
         for b in &self.blocks {
             let h = b.norm1.forward(&x);
@@ -84,29 +84,4 @@ impl VisionQwen2 {
         let x = self.ln_q.forward(&x).reshape([-1, merged]);
         self.merger_fc2.forward(&self.merger_fc1.forward(&x).gelu("none"))
     }
-}
-
-/// cos and sin of the 2D rotary angles, per patch in merge-block order: (patches, 1, head_dim).
-pub fn rotary(grid: (usize, usize, usize), merge: usize, head_dim: i64, device: Device) -> (Tensor, Tensor) {
-    let (t, h, w) = grid;
-    let (mut hpos, mut wpos) = (Vec::with_capacity(t * h * w), Vec::with_capacity(t * h * w));
-    for _ in 0..t {
-        for hb in 0..h / merge {
-            for wb in 0..w / merge {
-                for i in 0..merge {
-                    for j in 0..merge {
-                        hpos.push((hb * merge + i) as f32);
-                        wpos.push((wb * merge + j) as f32);
-                    }
-                }
-            }
-        }
-    }
-    let dim = head_dim / 2;
-    let inv_freq = Tensor::arange_start_step(0, dim, 2, (Kind::Float, device)).to_kind(Kind::Float) / dim as f64;
-    let inv_freq = Tensor::from(10000.0f32).to_device(device).pow(&inv_freq).reciprocal();
-    let angles = |pos: Vec<f32>| Tensor::from_slice(&pos).to_device(device).unsqueeze(1) * inv_freq.unsqueeze(0);
-    let half = Tensor::cat(&[angles(hpos), angles(wpos)], -1);
-    let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
-    (full.cos(), full.sin())
 }

@@ -1,0 +1,148 @@
+//! The Qwen2.5-VL vision tower: patch embedding, blocks with RMSNorm and gated SiLU that attend
+//! within windows of merged patches (all but the `fullatt_block_indexes` blocks, which attend
+//! over the whole image), then the patch merger and the window order undone.
+
+use tch::Tensor;
+
+use super::config::VisionConfig;
+use super::layers::{apply_rotary, attention, vision_rotary, Linear, RmsNorm};
+use super::model_dir::VlmError;
+use super::weights::Weights;
+
+const EPS: f64 = 1e-6;
+
+struct Block {
+    norm1: RmsNorm,
+    norm2: RmsNorm,
+    qkv: Linear,
+    proj: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+pub struct VisionQwen25 {
+    patch_embed: Tensor,
+    blocks: Vec<Block>,
+    ln_q: RmsNorm,
+    merger_fc1: Linear,
+    merger_fc2: Linear,
+    cfg: VisionConfig,
+}
+
+impl VisionQwen25 {
+    pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen25, VlmError> {
+        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let (c, t, p) = (cfg.in_channels as i64, cfg.temporal_patch_size as i64, cfg.patch_size as i64);
+        let patch_embed = w.get("visual.patch_embed.proj.weight", &[d, c, t, p, p])?.reshape([d, c * t * p * p]);
+        let blocks = (0..cfg.depth)
+            .map(|b| {
+                let at = |name: &str| format!("visual.blocks.{b}.{name}");
+                Ok(Block {
+                    norm1: RmsNorm::load(w, &at("norm1"), d, EPS)?,
+                    norm2: RmsNorm::load(w, &at("norm2"), d, EPS)?,
+                    qkv: Linear::load(w, &at("attn.qkv"), d, 3 * d, true)?,
+                    proj: Linear::load(w, &at("attn.proj"), d, d, true)?,
+                    gate: Linear::load(w, &at("mlp.gate_proj"), d, i, true)?,
+                    up: Linear::load(w, &at("mlp.up_proj"), d, i, true)?,
+                    down: Linear::load(w, &at("mlp.down_proj"), i, d, true)?,
+                })
+            })
+            .collect::<Result<Vec<_>, VlmError>>()?;
+        let merged = d * (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
+        Ok(VisionQwen25 {
+            patch_embed,
+            blocks,
+            ln_q: RmsNorm::load(w, "visual.merger.ln_q", d, EPS)?,
+            merger_fc1: Linear::load(w, "visual.merger.mlp.0", merged, merged, true)?,
+            merger_fc2: Linear::load(w, "visual.merger.mlp.2", merged, cfg.out_hidden_size as i64, true)?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Image embeddings, one per merged patch, in the image's own (not the window) order.
+    pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
+        let cfg = &self.cfg;
+        let unit = (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
+        let (order, window_lens) = windows(grid, cfg.spatial_merge_size, cfg.window_size.unwrap_or(0), cfg.patch_size);
+        let device = pixels.device();
+        let order_t = Tensor::from_slice(&order).to_device(device);
+        // Rows grouped by merged patch (unit rows each), reordered window by window.
+        let by_window = |x: &Tensor| {
+            let n = x.size()[0];
+            x.reshape([n / unit, unit, -1]).index_select(0, &order_t).reshape([n, -1])
+        };
+        let kind = self.patch_embed.kind();
+        let mut x = by_window(&pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>));
+        let heads = cfg.num_heads as i64;
+        let head_dim = cfg.hidden_size as i64 / heads;
+        let (cos, sin) = vision_rotary(grid, cfg.spatial_merge_size, head_dim, device);
+        let (cos, sin) = (by_window(&cos.squeeze_dim(1)).unsqueeze(1), by_window(&sin.squeeze_dim(1)).unsqueeze(1));
+        let n = x.size()[0];
+        let whole = [n];
+        for (index, b) in self.blocks.iter().enumerate() {
+            let lens: &[i64] = if cfg.fullatt_block_indexes.contains(&index) { &whole } else { &window_lens };
+            let h = b.norm1.forward(&x);
+            let qkv = b.qkv.forward(&h).reshape([n, 3, heads, head_dim]).permute([1, 0, 2, 3]);
+            let q = apply_rotary(&qkv.get(0), &cos, &sin);
+            let k = apply_rotary(&qkv.get(1), &cos, &sin);
+            let v = qkv.get(2);
+            let scale = (head_dim as f64).powf(-0.5);
+            let parts: Vec<Tensor> = q
+                .split_with_sizes(lens, 0)
+                .iter()
+                .zip(k.split_with_sizes(lens, 0))
+                .zip(v.split_with_sizes(lens, 0))
+                .map(|((q, k), v)| {
+                    let [q, k, v] = [q, &k, &v].map(|t| t.transpose(0, 1).unsqueeze(0));
+                    attention(&q, &k, &v, None, scale).squeeze_dim(0).transpose(0, 1)
+                })
+                .collect();
+            let out = Tensor::cat(&parts, 0).reshape([n, heads * head_dim]);
+            x = x + b.proj.forward(&out);
+            let h = b.norm2.forward(&x);
+            x = x + b.down.forward(&(b.gate.forward(&h).silu() * b.up.forward(&h)));
+        }
+        let merged = self.merger_fc2.forward(&self.merger_fc1.forward(&self.ln_q.forward(&x).reshape([n / unit, -1])).gelu("none"));
+        merged.index_select(0, &order_t.argsort(0, false))
+    }
+}
+
+/// The merged patches in window order, and each window's length in (unmerged) patches.
+/// Windows are `window_size / merge / patch` merged patches square, row-major; edge windows
+/// are smaller.
+fn windows(grid: (usize, usize, usize), merge: usize, window_size: usize, patch: usize) -> (Vec<i64>, Vec<i64>) {
+    let (t, h, w) = grid;
+    let (lh, lw) = (h / merge, w / merge);
+    let side = (window_size / merge / patch).max(1);
+    let (mut order, mut lens) = (Vec::new(), Vec::new());
+    for ti in 0..t {
+        for wy in (0..lh).step_by(side) {
+            for wx in (0..lw).step_by(side) {
+                let before = order.len();
+                for y in wy..(wy + side).min(lh) {
+                    for x in wx..(wx + side).min(lw) {
+                        order.push((ti * lh * lw + y * lw + x) as i64);
+                    }
+                }
+                lens.push(((order.len() - before) * merge * merge) as i64);
+            }
+        }
+    }
+    (order, lens)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn windows_cover_every_patch_once() {
+        // 10 x 14 patches, merge 2 -> 5 x 7 merged; windows of 2 merged patches (56 px / 2 / 14).
+        let (order, lens) = super::windows((1, 10, 14), 2, 56, 14);
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..35).collect::<Vec<i64>>());
+        assert_eq!(lens.len(), 3 * 4);
+        assert_eq!(lens.iter().sum::<i64>(), 35 * 4);
+        assert_eq!(&order[..4], &[0, 1, 7, 8]);
+    }
+}
