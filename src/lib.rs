@@ -11,6 +11,7 @@ pub mod bench;
 pub mod build;
 pub mod card;
 pub mod diff;
+pub mod doctor;
 pub mod eval;
 pub mod hashing;
 pub mod hub;

@@ -34,6 +34,12 @@ enum Command {
     Rebuild(RebuildArgs),
     /// Compare two releases row by row: trust-class agreement, Cohen's kappa, confidence correlation.
     Diff(DiffArgs),
+    /// Ask a VLM yes/no questions about one image: JSON with logit_yes, logit_no and p_yes each.
+    Probe(ProbeArgs),
+    /// Let a VLM answer a free-form prompt about one image (greedy): JSON with the response.
+    Describe(DescribeArgs),
+    /// What this machine can run: libtorch, CUDA devices, dtypes, a spec's model, the Hub token.
+    Doctor(DoctorArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(SourceArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
@@ -201,6 +207,70 @@ impl HubArgs {
     fn connect(&self) -> Result<hub::Hub> {
         Ok(hub::Hub::connect_with(self.endpoint.as_deref(), self.retries, std::time::Duration::from_secs(self.timeout))?)
     }
+}
+
+/// Where and how the VLM runs.
+#[derive(Args)]
+struct EngineArgs {
+    /// A Hugging Face model directory (config.json, weights, tokenizer, chat template).
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// auto: bf16 on CUDA, f32 on the CPU.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
+    dtype: DtypeArg,
+    /// Cap on the resized image's pixel count [default: the model's max_pixels].
+    #[arg(long)]
+    max_pixels: Option<u64>,
+    /// Run a full-size model on the CPU anyway (hours of work).
+    #[arg(long)]
+    allow_cpu: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DeviceArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DtypeArg {
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+#[derive(Args)]
+struct ProbeArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// The image (PNG or JPEG).
+    #[arg(long)]
+    image: PathBuf,
+    /// A yes/no question; repeat for more (they share one pass over the image).
+    #[arg(long = "question", required = true)]
+    questions: Vec<String>,
+}
+
+#[derive(Args)]
+struct DescribeArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[arg(long)]
+    image: PathBuf,
+    #[arg(long)]
+    prompt: String,
+    #[arg(long, default_value_t = 2048)]
+    max_new_tokens: usize,
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    /// A release spec whose model to look for.
+    spec: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -403,6 +473,70 @@ fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+#[cfg(feature = "vlm")]
+fn engine(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
+    use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+    let options = EngineOptions {
+        device: match args.device {
+            DeviceArg::Auto => DeviceChoice::Auto,
+            DeviceArg::Cpu => DeviceChoice::Cpu,
+            DeviceArg::Cuda => DeviceChoice::Cuda,
+        },
+        dtype: match args.dtype {
+            DtypeArg::Auto => DtypeChoice::Auto,
+            DtypeArg::F32 => DtypeChoice::F32,
+            DtypeArg::Bf16 => DtypeChoice::Bf16,
+            DtypeArg::F16 => DtypeChoice::F16,
+        },
+        max_pixels: args.max_pixels,
+        allow_cpu: args.allow_cpu,
+    };
+    Ok(Engine::open(&args.model, &options)?)
+}
+
+#[cfg(not(feature = "vlm"))]
+fn no_vlm() -> anyhow::Error {
+    anyhow::anyhow!("this binary was built without the `vlm` feature (no libtorch); rebuild with `--features vlm`")
+}
+
+fn run_probe(args: ProbeArgs) -> Result<ExitCode> {
+    #[cfg(feature = "vlm")]
+    {
+        let report = engine(&args.engine)?.probe(&args.image, &args.questions)?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "vlm"))]
+    {
+        let _ = args;
+        Err(no_vlm())
+    }
+}
+
+fn run_describe(args: DescribeArgs) -> Result<ExitCode> {
+    #[cfg(feature = "vlm")]
+    {
+        let report = engine(&args.engine)?.describe(&args.image, &args.prompt, args.max_new_tokens)?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "vlm"))]
+    {
+        let _ = args;
+        Err(no_vlm())
+    }
+}
+
+fn run_doctor(args: DoctorArgs) -> Result<ExitCode> {
+    let spec = match &args.spec {
+        Some(path) => Some(spec::load(path)?),
+        None => None,
+    };
+    let report = bpals_release::doctor::report(spec.as_ref());
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_diff(args: DiffArgs) -> Result<ExitCode> {
     let report = bpals_release::diff::diff(&args.a, &args.b, args.top).map_err(anyhow::Error::msg)?;
     if let Some(path) = &args.markdown {
@@ -511,6 +645,9 @@ fn main() -> ExitCode {
         Command::Publish(a) => run_publish(a),
         Command::Rebuild(a) => run_rebuild(a),
         Command::Diff(a) => run_diff(a),
+        Command::Probe(a) => run_probe(a),
+        Command::Describe(a) => run_describe(a),
+        Command::Doctor(a) => run_doctor(a),
         Command::Source(a) => run_source(a),
         Command::Eval(a) => run_eval(a),
         Command::Calibrate(a) => run_calibrate(a),

@@ -51,7 +51,7 @@ fn parity(family: &str) {
     for case in g["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let image = image::open(fixture(family).join("goldens").join(case["image"].as_str().unwrap())).unwrap();
-        let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, 1.0 / 255.0, Device::Cpu).unwrap();
+        let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, Device::Cpu).unwrap();
         let d = max_diff(&pixels, &t[&format!("{name}.pixel_values")]);
         assert!(d <= 1e-5, "{name}: pixel values differ by {d}");
 

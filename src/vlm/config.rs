@@ -11,6 +11,7 @@ pub enum Family {
     /// Full-attention vision tower with LayerNorm and quick-GELU.
     Qwen2Vl,
     /// Window attention with full-attention blocks, RMSNorm and gated SiLU.
+    #[serde(rename = "qwen2_5_vl")]
     Qwen25Vl,
 }
 

@@ -12,6 +12,8 @@ pub mod prompt;
 pub mod rope;
 
 #[cfg(feature = "vlm")]
+pub mod engine;
+#[cfg(feature = "vlm")]
 mod layers;
 #[cfg(feature = "vlm")]
 pub mod model;

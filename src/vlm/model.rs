@@ -22,6 +22,7 @@ pub struct VlModel {
     pub text: TextModel,
     image_token_id: u32,
     merge: usize,
+    parameter_count: i64,
     pub device: Device,
     pub kind: Kind,
 }
@@ -51,9 +52,14 @@ impl VlModel {
             text: TextModel::load(&weights, &dir.config.text)?,
             image_token_id: dir.config.image_token_id,
             merge: dir.config.vision.spatial_merge_size,
+            parameter_count: weights.parameter_count(),
             device,
             kind,
         })
+    }
+
+    pub fn parameters(&self) -> i64 {
+        self.parameter_count
     }
 
     pub fn image_embeds(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {

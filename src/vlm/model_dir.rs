@@ -51,6 +51,10 @@ pub struct ModelDir {
     pub chat_template_source: ChatTemplateSource,
     /// `model.safetensors`, or every shard named by `model.safetensors.index.json`, sorted.
     pub weights: Vec<PathBuf>,
+    /// The 1/255 the processor rescales by (transformers folds it into the mean and std).
+    pub rescale_factor: f64,
+    /// Token ids that end a generated answer (from generation_config.json, else config.json).
+    pub eos_token_ids: Vec<u32>,
 }
 
 fn read_json(path: &Path) -> Result<Value, VlmError> {
@@ -98,8 +102,45 @@ impl ModelDir {
         }
         let (chat_template, chat_template_source) = chat_template(dir)?;
         let weights = weight_files(dir)?;
-        Ok(ModelDir { path: dir.into(), config, preprocessor, tokenizer, chat_template, chat_template_source, weights })
+        let rescale_factor =
+            read_json(&dir.join("preprocessor_config.json"))?.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0);
+        let eos_token_ids = eos_ids(dir)?;
+        Ok(ModelDir {
+            path: dir.into(),
+            config,
+            preprocessor,
+            tokenizer,
+            chat_template,
+            chat_template_source,
+            weights,
+            rescale_factor,
+            eos_token_ids,
+        })
     }
+
+    /// Where generation stops: the model's end-of-sequence ids and `<|im_end|>`.
+    pub fn stop_token_ids(&self) -> Vec<u32> {
+        let mut stop = self.eos_token_ids.clone();
+        stop.extend(self.tokenizer.token_to_id("<|im_end|>"));
+        stop.sort_unstable();
+        stop.dedup();
+        stop
+    }
+}
+
+fn eos_ids(dir: &Path) -> Result<Vec<u32>, VlmError> {
+    for name in ["generation_config.json", "config.json"] {
+        let path = dir.join(name);
+        if !path.is_file() {
+            continue;
+        }
+        match read_json(&path)?.get("eos_token_id") {
+            Some(Value::Number(n)) => return Ok(n.as_u64().map(|n| vec![n as u32]).unwrap_or_default()),
+            Some(Value::Array(a)) => return Ok(a.iter().filter_map(Value::as_u64).map(|n| n as u32).collect()),
+            _ => {}
+        }
+    }
+    Ok(Vec::new())
 }
 
 fn chat_template(dir: &Path) -> Result<(String, ChatTemplateSource), VlmError> {

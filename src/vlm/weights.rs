@@ -38,6 +38,10 @@ impl Weights {
         Ok(Weights { tensors })
     }
 
+    pub fn parameter_count(&self) -> i64 {
+        self.tensors.values().map(|t| t.numel() as i64).sum()
+    }
+
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }

@@ -1,0 +1,116 @@
+//! `bpals-release doctor`: what this machine can run, and the next step to take.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::manifest::ToolInfo;
+use crate::spec::{Backend, ReleaseSpec};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LibtorchInfo {
+    pub cuda_available: bool,
+    pub cuda_devices: i64,
+    pub cudnn_available: bool,
+    pub cpu_threads: i32,
+    /// Whether a small matrix product runs in each dtype on the default device.
+    pub dtypes: Vec<(String, bool)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelState {
+    pub backend: Backend,
+    pub id: String,
+    pub revision: String,
+    /// The snapshot folder in the Hugging Face cache, when present.
+    pub cached_at: Option<PathBuf>,
+    pub cached_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    pub tool: ToolInfo,
+    pub vlm_feature: bool,
+    pub libtorch: Option<LibtorchInfo>,
+    /// Where the Hub token comes from; never the token.
+    pub hub_token: String,
+    pub hf_cache: PathBuf,
+    pub model: Option<ModelState>,
+    pub next_step: String,
+}
+
+#[cfg(feature = "vlm")]
+fn libtorch() -> Option<LibtorchInfo> {
+    use tch::{Device, Kind, Tensor};
+    let device = Device::cuda_if_available();
+    let try_kind = |kind: Kind| {
+        std::panic::catch_unwind(|| {
+            let a = Tensor::ones([4, 4], (kind, device));
+            a.matmul(&a).sum(Kind::Float).double_value(&[]) == 64.0
+        })
+        .unwrap_or(false)
+    };
+    Some(LibtorchInfo {
+        cuda_available: tch::Cuda::is_available(),
+        cuda_devices: tch::Cuda::device_count(),
+        cudnn_available: tch::Cuda::cudnn_is_available(),
+        cpu_threads: tch::get_num_threads(),
+        dtypes: [("f32", Kind::Float), ("bf16", Kind::BFloat16), ("f16", Kind::Half)]
+            .iter()
+            .map(|(n, k)| (n.to_string(), try_kind(*k)))
+            .collect(),
+    })
+}
+
+#[cfg(not(feature = "vlm"))]
+fn libtorch() -> Option<LibtorchInfo> {
+    None
+}
+
+fn du(dir: &std::path::Path) -> u64 {
+    crate::manifest::list_files(dir)
+        .map(|files| files.iter().filter_map(|f| std::fs::metadata(dir.join(f)).ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
+    let hf_cache = hf_hub::resolve_cache_dir();
+    let model = spec.map(|s| {
+        let m = &s.model;
+        let folder = hf_cache.join(format!("models--{}", m.id.replace('/', "--")));
+        // A revision is a commit, or a branch/tag whose commit refs/ records.
+        let commit = std::fs::read_to_string(folder.join("refs").join(&m.revision))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|_| m.revision.clone());
+        let snapshot = folder.join("snapshots").join(commit);
+        let cached_at = snapshot.is_dir().then_some(snapshot);
+        ModelState {
+            backend: m.backend,
+            id: m.id.clone(),
+            revision: m.revision.clone(),
+            cached_bytes: cached_at.as_deref().map(du),
+            cached_at,
+        }
+    });
+    let libtorch = libtorch();
+    let next_step = match (&libtorch, &model) {
+        (None, _) => "this build has no libtorch: verify, card, publish, audit and diff work; for the VLM build with \
+                      `--features vlm` (PyPI torch==2.13.0 with LIBTORCH_USE_PYTORCH=1)"
+            .to_string(),
+        (Some(t), _) if !t.cuda_available => {
+            "no CUDA device: the tiny fixture models run on the CPU; a full-size model needs a GPU (or --allow-cpu)".to_string()
+        }
+        (Some(_), Some(m)) if m.backend == Backend::Fixture => "the spec uses the fixture scorer: nothing to download".to_string(),
+        (Some(_), Some(m)) if m.cached_at.is_none() => format!("download {}@{} into the Hugging Face cache", m.id, m.revision),
+        _ => "ready".to_string(),
+    };
+    DoctorReport {
+        tool: ToolInfo::current(),
+        vlm_feature: cfg!(feature = "vlm"),
+        libtorch,
+        hub_token: crate::hub::token::source().unwrap_or_else(|| "none configured".into()),
+        hf_cache,
+        model,
+        next_step,
+    }
+}

@@ -1,0 +1,251 @@
+//! The engine as the CLI and the scorer use it: a model directory opened on a chosen device and
+//! dtype, and the `probe` and `describe` operations with their JSON reports.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use tch::{Device, Kind};
+
+use super::model::VlModel;
+use super::model_dir::{ModelDir, VlmError};
+use super::pixels;
+
+/// Models above this many parameters are full size: hours of work on a CPU.
+pub const FULL_SIZE_PARAMS: i64 = 100_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceChoice {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DtypeChoice {
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub device: DeviceChoice,
+    pub dtype: DtypeChoice,
+    pub max_pixels: Option<u64>,
+    pub allow_cpu: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { device: DeviceChoice::Auto, dtype: DtypeChoice::Auto, max_pixels: None, allow_cpu: false }
+    }
+}
+
+pub struct Engine {
+    pub dir: ModelDir,
+    pub model: VlModel,
+    pub parameters: i64,
+    pub load_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub family: super::Family,
+    pub parameters: i64,
+    pub device: String,
+    pub dtype: String,
+    pub chat_template_from: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageInfo {
+    pub path: PathBuf,
+    pub width: u32,
+    pub height: u32,
+    pub resized: (usize, usize),
+    pub grid_thw: (usize, usize, usize),
+    pub image_tokens: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionScore {
+    pub question: String,
+    pub logit_yes: f32,
+    pub logit_no: f32,
+    pub p_yes: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    pub model: ModelInfo,
+    pub image: ImageInfo,
+    pub questions: Vec<QuestionScore>,
+    pub timing_ms: BTreeTiming,
+}
+
+/// Milliseconds per phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BTreeTiming {
+    pub load: f64,
+    pub preprocess: f64,
+    pub vision: f64,
+    pub text: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DescribeReport {
+    pub model: ModelInfo,
+    pub image: ImageInfo,
+    pub prompt: String,
+    pub response: String,
+    /// The `<think>` and `<answer>` sections, when the model writes them (NV-Reason-CXR style).
+    pub think: Option<String>,
+    pub answer: Option<String>,
+    pub new_tokens: usize,
+    pub truncated_by_max_new_tokens: bool,
+    pub timing_ms: BTreeTiming,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Engine {
+    pub fn open(path: &Path, options: &EngineOptions) -> Result<Engine, VlmError> {
+        let start = Instant::now();
+        let mut dir = ModelDir::open(path)?;
+        if let Some(max) = options.max_pixels {
+            if max < dir.preprocessor.min_pixels {
+                return Err(VlmError::Input(format!("--max-pixels {max} is below the model's min_pixels {}", dir.preprocessor.min_pixels)));
+            }
+            dir.preprocessor.max_pixels = max;
+        }
+        let device = match options.device {
+            DeviceChoice::Auto => Device::cuda_if_available(),
+            DeviceChoice::Cpu => Device::Cpu,
+            DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
+            DeviceChoice::Cuda => {
+                return Err(VlmError::Input("--device cuda: libtorch sees no CUDA device (see `bpals-release doctor`)".into()))
+            }
+        };
+        let kind = match (options.dtype, device) {
+            (DtypeChoice::Auto, Device::Cpu) | (DtypeChoice::F32, _) => Kind::Float,
+            (DtypeChoice::Auto, _) | (DtypeChoice::Bf16, _) => Kind::BFloat16,
+            (DtypeChoice::F16, _) => Kind::Half,
+        };
+        let model = VlModel::load(&dir, device, kind)?;
+        let parameters = model.parameters();
+        if device == Device::Cpu && parameters > FULL_SIZE_PARAMS && !options.allow_cpu {
+            return Err(VlmError::Input(format!(
+                "{} has {parameters} parameters: CPU inference of a full-size model takes hours; use a GPU or pass --allow-cpu",
+                path.display()
+            )));
+        }
+        Ok(Engine { dir, model, parameters, load_ms: ms(start) })
+    }
+
+    fn model_info(&self) -> ModelInfo {
+        ModelInfo {
+            path: self.dir.path.clone(),
+            family: self.dir.config.family,
+            parameters: self.parameters,
+            device: format!("{:?}", self.model.device),
+            dtype: format!("{:?}", self.model.kind),
+            chat_template_from: self.dir.chat_template_source.file(),
+        }
+    }
+
+    fn load_image(&self, path: &Path) -> Result<(image::DynamicImage, tch::Tensor, ImageInfo), VlmError> {
+        let bytes = std::fs::read(path).map_err(|e| VlmError::File { path: path.into(), message: e.to_string() })?;
+        let image = image::load_from_memory(&bytes)
+            .map_err(|e| VlmError::File { path: path.into(), message: format!("not a decodable image (truncated or corrupt?): {e}") })?;
+        let (pixel_values, grid) = pixels::pixel_values(&image, &self.dir.preprocessor, self.dir.rescale_factor, self.model.device)?;
+        let merge = self.dir.config.vision.spatial_merge_size;
+        let p = self.dir.preprocessor.patch_size;
+        let info = ImageInfo {
+            path: path.into(),
+            width: image.width(),
+            height: image.height(),
+            resized: (grid.1 * p, grid.2 * p),
+            grid_thw: grid,
+            image_tokens: grid.0 * grid.1 * grid.2 / (merge * merge),
+        };
+        Ok((image, pixel_values, info))
+    }
+
+    /// Yes/no logits for each question about one image, the image prefix run once.
+    pub fn probe(&self, image_path: &Path, questions: &[String]) -> Result<ProbeReport, VlmError> {
+        let mut timing = BTreeTiming { load: self.load_ms, ..Default::default() };
+        let start = Instant::now();
+        let (_, pixel_values, info) = self.load_image(image_path)?;
+        timing.preprocess = ms(start);
+        let start = Instant::now();
+        let embeds = self.model.image_embeds(&pixel_values, info.grid_thw);
+        timing.vision = ms(start);
+        let start = Instant::now();
+        let prompts = questions.iter().map(|q| self.dir.prompt(q, info.grid_thw).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>()?;
+        let scores = self.model.score(&prompts, &embeds, info.grid_thw, self.dir.answer_token_ids()?)?;
+        timing.text = ms(start);
+        let questions = questions
+            .iter()
+            .zip(scores)
+            .map(|(q, s)| QuestionScore { question: q.clone(), logit_yes: s.logit_yes, logit_no: s.logit_no, p_yes: s.p_yes() })
+            .collect();
+        Ok(ProbeReport { model: self.model_info(), image: info, questions, timing_ms: timing })
+    }
+
+    /// Greedy generation for a free-form prompt about one image.
+    pub fn describe(&self, image_path: &Path, prompt: &str, max_new_tokens: usize) -> Result<DescribeReport, VlmError> {
+        let mut timing = BTreeTiming { load: self.load_ms, ..Default::default() };
+        let start = Instant::now();
+        let (_, pixel_values, info) = self.load_image(image_path)?;
+        timing.preprocess = ms(start);
+        let start = Instant::now();
+        let embeds = self.model.image_embeds(&pixel_values, info.grid_thw);
+        timing.vision = ms(start);
+        let start = Instant::now();
+        let p = self.dir.prompt(prompt, info.grid_thw)?;
+        let stop = self.dir.stop_token_ids();
+        let (tokens, truncated) = self.model.generate(&p.input_ids, &embeds, info.grid_thw, max_new_tokens, &stop)?;
+        timing.text = ms(start);
+        let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
+        let response = self.dir.tokenizer.decode(&content, true).map_err(|e| VlmError::Input(format!("decoding the response: {e}")))?;
+        Ok(DescribeReport {
+            model: self.model_info(),
+            image: info,
+            prompt: prompt.to_string(),
+            think: section(&response, "think"),
+            answer: section(&response, "answer"),
+            response,
+            new_tokens: tokens.len(),
+            truncated_by_max_new_tokens: truncated,
+            timing_ms: timing,
+        })
+    }
+}
+
+/// The text between `<tag>` and `</tag>` (or the end, when the closing tag is missing).
+pub fn section(text: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = text.find(&open)? + open.len();
+    let rest = &text[start..];
+    let end = rest.find(&format!("</{tag}>")).unwrap_or(rest.len());
+    Some(rest[..end].trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn think_and_answer_sections_split_out() {
+        let t = "<think> the heart is large </think>\n<answer>Cardiomegaly</answer>";
+        assert_eq!(super::section(t, "think").as_deref(), Some("the heart is large"));
+        assert_eq!(super::section(t, "answer").as_deref(), Some("Cardiomegaly"));
+        assert_eq!(super::section("<think>cut off", "think").as_deref(), Some("cut off"));
+        assert_eq!(super::section("plain", "answer"), None);
+    }
+}
