@@ -122,11 +122,14 @@ fn spec_path(name: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn the_qwen2vl_backend_is_refused_until_it_is_built() {
+fn a_qwen2vl_model_that_is_not_on_this_machine_is_refused_before_any_work() {
     let s = Scratch::new();
     let spec = derived_spec(&s, "vlm.yaml", "model:\n  backend: qwen2vl\n  id: Qwen/Qwen2-VL-2B-Instruct\n  weight_license: apache-2.0\n");
     let err = failing_build(&s, &spec);
-    assert!(err.contains("qwen2vl"), "{err}");
+    assert!(err.contains("key `model.id`") && err.contains("not in the Hugging Face cache") && err.contains("never downloads"), "{err}");
+    let spec = derived_spec(&s, "vlm2.yaml", "model:\n  backend: qwen2vl\n  path: no-such-model\n  weight_license: apache-2.0\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("key `model.path`") && err.contains("no-such-model is not a directory"), "{err}");
 }
 
 #[test]

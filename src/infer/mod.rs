@@ -3,6 +3,8 @@
 
 mod cache;
 mod fixture;
+#[cfg(feature = "vlm")]
+mod qwen2vl;
 mod runner;
 
 use image::DynamicImage;
@@ -84,13 +86,22 @@ pub trait Scorer: Sync {
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError>;
 }
 
-/// The scorer a spec names. Backends that are not built into this binary are refused at resolve
-/// time by the spec gates, so reaching the error here means a gate is missing.
+/// The scorer a spec names.
 pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
+        #[cfg(feature = "vlm")]
         Backend::Qwen2vl => {
-            Err(InferError::Scorer { backend: "qwen2vl".into(), message: "the native Qwen2-VL engine is not part of this build".into() })
+            let dir = model
+                .dir
+                .as_ref()
+                .ok_or_else(|| InferError::Scorer { backend: "qwen2vl".into(), message: "the spec resolved no model directory".into() })?;
+            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir)?))
         }
+        #[cfg(not(feature = "vlm"))]
+        Backend::Qwen2vl => Err(InferError::Scorer {
+            backend: "qwen2vl".into(),
+            message: "this binary was built without the `vlm` feature (no libtorch); rebuild with `--features vlm`".into(),
+        }),
     }
 }

@@ -198,6 +198,9 @@ pub enum DevicePolicy {
 #[serde(deny_unknown_fields)]
 pub struct ModelLayer {
     pub backend: Option<Backend>,
+    /// A local Hugging Face model directory (relative to the spec), instead of `id`@`revision`
+    /// from the Hugging Face cache.
+    pub path: Option<String>,
     pub id: Option<String>,
     pub revision: Option<String>,
     pub weight_license: Option<String>,
@@ -210,7 +213,7 @@ pub struct ModelLayer {
 
 impl Merge for ModelLayer {
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; backend, id, revision, weight_license, random_weights, dtype, device,
+        merge_options!(self, c; backend, path, id, revision, weight_license, random_weights, dtype, device,
             max_pixels, min_pixels);
     }
 }

@@ -224,10 +224,37 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
 
 fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpec, SpecError> {
     let m = r.req(layer, "model")?;
+    let backend = r.req(m.backend, "model.backend")?;
+    let id: String = r.req(m.id.clone(), "model.id")?;
+    let revision: String = r.req(m.revision.clone(), "model.revision")?;
+    let dir = match (backend, &m.path) {
+        (Backend::Fixture, _) => None,
+        (Backend::Qwen2vl, Some(path)) => {
+            let dir = r.base_dir("model.path").join(path);
+            if !dir.is_dir() {
+                return Err(
+                    r.invalid("model.path", format!("{} is not a directory (expected a Hugging Face model directory)", dir.display()))
+                );
+            }
+            Some(dir)
+        }
+        (Backend::Qwen2vl, None) => Some(hf_cache_snapshot(&id, &revision).ok_or_else(|| {
+            r.invalid(
+                "model.id",
+                format!(
+                    "backend qwen2vl: {id}@{revision} is not in the Hugging Face cache ({}); the build never downloads: \
+                     fetch it first (`hf download {id} --revision {revision}`) or set model.path",
+                    hf_hub::resolve_cache_dir().display()
+                ),
+            )
+        })?),
+    };
     let model = ModelSpec {
-        backend: r.req(m.backend, "model.backend")?,
-        id: r.req(m.id, "model.id")?,
-        revision: r.req(m.revision, "model.revision")?,
+        backend,
+        path: m.path.clone(),
+        dir,
+        id,
+        revision,
         weight_license: r.req(m.weight_license, "model.weight_license")?,
         random_weights: m.random_weights.unwrap_or(false),
         dtype: m.dtype.unwrap_or(Dtype::Auto),
@@ -236,6 +263,16 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         min_pixels: m.min_pixels,
     };
     Ok(model)
+}
+
+/// The snapshot folder of a model revision (a commit, or a branch or tag that refs/ maps to one)
+/// in the Hugging Face cache, if it is there.
+fn hf_cache_snapshot(id: &str, revision: &str) -> Option<PathBuf> {
+    let folder = hf_hub::resolve_cache_dir().join(format!("models--{}", id.replace('/', "--")));
+    let commit =
+        std::fs::read_to_string(folder.join("refs").join(revision)).map(|c| c.trim().to_string()).unwrap_or_else(|_| revision.to_string());
+    let snapshot = folder.join("snapshots").join(commit);
+    snapshot.is_dir().then_some(snapshot)
 }
 
 fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<PromptSet, SpecError> {

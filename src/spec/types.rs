@@ -110,6 +110,12 @@ pub struct TrialSpec {
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSpec {
     pub backend: Backend,
+    /// `model.path` as written, when the model is a local directory.
+    pub path: Option<String>,
+    /// The model directory the engine loads: `model.path` resolved, or the Hugging Face cache's
+    /// snapshot of `id`@`revision` (the build never downloads).
+    #[serde(skip)]
+    pub dir: Option<PathBuf>,
     pub id: String,
     pub revision: String,
     pub weight_license: String,

@@ -1,0 +1,105 @@
+//! The `qwen2vl` scorer: the native Qwen2-VL / Qwen2.5-VL engine behind the pipeline's
+//! [`Scorer`] interface. Per image: preprocess, run the vision tower once, then score every
+//! question over the shared image prefix.
+//!
+//! libtorch tensors are not `Sync`, so the engine sits behind a mutex and images are scored one
+//! at a time; on the CPU libtorch runs single-threaded on whichever worker calls it, so the
+//! scores never depend on `--jobs`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::{ImageInput, InferError, QuestionScore, Scorer, ScorerIdentity};
+use crate::spec::{Backend, ModelSpec, Question};
+use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use crate::vlm::pixels;
+
+pub struct Qwen2VlScorer {
+    identity: ScorerIdentity,
+    engine: Mutex<Engine>,
+}
+
+fn err(message: impl std::fmt::Display) -> InferError {
+    InferError::Scorer { backend: "qwen2vl".into(), message: message.to_string() }
+}
+
+impl Qwen2VlScorer {
+    pub fn open(model: &ModelSpec, dir: &Path) -> Result<Qwen2VlScorer, InferError> {
+        let options = EngineOptions {
+            device: match model.device {
+                crate::spec::DevicePolicy::Auto => DeviceChoice::Auto,
+                crate::spec::DevicePolicy::Cpu => DeviceChoice::Cpu,
+                crate::spec::DevicePolicy::Cuda => DeviceChoice::Cuda,
+            },
+            dtype: match model.dtype {
+                crate::spec::Dtype::Auto => DtypeChoice::Auto,
+                crate::spec::Dtype::F32 => DtypeChoice::F32,
+                crate::spec::Dtype::Bf16 => DtypeChoice::Bf16,
+                crate::spec::Dtype::F16 => DtypeChoice::F16,
+            },
+            max_pixels: model.max_pixels,
+            allow_cpu: false,
+        };
+        let mut engine = Engine::open(dir, &options).map_err(|e| err(format!("model {}: {e}", dir.display())))?;
+        if let Some(min) = model.min_pixels {
+            engine.dir.preprocessor.min_pixels = min;
+        }
+        let weights_sha256 = weights_digest(&engine.dir.weights).map_err(err)?;
+        let p = &engine.dir.preprocessor;
+        let identity = ScorerIdentity {
+            backend: Backend::Qwen2vl,
+            model_id: model.id.clone(),
+            revision: model.revision.clone(),
+            weights_sha256: Some(weights_sha256),
+            fixture: false,
+            preprocessing: serde_json::json!({
+                "family": engine.dir.config.family,
+                "device": if engine.model.device == tch::Device::Cpu { "cpu" } else { "cuda" },
+                "dtype": format!("{:?}", engine.model.kind),
+                "min_pixels": p.min_pixels,
+                "max_pixels": p.max_pixels,
+                "patch_size": p.patch_size,
+                "merge_size": p.merge_size,
+                "image_mean": p.image_mean,
+                "image_std": p.image_std,
+                "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
+                "tokenizer_sha256": crate::hashing::sha256_file(&engine.dir.path.join("tokenizer.json")).map(|(d, _)| d).map_err(err)?,
+            }),
+        };
+        Ok(Qwen2VlScorer { identity, engine: Mutex::new(engine) })
+    }
+}
+
+/// One digest over every weight file, in order.
+fn weights_digest(files: &[std::path::PathBuf]) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for f in files {
+        let (digest, _) = crate::hashing::sha256_file(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        parts.push(digest);
+    }
+    Ok(crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
+impl Scorer for Qwen2VlScorer {
+    fn identity(&self) -> &ScorerIdentity {
+        &self.identity
+    }
+
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError> {
+        let engine = self.engine.lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
+        // change the last bits of a sum: pin it to one on every worker.
+        if engine.model.device == tch::Device::Cpu {
+            tch::set_num_threads(1);
+        }
+        let (pixel_values, grid) =
+            pixels::pixel_values(image.image, &engine.dir.preprocessor, engine.dir.rescale_factor, engine.model.device)
+                .map_err(|e| err(format!("{}: {e}", image.name)))?;
+        let embeds = engine.model.image_embeds(&pixel_values, grid);
+        let prompts =
+            questions.iter().map(|q| engine.dir.prompt(&q.text, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+        let answer = engine.dir.answer_token_ids().map_err(err)?;
+        let scores = engine.model.score(&prompts, &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
+        Ok(scores.into_iter().map(|s| QuestionScore { logit_yes: s.logit_yes, logit_no: s.logit_no }).collect())
+    }
+}
