@@ -70,13 +70,10 @@ pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
     (&xf * cos + rotate_half(&xf) * sin).to_kind(x.kind())
 }
 
-/// softmax(q k^T * scale + mask) v over (batch, heads, seq, dim); the softmax runs in f32.
+/// softmax(q k^T * scale + mask) v over (batch, heads, seq, dim): libtorch's fused
+/// scaled-dot-product attention, as transformers' default `sdpa` path uses.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Tensor {
-    let mut scores = q.matmul(&k.transpose(-2, -1)) * scale;
-    if let Some(m) = mask {
-        scores = scores + m;
-    }
-    scores.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(v)
+    Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, false)
 }
 
 /// cos and sin of the 2D rotary angles, per patch in merge-block order: (patches, 1, head_dim).
