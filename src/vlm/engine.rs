@@ -178,15 +178,21 @@ impl Engine {
         Ok((image, pixel_values, info))
     }
 
-    /// Yes/no logits for each question about one image, the image prefix run once.
-    pub fn probe(&self, image_path: &Path, questions: &[String]) -> Result<ProbeReport, VlmError> {
+    /// Reads, preprocesses and encodes one image, timing each step.
+    fn encode_image(&self, path: &Path) -> Result<(ImageInfo, tch::Tensor, BTreeTiming), VlmError> {
         let mut timing = BTreeTiming { load: self.load_ms, ..Default::default() };
         let start = Instant::now();
-        let (_, pixel_values, info) = self.load_image(image_path)?;
+        let (_, pixel_values, info) = self.load_image(path)?;
         timing.preprocess = ms(start);
         let start = Instant::now();
         let embeds = self.model.image_embeds(&pixel_values, info.grid_thw);
         timing.vision = ms(start);
+        Ok((info, embeds, timing))
+    }
+
+    /// Yes/no logits for each question about one image, the image prefix run once.
+    pub fn probe(&self, image_path: &Path, questions: &[String]) -> Result<ProbeReport, VlmError> {
+        let (info, embeds, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
         let prompts = questions.iter().map(|q| self.dir.prompt(q, info.grid_thw).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>()?;
         let scores = self.model.score(&prompts, &embeds, info.grid_thw, self.dir.answer_token_ids()?)?;
@@ -201,13 +207,7 @@ impl Engine {
 
     /// Greedy generation for a free-form prompt about one image.
     pub fn describe(&self, image_path: &Path, prompt: &str, max_new_tokens: usize) -> Result<DescribeReport, VlmError> {
-        let mut timing = BTreeTiming { load: self.load_ms, ..Default::default() };
-        let start = Instant::now();
-        let (_, pixel_values, info) = self.load_image(image_path)?;
-        timing.preprocess = ms(start);
-        let start = Instant::now();
-        let embeds = self.model.image_embeds(&pixel_values, info.grid_thw);
-        timing.vision = ms(start);
+        let (info, embeds, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
         let p = self.dir.prompt(prompt, info.grid_thw)?;
         let stop = self.dir.stop_token_ids();

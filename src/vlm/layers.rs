@@ -58,6 +58,37 @@ impl RmsNorm {
     }
 }
 
+/// The patch embedding: a Conv3d whose stride is its kernel, which is a matrix product on the
+/// flattened (channel, time, row, column) patches.
+pub fn load_patch_embed(w: &Weights, cfg: &super::config::VisionConfig) -> Result<Tensor, VlmError> {
+    let d = cfg.hidden_size as i64;
+    let (c, t, p) = (cfg.in_channels as i64, cfg.temporal_patch_size as i64, cfg.patch_size as i64);
+    Ok(w.get("visual.patch_embed.proj.weight", &[d, c, t, p, p])?.reshape([d, c * t * p * p]))
+}
+
+/// The patch merger's MLP, after its norm: each merge x merge block of patches, concatenated,
+/// through Linear, GELU, Linear to the text model's width.
+pub struct MergerMlp {
+    fc1: Linear,
+    fc2: Linear,
+    merged: i64,
+}
+
+impl MergerMlp {
+    pub fn load(w: &Weights, cfg: &super::config::VisionConfig) -> Result<MergerMlp, VlmError> {
+        let merged = cfg.hidden_size as i64 * (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
+        Ok(MergerMlp {
+            fc1: Linear::load(w, "visual.merger.mlp.0", merged, merged, true)?,
+            fc2: Linear::load(w, "visual.merger.mlp.2", merged, cfg.out_hidden_size as i64, true)?,
+            merged,
+        })
+    }
+
+    pub fn forward(&self, normed: &Tensor) -> Tensor {
+        self.fc2.forward(&self.fc1.forward(&normed.reshape([-1, self.merged])).gelu("none"))
+    }
+}
+
 /// (x1, x2) -> (-x2, x1) over the last dimension's halves.
 pub fn rotate_half(x: &Tensor) -> Tensor {
     let half = x.size().last().copied().expect("non-scalar") / 2;

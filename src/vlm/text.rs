@@ -1,5 +1,8 @@
 //! The text decoder both families share: Qwen2 layers (grouped-query attention with q/k/v
 //! biases, RMSNorm, gated SiLU MLP) with multimodal rotary positions (M-RoPE), and a KV cache.
+// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
+// the caller's input.
+#![allow(clippy::assign_op_pattern)]
 
 use tch::{Kind, Tensor};
 

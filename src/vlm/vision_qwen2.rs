@@ -1,10 +1,13 @@
 //! The Qwen2-VL vision tower: patch embedding, blocks of full attention with 2D rotary
 //! positions, LayerNorm and quick-GELU, then the patch merger.
+// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
+// the caller's input.
+#![allow(clippy::assign_op_pattern)]
 
 use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{apply_rotary, attention, vision_rotary, LayerNorm, Linear};
+use super::layers::{apply_rotary, attention, load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp};
 use super::model_dir::VlmError;
 use super::weights::Weights;
 
@@ -23,17 +26,14 @@ pub struct VisionQwen2 {
     patch_embed: Tensor,
     blocks: Vec<Block>,
     ln_q: LayerNorm,
-    merger_fc1: Linear,
-    merger_fc2: Linear,
+    merger: MergerMlp,
     cfg: VisionConfig,
 }
 
 impl VisionQwen2 {
     pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen2, VlmError> {
         let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
-        let (c, t, p) = (cfg.in_channels as i64, cfg.temporal_patch_size as i64, cfg.patch_size as i64);
-        // A Conv3d whose stride is its kernel is a matrix product on flattened patches.
-        let patch_embed = w.get("visual.patch_embed.proj.weight", &[d, c, t, p, p])?.reshape([d, c * t * p * p]);
+        let patch_embed = load_patch_embed(w, cfg)?;
         let blocks = (0..cfg.depth)
             .map(|b| {
                 let at = |name: &str| format!("visual.blocks.{b}.{name}");
@@ -47,13 +47,11 @@ impl VisionQwen2 {
                 })
             })
             .collect::<Result<Vec<_>, VlmError>>()?;
-        let merged = d * (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
         Ok(VisionQwen2 {
             patch_embed,
             blocks,
             ln_q: LayerNorm::load(w, "visual.merger.ln_q", d, EPS)?,
-            merger_fc1: Linear::load(w, "visual.merger.mlp.0", merged, merged, true)?,
-            merger_fc2: Linear::load(w, "visual.merger.mlp.2", merged, cfg.out_hidden_size as i64, true)?,
+            merger: MergerMlp::load(w, cfg)?,
             cfg: cfg.clone(),
         })
     }
@@ -80,8 +78,6 @@ impl VisionQwen2 {
             let h = &h * (&h * 1.702).sigmoid(); // quick GELU
             x = x + b.fc2.forward(&h);
         }
-        let merged = self.cfg.hidden_size as i64 * (self.cfg.spatial_merge_size * self.cfg.spatial_merge_size) as i64;
-        let x = self.ln_q.forward(&x).reshape([-1, merged]);
-        self.merger_fc2.forward(&self.merger_fc1.forward(&x).gelu("none"))
+        self.merger.forward(&self.ln_q.forward(&x))
     }
 }

@@ -1,11 +1,14 @@
 //! The Qwen2.5-VL vision tower: patch embedding, blocks with RMSNorm and gated SiLU that attend
 //! within windows of merged patches (all but the `fullatt_block_indexes` blocks, which attend
 //! over the whole image), then the patch merger and the window order undone.
+// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
+// the caller's input.
+#![allow(clippy::assign_op_pattern)]
 
 use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{apply_rotary, attention, vision_rotary, Linear, RmsNorm};
+use super::layers::{apply_rotary, attention, load_patch_embed, vision_rotary, Linear, MergerMlp, RmsNorm};
 use super::model_dir::VlmError;
 use super::weights::Weights;
 
@@ -25,16 +28,14 @@ pub struct VisionQwen25 {
     patch_embed: Tensor,
     blocks: Vec<Block>,
     ln_q: RmsNorm,
-    merger_fc1: Linear,
-    merger_fc2: Linear,
+    merger: MergerMlp,
     cfg: VisionConfig,
 }
 
 impl VisionQwen25 {
     pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen25, VlmError> {
         let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
-        let (c, t, p) = (cfg.in_channels as i64, cfg.temporal_patch_size as i64, cfg.patch_size as i64);
-        let patch_embed = w.get("visual.patch_embed.proj.weight", &[d, c, t, p, p])?.reshape([d, c * t * p * p]);
+        let patch_embed = load_patch_embed(w, cfg)?;
         let blocks = (0..cfg.depth)
             .map(|b| {
                 let at = |name: &str| format!("visual.blocks.{b}.{name}");
@@ -49,13 +50,11 @@ impl VisionQwen25 {
                 })
             })
             .collect::<Result<Vec<_>, VlmError>>()?;
-        let merged = d * (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
         Ok(VisionQwen25 {
             patch_embed,
             blocks,
             ln_q: RmsNorm::load(w, "visual.merger.ln_q", d, EPS)?,
-            merger_fc1: Linear::load(w, "visual.merger.mlp.0", merged, merged, true)?,
-            merger_fc2: Linear::load(w, "visual.merger.mlp.2", merged, cfg.out_hidden_size as i64, true)?,
+            merger: MergerMlp::load(w, cfg)?,
             cfg: cfg.clone(),
         })
     }
@@ -103,7 +102,7 @@ impl VisionQwen25 {
             let h = b.norm2.forward(&x);
             x = x + b.down.forward(&(b.gate.forward(&h).silu() * b.up.forward(&h)));
         }
-        let merged = self.merger_fc2.forward(&self.merger_fc1.forward(&self.ln_q.forward(&x).reshape([n / unit, -1])).gelu("none"));
+        let merged = self.merger.forward(&self.ln_q.forward(&x));
         merged.index_select(0, &order_t.argsort(0, false))
     }
 }
