@@ -89,6 +89,46 @@ impl MergerMlp {
     }
 }
 
+/// Vision self-attention: fused qkv projection, 2D rotary positions, attention within each run of
+/// `lens` rows (one run = the whole image; several = windows), output projection.
+pub struct VisionAttention {
+    qkv: Linear,
+    proj: Linear,
+    heads: i64,
+    head_dim: i64,
+}
+
+impl VisionAttention {
+    pub fn load(w: &Weights, prefix: &str, dim: i64, heads: i64) -> Result<VisionAttention, VlmError> {
+        Ok(VisionAttention {
+            qkv: Linear::load(w, &format!("{prefix}.qkv"), dim, 3 * dim, true)?,
+            proj: Linear::load(w, &format!("{prefix}.proj"), dim, dim, true)?,
+            heads,
+            head_dim: dim / heads,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
+        let n = x.size()[0];
+        let qkv = self.qkv.forward(x).reshape([n, 3, self.heads, self.head_dim]).permute([1, 0, 2, 3]);
+        let q = apply_rotary(&qkv.get(0), cos, sin);
+        let k = apply_rotary(&qkv.get(1), cos, sin);
+        let v = qkv.get(2);
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let parts: Vec<Tensor> = q
+            .split_with_sizes(lens, 0)
+            .iter()
+            .zip(k.split_with_sizes(lens, 0))
+            .zip(v.split_with_sizes(lens, 0))
+            .map(|((q, k), v)| {
+                let [q, k, v] = [q, &k, &v].map(|t| t.transpose(0, 1).unsqueeze(0));
+                attention(&q, &k, &v, None, scale).squeeze_dim(0).transpose(0, 1)
+            })
+            .collect();
+        self.proj.forward(&Tensor::cat(&parts, 0).reshape([n, self.heads * self.head_dim]))
+    }
+}
+
 /// (x1, x2) -> (-x2, x1) over the last dimension's halves.
 pub fn rotate_half(x: &Tensor) -> Tensor {
     let half = x.size().last().copied().expect("non-scalar") / 2;

@@ -7,7 +7,7 @@
 use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{apply_rotary, attention, load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp};
+use super::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, VisionAttention};
 use super::model_dir::VlmError;
 use super::weights::Weights;
 
@@ -16,8 +16,7 @@ const EPS: f64 = 1e-6;
 struct Block {
     norm1: LayerNorm,
     norm2: LayerNorm,
-    qkv: Linear,
-    proj: Linear,
+    attn: VisionAttention,
     fc1: Linear,
     fc2: Linear,
 }
@@ -40,8 +39,7 @@ impl VisionQwen2 {
                 Ok(Block {
                     norm1: LayerNorm::load(w, &at("norm1"), d, EPS)?,
                     norm2: LayerNorm::load(w, &at("norm2"), d, EPS)?,
-                    qkv: Linear::load(w, &at("attn.qkv"), d, 3 * d, true)?,
-                    proj: Linear::load(w, &at("attn.proj"), d, d, true)?,
+                    attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
                     fc1: Linear::load(w, &at("mlp.fc1"), d, i, true)?,
                     fc2: Linear::load(w, &at("mlp.fc2"), i, d, true)?,
                 })
@@ -63,17 +61,10 @@ impl VisionQwen2 {
         let heads = self.cfg.num_heads as i64;
         let head_dim = self.cfg.hidden_size as i64 / heads;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
-        let n = x.size()[0];
+        let whole = [x.size()[0]];
         for b in &self.blocks {
-            let h = b.norm1.forward(&x);
-            let qkv = b.qkv.forward(&h).reshape([n, 3, heads, head_dim]).permute([1, 0, 2, 3]);
-            let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
-            let q = apply_rotary(&q, &cos, &sin).transpose(0, 1).unsqueeze(0);
-            let k = apply_rotary(&k, &cos, &sin).transpose(0, 1).unsqueeze(0);
-            let v = v.transpose(0, 1).unsqueeze(0);
-            let out =
-                attention(&q, &k, &v, None, (head_dim as f64).powf(-0.5)).squeeze_dim(0).transpose(0, 1).reshape([n, heads * head_dim]);
-            x = x + b.proj.forward(&out);
+            let attended = b.attn.forward(&b.norm1.forward(&x), &cos, &sin, &whole);
+            x = x + attended;
             let h = b.fc1.forward(&b.norm2.forward(&x));
             let h = &h * (&h * 1.702).sigmoid(); // quick GELU
             x = x + b.fc2.forward(&h);

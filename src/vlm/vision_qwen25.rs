@@ -8,7 +8,7 @@
 use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{apply_rotary, attention, load_patch_embed, vision_rotary, Linear, MergerMlp, RmsNorm};
+use super::layers::{load_patch_embed, vision_rotary, Linear, MergerMlp, RmsNorm, VisionAttention};
 use super::model_dir::VlmError;
 use super::weights::Weights;
 
@@ -17,8 +17,7 @@ const EPS: f64 = 1e-6;
 struct Block {
     norm1: RmsNorm,
     norm2: RmsNorm,
-    qkv: Linear,
-    proj: Linear,
+    attn: VisionAttention,
     gate: Linear,
     up: Linear,
     down: Linear,
@@ -42,8 +41,7 @@ impl VisionQwen25 {
                 Ok(Block {
                     norm1: RmsNorm::load(w, &at("norm1"), d, EPS)?,
                     norm2: RmsNorm::load(w, &at("norm2"), d, EPS)?,
-                    qkv: Linear::load(w, &at("attn.qkv"), d, 3 * d, true)?,
-                    proj: Linear::load(w, &at("attn.proj"), d, d, true)?,
+                    attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
                     gate: Linear::load(w, &at("mlp.gate_proj"), d, i, true)?,
                     up: Linear::load(w, &at("mlp.up_proj"), d, i, true)?,
                     down: Linear::load(w, &at("mlp.down_proj"), i, d, true)?,
@@ -81,24 +79,8 @@ impl VisionQwen25 {
         let whole = [n];
         for (index, b) in self.blocks.iter().enumerate() {
             let lens: &[i64] = if cfg.fullatt_block_indexes.contains(&index) { &whole } else { &window_lens };
-            let h = b.norm1.forward(&x);
-            let qkv = b.qkv.forward(&h).reshape([n, 3, heads, head_dim]).permute([1, 0, 2, 3]);
-            let q = apply_rotary(&qkv.get(0), &cos, &sin);
-            let k = apply_rotary(&qkv.get(1), &cos, &sin);
-            let v = qkv.get(2);
-            let scale = (head_dim as f64).powf(-0.5);
-            let parts: Vec<Tensor> = q
-                .split_with_sizes(lens, 0)
-                .iter()
-                .zip(k.split_with_sizes(lens, 0))
-                .zip(v.split_with_sizes(lens, 0))
-                .map(|((q, k), v)| {
-                    let [q, k, v] = [q, &k, &v].map(|t| t.transpose(0, 1).unsqueeze(0));
-                    attention(&q, &k, &v, None, scale).squeeze_dim(0).transpose(0, 1)
-                })
-                .collect();
-            let out = Tensor::cat(&parts, 0).reshape([n, heads * head_dim]);
-            x = x + b.proj.forward(&out);
+            let attended = b.attn.forward(&b.norm1.forward(&x), &cos, &sin, lens);
+            x = x + attended;
             let h = b.norm2.forward(&x);
             x = x + b.down.forward(&(b.gate.forward(&h).silu() * b.up.forward(&h)));
         }
