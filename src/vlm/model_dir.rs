@@ -49,6 +49,8 @@ pub struct ModelDir {
     pub tokenizer: tokenizers::Tokenizer,
     pub chat_template: String,
     pub chat_template_source: ChatTemplateSource,
+    /// The template compiled: a syntax error surfaces when the directory is opened.
+    pub template: super::prompt::ChatTemplate,
     /// `model.safetensors`, or every shard named by `model.safetensors.index.json`, sorted.
     pub weights: Vec<PathBuf>,
     /// The 1/255 the processor rescales by (transformers folds it into the mean and std).
@@ -101,6 +103,7 @@ impl ModelDir {
             });
         }
         let (chat_template, chat_template_source) = chat_template(dir)?;
+        let template = super::prompt::ChatTemplate::compile(chat_template.clone(), chat_template_source.file())?;
         let weights = weight_files(dir)?;
         let rescale_factor =
             read_json(&dir.join("preprocessor_config.json"))?.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0);
@@ -112,6 +115,7 @@ impl ModelDir {
             tokenizer,
             chat_template,
             chat_template_source,
+            template,
             weights,
             rescale_factor,
             eos_token_ids,

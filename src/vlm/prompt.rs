@@ -16,28 +16,44 @@ pub struct Prompt {
     pub image_tokens: usize,
 }
 
-/// Renders the chat template as transformers does (trim_blocks, lstrip_blocks, and its
-/// `raise_exception` helper).
-pub fn render(template: &str, source_file: &str, question: &str) -> Result<String, VlmError> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.add_function("raise_exception", |message: String| -> Result<String, Error> {
-        Err(Error::new(ErrorKind::InvalidOperation, message))
-    });
-    let fail = |e: Error| VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") };
-    env.add_template("chat", template).map_err(fail)?;
-    let messages = vec![context! {
-        role => "user",
-        content => vec![context! { type => "image" }, context! { type => "text", text => question }],
-    }];
-    env.get_template("chat").map_err(fail)?.render(context! { messages, add_generation_prompt => true }).map_err(fail)
+/// A model's chat template, compiled once, rendered as transformers does (trim_blocks,
+/// lstrip_blocks, and its `raise_exception` helper).
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source_file: &'static str,
+}
+
+impl ChatTemplate {
+    pub fn compile(template: String, source_file: &'static str) -> Result<ChatTemplate, VlmError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function("raise_exception", |message: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        });
+        env.add_template_owned("chat", template).map_err(|e| fail(source_file, e))?;
+        Ok(ChatTemplate { env, source_file })
+    }
+
+    /// One user message holding the image then `question`, and the generation prompt.
+    pub fn render(&self, question: &str) -> Result<String, VlmError> {
+        let messages = vec![context! {
+            role => "user",
+            content => vec![context! { type => "image" }, context! { type => "text", text => question }],
+        }];
+        let template = self.env.get_template("chat").map_err(|e| fail(self.source_file, e))?;
+        template.render(context! { messages, add_generation_prompt => true }).map_err(|e| fail(self.source_file, e))
+    }
+}
+
+fn fail(source_file: &str, e: Error) -> VlmError {
+    VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") }
 }
 
 impl ModelDir {
     /// The prompt for `question` about an image whose patch grid is (t, h, w).
     pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
-        let text = render(&self.chat_template, self.chat_template_source.file(), question)?;
+        let text = self.template.render(question)?;
         if text.matches(IMAGE_PAD).count() != 1 {
             return Err(VlmError::Template {
                 source_file: self.chat_template_source.file().into(),
