@@ -199,13 +199,13 @@ struct HubArgs {
     #[arg(long)]
     retries: Option<usize>,
     /// Seconds a request may connect or wait for data before it fails (and is retried).
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = hub::DEFAULT_STALL_TIMEOUT.as_secs())]
     timeout: u64,
 }
 
 impl HubArgs {
     fn connect(&self) -> Result<hub::Hub> {
-        Ok(hub::Hub::connect_with(self.endpoint.as_deref(), self.retries, std::time::Duration::from_secs(self.timeout))?)
+        Ok(hub::Hub::connect(self.endpoint.as_deref(), self.retries, std::time::Duration::from_secs(self.timeout))?)
     }
 }
 

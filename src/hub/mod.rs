@@ -93,14 +93,9 @@ pub struct Hub {
 
 impl Hub {
     /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. `retries`: attempts after
-    /// the first on transient failures (hf-hub's default when None).
-    pub fn connect(endpoint: Option<&str>, retries: Option<usize>) -> Result<Hub, HubError> {
-        Self::connect_with(endpoint, retries, DEFAULT_STALL_TIMEOUT)
-    }
-
-    /// As [`Hub::connect`], failing any request that connects or receives nothing for `stall`
-    /// (a long transfer that keeps moving is never cut).
-    pub fn connect_with(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
+    /// the first on transient failures (hf-hub's default when None). A request that connects or
+    /// receives nothing for `stall` fails (a long transfer that keeps moving is never cut).
+    pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let endpoint = endpoint
             .map(str::to_string)
             .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()))

@@ -74,7 +74,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         return Err(PublishError::Refused(format!("{} does not verify against its manifest:\n{}", dir.display(), problems.join("\n"))));
     }
 
-    let hub = Hub::connect_with(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
+    let hub = Hub::connect(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
     if manifest.is_demo() {
         let reasons = manifest.demo_reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n");
         if !options.allow_demo {

@@ -85,12 +85,12 @@ pub struct ProbeReport {
     pub model: ModelInfo,
     pub image: ImageInfo,
     pub questions: Vec<QuestionScore>,
-    pub timing_ms: BTreeTiming,
+    pub timing_ms: Timing,
 }
 
 /// Milliseconds per phase.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct BTreeTiming {
+pub struct Timing {
     pub load: f64,
     pub preprocess: f64,
     pub vision: f64,
@@ -108,7 +108,7 @@ pub struct DescribeReport {
     pub answer: Option<String>,
     pub new_tokens: usize,
     pub truncated_by_max_new_tokens: bool,
-    pub timing_ms: BTreeTiming,
+    pub timing_ms: Timing,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -179,8 +179,8 @@ impl Engine {
     }
 
     /// Reads, preprocesses and encodes one image, timing each step.
-    fn encode_image(&self, path: &Path) -> Result<(ImageInfo, tch::Tensor, BTreeTiming), VlmError> {
-        let mut timing = BTreeTiming { load: self.load_ms, ..Default::default() };
+    fn encode_image(&self, path: &Path) -> Result<(ImageInfo, tch::Tensor, Timing), VlmError> {
+        let mut timing = Timing { load: self.load_ms, ..Default::default() };
         let start = Instant::now();
         let (_, pixel_values, info) = self.load_image(path)?;
         timing.preprocess = ms(start);
