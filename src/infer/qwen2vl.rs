@@ -6,6 +6,7 @@
 //! at a time; on the CPU libtorch runs single-threaded on whichever worker calls it, so the
 //! scores never depend on `--jobs`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -16,7 +17,15 @@ use crate::vlm::pixels;
 
 pub struct Qwen2VlScorer {
     identity: ScorerIdentity,
-    engine: Mutex<Engine>,
+    engine: Mutex<Loaded>,
+}
+
+struct Loaded {
+    engine: Engine,
+    /// Token ids of every question's prompt, per image grid and question set: images of one
+    /// size share them, and on a small model rendering and tokenizing the prompts costs more
+    /// than scoring them.
+    prompts: HashMap<((usize, usize, usize), u64), Vec<Vec<u32>>>,
 }
 
 fn err(message: impl std::fmt::Display) -> InferError {
@@ -66,7 +75,7 @@ impl Qwen2VlScorer {
                 "tokenizer_sha256": crate::hashing::sha256_file(&engine.dir.path.join("tokenizer.json")).map(|(d, _)| d).map_err(err)?,
             }),
         };
-        Ok(Qwen2VlScorer { identity, engine: Mutex::new(engine) })
+        Ok(Qwen2VlScorer { identity, engine: Mutex::new(Loaded { engine, prompts: HashMap::new() }) })
     }
 }
 
@@ -86,7 +95,8 @@ impl Scorer for Qwen2VlScorer {
     }
 
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError> {
-        let engine = self.engine.lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let mut loaded = self.engine.lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let Loaded { engine, prompts } = &mut *loaded;
         // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
         // change the last bits of a sum: pin it to one on every worker.
         if engine.model.device == tch::Device::Cpu {
@@ -96,10 +106,14 @@ impl Scorer for Qwen2VlScorer {
             pixels::pixel_values(image.image, &engine.dir.preprocessor, engine.dir.rescale_factor, engine.model.device)
                 .map_err(|e| err(format!("{}: {e}", image.name)))?;
         let embeds = engine.model.image_embeds(&pixel_values, grid);
-        let prompts =
-            questions.iter().map(|q| engine.dir.prompt(&q.text, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+        let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
+        let key = (grid, crate::hashing::stable_u64(&texts));
+        if !prompts.contains_key(&key) {
+            let ids = texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+            prompts.insert(key, ids);
+        }
         let answer = engine.dir.answer_token_ids().map_err(err)?;
-        let scores = engine.model.score(&prompts, &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
+        let scores = engine.model.score(&prompts[&key], &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
         Ok(scores.into_iter().map(|s| QuestionScore { logit_yes: s.logit_yes, logit_no: s.logit_no }).collect())
     }
 }

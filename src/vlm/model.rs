@@ -149,15 +149,14 @@ impl VlModel {
             let positions = Tensor::from_slice(&flat).to_device(self.device).view([3, n, longest as i64]);
             let mut batch_cache = cache.expand(n);
             let hidden = self.text.forward(&self.text.embed(&ids), &positions, &mut batch_cache);
-            let mut out = Vec::with_capacity(prompts.len());
-            for (row, p) in prompts.iter().enumerate() {
-                let at = (p.len() - common - 1) as i64;
-                let logits = self.text.logits(&hidden.get(row as i64).narrow(0, at, 1)).view([-1]).to_kind(Kind::Float);
-                out.push(YesNo {
-                    logit_yes: logits.double_value(&[i64::from(answer.0)]) as f32,
-                    logit_no: logits.double_value(&[i64::from(answer.1)]) as f32,
-                });
-            }
+            // Each prompt's last real token, then only the two answer rows of the LM head: the
+            // full vocabulary projection would cost vocab/2 times as much and is never read.
+            let last: Vec<i64> =
+                prompts.iter().enumerate().map(|(row, p)| row as i64 * longest as i64 + (p.len() - common - 1) as i64).collect();
+            let last = hidden.view([n * longest as i64, -1]).index_select(0, &Tensor::from_slice(&last).to_device(self.device));
+            let pair = self.text.answer_logits(&last, answer).to_kind(Kind::Float).to_device(Device::Cpu);
+            let values = Vec::<f32>::try_from(pair.view([-1])).map_err(|e| VlmError::Input(format!("reading the answer logits: {e}")))?;
+            let out = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] }).collect();
             Ok(out)
         })
     }

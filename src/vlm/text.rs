@@ -165,4 +165,10 @@ impl TextModel {
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear(&self.lm_head, None::<&Tensor>)
     }
+
+    /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
+    pub fn answer_logits(&self, hidden: &Tensor, (yes, no): (u32, u32)) -> Tensor {
+        let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(self.lm_head.device());
+        hidden.linear(&self.lm_head.index_select(0, &ids), None::<&Tensor>)
+    }
 }
