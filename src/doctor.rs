@@ -22,6 +22,8 @@ pub struct ModelState {
     pub backend: Backend,
     pub id: String,
     pub revision: String,
+    /// `model.path` resolved, when the spec names a local model directory.
+    pub local_dir: Option<PathBuf>,
     /// The snapshot folder in the Hugging Face cache, when present.
     pub cached_at: Option<PathBuf>,
     pub cached_bytes: Option<u64>,
@@ -88,6 +90,7 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
             backend: m.backend,
             id: m.id.clone(),
             revision: m.revision.clone(),
+            local_dir: m.path.as_ref().and(m.dir.clone()),
             cached_bytes: cached_at.as_deref().map(du),
             cached_at,
         }
@@ -101,6 +104,7 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
             "no CUDA device: the tiny fixture models run on the CPU; a full-size model needs a GPU (or --allow-cpu)".to_string()
         }
         (Some(_), Some(m)) if m.backend == Backend::Fixture => "the spec uses the fixture scorer: nothing to download".to_string(),
+        (Some(_), Some(m)) if m.local_dir.is_some() => "ready: the model is a local directory".to_string(),
         (Some(_), Some(m)) if m.cached_at.is_none() => format!("download {}@{} into the Hugging Face cache", m.id, m.revision),
         _ => "ready".to_string(),
     };

@@ -496,7 +496,7 @@ fn engine(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
 
 #[cfg(not(feature = "vlm"))]
 fn no_vlm() -> anyhow::Error {
-    anyhow::anyhow!("this binary was built without the `vlm` feature (no libtorch); rebuild with `--features vlm`")
+    anyhow::anyhow!(bpals_release::infer::NO_VLM_FEATURE)
 }
 
 fn run_probe(args: ProbeArgs) -> Result<ExitCode> {

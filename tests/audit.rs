@@ -9,16 +9,22 @@ use common::*;
 
 fn sample(s: &Scratch) -> PathBuf {
     let out = s.path("s1a");
-    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &out, &s.cache(), &[]).success();
     out
 }
 
-/// `rebuild DIR --audit`, run from the repo root, rebuilding beside DIR (a failed audit keeps
-/// its rebuild for inspection).
+/// `rebuild DIR --audit --spec <the fixture-scored s1a>` (unless `extra` names another spec),
+/// run from the repo root, rebuilding beside DIR (a failed audit keeps its rebuild for
+/// inspection). Finding the spec from the lock is tested on the real s1a in vlm_build.rs.
 fn audit(dir: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     let scratch = dir.with_file_name(format!("{}-audit", dir.file_name().unwrap().to_string_lossy()));
     let _ = std::fs::remove_dir_all(&scratch);
-    bin().current_dir(repo()).arg("rebuild").arg(dir).arg("--audit").arg("--scratch").arg(&scratch).args(extra).assert()
+    let mut cmd = bin();
+    cmd.current_dir(repo()).arg("rebuild").arg(dir).arg("--audit").arg("--scratch").arg(&scratch);
+    if !extra.contains(&"--spec") {
+        cmd.arg("--spec").arg(fixture_s1a());
+    }
+    cmd.args(extra).assert()
 }
 
 /// Adds `yes` and `no` to every cached logit of every image.
@@ -52,7 +58,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 fn an_unmodified_release_rebuilds_byte_for_byte_with_inference_rerun() {
     let s = Scratch::new();
     let dir = sample(&s);
-    // The spec is found from the lock (specs/s1a.yaml, relative to the working directory).
     let a = audit(&dir, &[]).success();
     let out = stdout(&a);
     assert!(out.contains("inference: rerun in a fresh cache"), "{out}");
@@ -125,5 +130,9 @@ fn a_different_or_missing_spec_is_reported() {
     let out = stdout(&a);
     assert!(out.contains("differs from the lock: release.id") && out.contains("cannot be rebuilt from it"), "{out}");
     let a = bin().current_dir(s.dir.path()).arg("rebuild").arg(&dir).arg("--audit").assert().failure();
-    assert!(stderr(&a).contains("cannot find the spec s1a.yaml") && stderr(&a).contains("pass --spec PATH"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("cannot find the spec s1a-fixture-scorer.yaml") && stderr(&a).contains("pass --spec PATH"),
+        "{}",
+        stderr(&a)
+    );
 }

@@ -111,7 +111,7 @@ fn gates_refuse_before_any_work() {
     assert!(err.contains("not-implemented") && err.contains("lesion location"), "{err}");
     // A publishable build refuses the sample and the fixture scorer.
     let out = s.path("pub");
-    let a = build(&spec_path("s1a.yaml"), &out, &s.cache(), &["--publishable"]).failure();
+    let a = build(&fixture_s1a(), &out, &s.cache(), &["--publishable"]).failure();
     let err = stderr(&a);
     assert!(err.contains("embedded synthetic sample") && err.contains("fixture scorer"), "{err}");
     assert!(!s.cache().exists(), "nothing was scored");
@@ -124,10 +124,18 @@ fn spec_path(name: &str) -> std::path::PathBuf {
 #[test]
 fn a_qwen2vl_model_that_is_not_on_this_machine_is_refused_before_any_work() {
     let s = Scratch::new();
-    let spec = derived_spec(&s, "vlm.yaml", "model:\n  backend: qwen2vl\n  id: Qwen/Qwen2-VL-2B-Instruct\n  weight_license: apache-2.0\n");
+    let spec = derived_spec(
+        &s,
+        "vlm.yaml",
+        "model:\n  backend: qwen2vl\n  id: Qwen/Qwen2-VL-2B-Instruct\n  revision: main\n  weight_license: apache-2.0\n",
+    );
     let err = failing_build(&s, &spec);
     assert!(err.contains("key `model.id`") && err.contains("not in the Hugging Face cache") && err.contains("never downloads"), "{err}");
-    let spec = derived_spec(&s, "vlm2.yaml", "model:\n  backend: qwen2vl\n  path: no-such-model\n  weight_license: apache-2.0\n");
+    let spec = derived_spec(
+        &s,
+        "vlm2.yaml",
+        "model:\n  backend: qwen2vl\n  path: no-such-model\n  id: x/y\n  revision: v1\n  weight_license: apache-2.0\n",
+    );
     let err = failing_build(&s, &spec);
     assert!(err.contains("key `model.path`") && err.contains("no-such-model is not a directory"), "{err}");
 }
@@ -184,7 +192,7 @@ fn truncated_and_missing_images_are_named() {
 #[test]
 fn corrupt_cache_entries_are_recomputed_not_trusted() {
     let s = Scratch::new();
-    build(&spec("s1a.yaml"), &s.path("ref"), &s.cache(), &[]).success();
+    build(&fixture_s1a(), &s.path("ref"), &s.cache(), &[]).success();
     // Garble every cache entry.
     let entries = files_under(&s.cache());
     for entry in &entries {
@@ -192,7 +200,7 @@ fn corrupt_cache_entries_are_recomputed_not_trusted() {
     }
     let garbled = entries.len();
     assert!(garbled > 0);
-    let a = build(&spec("s1a.yaml"), &s.path("again"), &s.cache(), &[]).success();
+    let a = build(&fixture_s1a(), &s.path("again"), &s.cache(), &[]).success();
     assert!(stderr(&a).contains("infer: 0 images from the cache"), "{}", stderr(&a));
     assert_eq!(tree_digest(&s.path("ref")), tree_digest(&s.path("again")));
 }

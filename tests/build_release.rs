@@ -9,7 +9,7 @@ use predicates::str::contains;
 fn sample_build_writes_a_verifiable_release() {
     let s = Scratch::new();
     let out = s.path("s1a");
-    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--jobs", "2"]).success();
+    let a = build(&fixture_s1a(), &out, &s.cache(), &["--jobs", "2"]).success();
     let text = stdout(&a) + &stderr(&a);
     assert!(text.contains("DEMO BUILD"), "the demo is announced loudly:\n{text}");
     assert!(text.contains("EMBEDDED SYNTHETIC SAMPLE"), "{text}");
@@ -107,18 +107,18 @@ fn builds_are_byte_identical_whatever_the_thread_count() {
 #[test]
 fn sharded_inference_merges_into_the_same_bytes() {
     let s = Scratch::new();
-    build(&spec("s1a.yaml"), &s.path("plain"), &s.path("cache-plain"), &[]).success();
+    build(&fixture_s1a(), &s.path("plain"), &s.path("cache-plain"), &[]).success();
     for k in 0..3 {
         bin()
             .args(["infer"])
-            .arg(spec("s1a.yaml"))
+            .arg(fixture_s1a())
             .args(["--shard", &format!("{k}/3"), "--no-progress", "--cache-dir"])
             .arg(s.path("cache-shared"))
             .assert()
             .success()
             .stdout(contains(format!("shard {k}/3")));
     }
-    let a = build(&spec("s1a.yaml"), &s.path("merged"), &s.path("cache-shared"), &[]).success();
+    let a = build(&fixture_s1a(), &s.path("merged"), &s.path("cache-shared"), &[]).success();
     assert!(stderr(&a).contains(", 0 scored"), "the merge build scores nothing: {}", stderr(&a));
     assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("merged")));
 }
@@ -195,9 +195,9 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
 #[test]
 fn rebuild_reuses_the_cache() {
     let s = Scratch::new();
-    let a = build(&spec("s1a.yaml"), &s.path("a"), &s.cache(), &[]).success();
+    let a = build(&fixture_s1a(), &s.path("a"), &s.cache(), &[]).success();
     assert!(stderr(&a).contains("infer: 0 images from the cache"));
-    let b = build(&spec("s1a.yaml"), &s.path("a"), &s.cache(), &[]).success();
+    let b = build(&fixture_s1a(), &s.path("a"), &s.cache(), &[]).success();
     assert!(stderr(&b).contains(", 0 scored"), "{}", stderr(&b));
 }
 
@@ -205,7 +205,7 @@ fn rebuild_reuses_the_cache() {
 fn dry_run_prints_the_plan_and_writes_nothing() {
     let s = Scratch::new();
     let out = s.path("dry");
-    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--dry-run"]).success();
+    let a = build(&fixture_s1a(), &out, &s.cache(), &["--dry-run"]).success();
     let text = stdout(&a);
     for stage in ["ingest", "select", "infer", "signal", "shard", "card"] {
         assert!(text.contains(stage), "{stage} in plan:\n{text}");
@@ -215,8 +215,8 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
     assert!(!out.exists());
     assert!(!s.cache().exists(), "a dry run scores nothing");
     // After a build, the plan reports the cache hits.
-    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
-    let a = build(&spec("s1a.yaml"), &out, &s.cache(), &["--dry-run", "--json"]).success();
+    build(&fixture_s1a(), &out, &s.cache(), &[]).success();
+    let a = build(&fixture_s1a(), &out, &s.cache(), &["--dry-run", "--json"]).success();
     let plan: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     assert_eq!(plan["cached_images"], 640);
 }
@@ -225,7 +225,7 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
 fn verify_names_changed_missing_and_extra_files() {
     let s = Scratch::new();
     let out = s.path("r");
-    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &out, &s.cache(), &[]).success();
     let shard = out.join("data/trial-00000-of-00001.parquet");
     let mut bytes = std::fs::read(&shard).unwrap();
     let mid = bytes.len() / 2;
@@ -247,7 +247,7 @@ fn verify_names_changed_missing_and_extra_files() {
 fn the_trial_split_is_stratified_and_recorded() {
     let s = Scratch::new();
     let out = s.path("r");
-    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &out, &s.cache(), &[]).success();
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(card.contains("stratified toward harder"));
     assert!(card.contains("| stratum (trust class) | share | target | available | taken |"));

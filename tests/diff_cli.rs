@@ -11,7 +11,7 @@ use common::*;
 fn a_release_against_itself_agrees_fully() {
     let s = Scratch::new();
     let a = s.path("a");
-    build(&spec("s1a.yaml"), &a, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &a, &s.cache(), &[]).success();
     let md = s.path("diff.md");
     let out = bin().arg("diff").arg(&a).arg(&a).arg("--markdown").arg(&md).assert().success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -32,10 +32,10 @@ fn a_release_against_itself_agrees_fully() {
 fn raising_the_trusted_threshold_moves_exactly_the_rows_between_the_two() {
     let s = Scratch::new();
     let a = s.path("a");
-    build(&spec("s1a.yaml"), &a, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &a, &s.cache(), &[]).success();
     // Same scores, trusted_min_agreement 0.7 -> 0.8: rows with 0.7 <= agreement < 0.8 go
     // from trusted to review; nothing else moves and the confidences are identical.
-    let raised = s.write("raised.yaml", &format!("extends: {}\nsignal:\n  trusted_min_agreement: 0.8\n", spec("s1a.yaml").display()));
+    let raised = s.write("raised.yaml", &format!("extends: {}\nsignal:\n  trusted_min_agreement: 0.8\n", fixture_s1a().display()));
     let b = s.path("b");
     build(&raised, &b, &s.cache(), &[]).success();
     let (_, rows) = bpals_release::eval::read_release_rows(&a).unwrap();

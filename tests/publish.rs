@@ -15,7 +15,7 @@ const REPO: &str = "bpals-test/cxr14-bpals";
 
 fn sample(s: &Scratch) -> PathBuf {
     let out = s.path("s1a");
-    build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1a(), &out, &s.cache(), &[]).success();
     out
 }
 
@@ -221,7 +221,7 @@ fn a_new_version_is_a_second_commit_and_a_published_version_never_changes() {
     let v1 = hub.repo(REPO).unwrap().head().sha.clone();
 
     // Same version, different content: refused.
-    let changed = s.write("changed.yaml", &format!("extends: {}\nsignal:\n  trusted_min_agreement: 0.8\n", spec("s1a.yaml").display()));
+    let changed = s.write("changed.yaml", &format!("extends: {}\nsignal:\n  trusted_min_agreement: 0.8\n", fixture_s1a().display()));
     let same_version = s.path("same-version");
     build(&changed, &same_version, &s.cache(), &[]).success();
     let a = publish(&hub, &same_version, &[]).failure();
@@ -231,7 +231,7 @@ fn a_new_version_is_a_second_commit_and_a_published_version_never_changes() {
     // A new version: one more commit with only the changed files, a second tag; v1 stays.
     let bumped = s.write(
         "bumped.yaml",
-        &format!("extends: {}\nrelease:\n  version: 1.1.0\nsignal:\n  trusted_min_agreement: 0.8\n", spec("s1a.yaml").display()),
+        &format!("extends: {}\nrelease:\n  version: 1.1.0\nsignal:\n  trusted_min_agreement: 0.8\n", fixture_s1a().display()),
     );
     let v2 = s.path("v2");
     build(&bumped, &v2, &s.cache(), &[]).success();
@@ -280,7 +280,7 @@ fn the_token_never_appears_in_any_output_or_file() {
     let d = dir.to_str().unwrap();
     let cache = s.cache();
     let c = cache.to_str().unwrap();
-    let s1a = spec("s1a.yaml");
+    let s1a = fixture_s1a();
     run(&["build", s1a.to_str().unwrap(), "--out", d, "--cache-dir", c, "--no-progress"], TOKEN);
     run(&["build", s1a.to_str().unwrap(), "--out", d, "--cache-dir", c, "--dry-run"], TOKEN);
     run(&["verify", d], TOKEN);

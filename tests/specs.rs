@@ -69,3 +69,22 @@ fn the_spec_hash_ignores_the_machine_but_not_the_content() {
     let c = spec::load_with_env(&tweaked, |_| None).unwrap();
     assert_ne!(a.hash(), c.hash());
 }
+
+#[test]
+fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity() {
+    let s = Scratch::new();
+    let base = spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
+    assert_eq!(base.model.path.as_deref(), Some("../fixtures/vlm/qwen2_vl"));
+    assert!(base.model.random_weights);
+    // Swapping in a hub model drops the local path (and so the tiny fixture) and needs its own revision.
+    let byo = s.write(
+        "byo.yaml",
+        &format!("extends: {}\nmodel:\n  id: Qwen/Qwen2-VL-2B-Instruct\n  weight_license: apache-2.0\n", spec("s1a.yaml").display()),
+    );
+    let err = spec::load_with_env(&byo, |_| None).unwrap_err().to_string();
+    assert!(err.contains("model.revision"), "{err}");
+    // Keys that are not the model's identity are still inherited.
+    let dtype = s.write("dtype.yaml", &format!("extends: {}\nmodel:\n  dtype: f32\n", spec("s1a.yaml").display()));
+    let m = spec::load_with_env(&dtype, |_| None).unwrap().model;
+    assert_eq!((m.id.as_str(), m.path.is_some(), m.random_weights), ("bpals/tiny-qwen2-vl", true, true));
+}

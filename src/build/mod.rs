@@ -176,7 +176,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     let cache = ScoreCache::new(&options.cache_dir);
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
     let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
-    log(&format!("infer: {} images from the cache, {} scored by {:?}", report.cached, report.computed, scorer.identity().backend));
+    log(&format!("infer: {} images from the cache, {} scored by {}", report.cached, report.computed, scorer.identity().backend));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
 
     // --jobs bounds every parallel stage after inference too.
@@ -291,7 +291,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         out,
         release_id: spec.release.id.clone(),
         demo_reasons,
-        scorer: format!("{:?} {}@{}", scorer.identity().backend, scorer.identity().model_id, scorer.identity().revision),
+        scorer: format!("{} {}@{}", scorer.identity().backend, scorer.identity().model_id, scorer.identity().revision),
         images: selection.images.len(),
         rows: selection.rows.len(),
         cached_images: report.cached,

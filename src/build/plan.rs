@@ -41,7 +41,7 @@ pub fn plan(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Plan, BuildErr
         match stage {
             "ingest" => format!("{} metadata files, sha256 checked", prepared.table.inputs.len()),
             "select" => format!("{} images, {} rows", prepared.selection.images.len(), prepared.selection.rows.len()),
-            "infer" => format!("{cached}/{total} images cached, {} to score with {:?}", total - cached, spec.model.backend),
+            "infer" => format!("{cached}/{total} images cached, {} to score with {}", total - cached, spec.model.backend),
             "signal" => "derived from the scores (no cache: cheap and exact)".into(),
             "shard" => format!("splits {}", spec.output.splits.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")),
             _ => "rendered from templates".into(),

@@ -86,6 +86,10 @@ pub trait Scorer: Sync {
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError>;
 }
 
+/// What a libtorch-free binary says when asked to run the VLM engine.
+pub const NO_VLM_FEATURE: &str = "this binary was built without the `vlm` feature (no libtorch): run the command through \
+     scripts/bpals-release, which sets up libtorch and builds with `--features vlm`";
+
 /// The scorer a spec names.
 pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
@@ -99,9 +103,6 @@ pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
             Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir)?))
         }
         #[cfg(not(feature = "vlm"))]
-        Backend::Qwen2vl => Err(InferError::Scorer {
-            backend: "qwen2vl".into(),
-            message: "this binary was built without the `vlm` feature (no libtorch); rebuild with `--features vlm`".into(),
-        }),
+        Backend::Qwen2vl => Err(InferError::Scorer { backend: "qwen2vl".into(), message: NO_VLM_FEATURE.into() }),
     }
 }

@@ -177,6 +177,16 @@ pub enum Backend {
     Qwen2vl,
 }
 
+impl std::fmt::Display for Backend {
+    /// How the CLI names the scorer in its messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Fixture => "the fixture scorer",
+            Backend::Qwen2vl => "the qwen2vl engine",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dtype {
@@ -212,7 +222,17 @@ pub struct ModelLayer {
 }
 
 impl Merge for ModelLayer {
+    /// A layer that sets `id` or `path` names a different model: its identity (path, id,
+    /// revision, weight license, random weights) starts afresh instead of inheriting, so a
+    /// spec that swaps in a hub model never keeps the parent's local `path` by accident.
     fn merge(&mut self, c: Self) {
+        if c.id.is_some() || c.path.is_some() {
+            self.path = None;
+            self.id = None;
+            self.revision = None;
+            self.weight_license = None;
+            self.random_weights = None;
+        }
         merge_options!(self, c; backend, path, id, revision, weight_license, random_weights, dtype, device,
             max_pixels, min_pixels);
     }

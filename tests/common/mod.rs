@@ -15,6 +15,12 @@ pub fn spec(name: &str) -> PathBuf {
     repo().join("specs").join(name)
 }
 
+/// S1a with the fixture scorer in place of the VLM engine: for tests of the stages around
+/// inference, which need releases quickly (and build without libtorch).
+pub fn fixture_s1a() -> PathBuf {
+    repo().join("tests/specs/s1a-fixture-scorer.yaml")
+}
+
 /// The binary, with no environment that could point it at real data or a shared cache.
 pub fn bin() -> Command {
     let mut cmd = Command::cargo_bin("bpals-release").expect("binary is built");
@@ -102,9 +108,9 @@ fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
-/// A spec in the scratch folder that extends the repo's s1a and overrides some YAML.
+/// A spec in the scratch folder that extends [`fixture_s1a`] and overrides some YAML.
 pub fn derived_spec(scratch: &Scratch, name: &str, extra_yaml: &str) -> PathBuf {
-    let text = format!("extends: {}\n{extra_yaml}", spec("s1a.yaml").display());
+    let text = format!("extends: {}\n{extra_yaml}", fixture_s1a().display());
     scratch.write(name, &text)
 }
 

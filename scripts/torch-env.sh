@@ -1,0 +1,15 @@
+# Sourced by scripts/test and scripts/bpals-release: the Python virtual environment whose
+# PyTorch 2.13 wheel provides libtorch for the `vlm` feature, created on first use. torch-sys
+# finds libtorch through the venv's python (LIBTORCH_USE_PYTORCH); build.rs gives the binaries
+# an rpath to it, so nothing needs LD_LIBRARY_PATH. Honours BPALS_VENV (CI keeps it cached).
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${BPALS_VENV:-$root/.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "creating the Python environment $venv" >&2
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "installing PyTorch 2.13 into $venv (about 4.6 GB, once; libtorch for the VLM engine)" >&2
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$root/scripts/requirements-torch.txt"
+export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" LIBTORCH_USE_PYTORCH=1
