@@ -76,16 +76,10 @@ fn du(dir: &std::path::Path) -> u64 {
 }
 
 pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
-    let hf_cache = hf_hub::resolve_cache_dir();
+    let hf_cache = crate::hub::model::cache_dir();
     let model = spec.map(|s| {
         let m = &s.model;
-        let folder = hf_cache.join(format!("models--{}", m.id.replace('/', "--")));
-        // A revision is a commit, or a branch/tag whose commit refs/ records.
-        let commit = std::fs::read_to_string(folder.join("refs").join(&m.revision))
-            .map(|c| c.trim().to_string())
-            .unwrap_or_else(|_| m.revision.clone());
-        let snapshot = folder.join("snapshots").join(commit);
-        let cached_at = snapshot.is_dir().then_some(snapshot);
+        let cached_at = crate::hub::model::cached_snapshot(&hf_cache, &m.id, &m.revision).map(|s| s.dir);
         ModelState {
             backend: m.backend,
             id: m.id.clone(),
@@ -105,7 +99,10 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
         }
         (Some(_), Some(m)) if m.backend == Backend::Fixture => "the spec uses the fixture scorer: nothing to download".to_string(),
         (Some(_), Some(m)) if m.local_dir.is_some() => "ready: the model is a local directory".to_string(),
-        (Some(_), Some(m)) if m.cached_at.is_none() => format!("download {}@{} into the Hugging Face cache", m.id, m.revision),
+        (Some(_), Some(m)) if m.cached_at.is_none() => format!(
+            "the first build fetches {}@{} into the Hugging Face cache (or run `hf download {} --revision {}`)",
+            m.id, m.revision, m.id, m.revision
+        ),
         _ => "ready".to_string(),
     };
     DoctorReport {

@@ -51,3 +51,76 @@ pub fn stable_u64(parts: &[&str]) -> u64 {
     let digest = sha256_parts(parts);
     u64::from_str_radix(&digest[..16], 16).expect("hex digest")
 }
+
+/// Digests of large files (model weights), remembered under a cache folder so a file is hashed
+/// once rather than on every build. An entry is keyed by the file's canonical path, size and
+/// modification time, so a replaced or rewritten file is hashed again.
+pub struct DigestCache {
+    dir: std::path::PathBuf,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct DigestEntry {
+    path: String,
+    len: u64,
+    modified_ns: u128,
+    sha256: String,
+}
+
+impl DigestCache {
+    pub fn new(cache_root: &Path) -> Self {
+        DigestCache { dir: cache_root.join("file-digests-v1") }
+    }
+
+    /// The file's sha256, from the cache when its size and mtime are unchanged. A cache that
+    /// cannot be written only costs the next build a rehash.
+    pub fn sha256_file(&self, path: &Path) -> io::Result<String> {
+        let canonical = std::fs::canonicalize(path)?;
+        let meta = std::fs::metadata(&canonical)?;
+        let modified_ns = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let name = canonical.to_string_lossy().into_owned();
+        let entry_path = self.dir.join(format!("{}.json", sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string()])));
+        if let Ok(text) = std::fs::read(&entry_path) {
+            if let Ok(e) = serde_json::from_slice::<DigestEntry>(&text) {
+                if e.path == name && e.len == meta.len() && e.modified_ns == modified_ns && e.sha256.len() == 64 {
+                    return Ok(e.sha256);
+                }
+            }
+        }
+        let (sha256, len) = sha256_file(&canonical)?;
+        let entry = DigestEntry { path: name, len, modified_ns, sha256: sha256.clone() };
+        let _ = std::fs::create_dir_all(&self.dir).and_then(|_| {
+            let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+            serde_json::to_writer(&mut tmp, &entry)?;
+            tmp.persist(&entry_path).map(|_| ()).map_err(|e| e.error)
+        });
+        Ok(sha256)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_hashed_once_until_it_changes() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("weights.bin");
+        std::fs::write(&file, b"first").unwrap();
+        let cache = DigestCache::new(&root.path().join("cache"));
+        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"first"));
+        // A cached digest is served as recorded (proved by planting a different one).
+        let entry = std::fs::read_dir(root.path().join("cache/file-digests-v1")).unwrap().next().unwrap().unwrap().path();
+        let planted = std::fs::read_to_string(&entry).unwrap().replace(&sha256_hex(b"first"), &"f".repeat(64));
+        std::fs::write(&entry, planted).unwrap();
+        assert_eq!(cache.sha256_file(&file).unwrap(), "f".repeat(64));
+        // Rewriting the file (new size) makes a new entry.
+        std::fs::write(&file, b"second!").unwrap();
+        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"second!"));
+        // Corrupt entries are ignored: the file is hashed again.
+        for e in std::fs::read_dir(root.path().join("cache/file-digests-v1")).unwrap() {
+            std::fs::write(e.unwrap().path(), b"not json").unwrap();
+        }
+        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"second!"));
+    }
+}

@@ -142,6 +142,10 @@ struct Common {
     /// Never draw a progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Never touch the network: a model missing from the Hugging Face cache is an error instead
+    /// of a download (also set by HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
 }
 
 #[derive(Args)]
@@ -305,6 +309,9 @@ struct RebuildArgs {
     scratch: Option<PathBuf>,
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
+    /// Never download the model; use only the Hugging Face cache.
+    #[arg(long)]
+    offline: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -362,6 +369,7 @@ fn options(common: &Common, out: PathBuf) -> BuildOptions {
         cache_dir: common.cache_dir.clone().unwrap_or_else(default_cache_dir),
         publishable: common.publishable,
         progress: !common.no_progress,
+        offline: common.offline,
     }
 }
 
@@ -553,6 +561,7 @@ fn run_rebuild(args: RebuildArgs) -> Result<ExitCode> {
         scratch: args.scratch,
         jobs: jobs_or_cpus(args.jobs),
         progress: false,
+        offline: args.offline,
     };
     let report = audit::rebuild::rebuild_audit(&args.dir, &options, &|m| eprintln!("{m}"))?;
     if args.json {

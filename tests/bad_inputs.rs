@@ -122,15 +122,34 @@ fn spec_path(name: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn a_qwen2vl_model_that_is_not_on_this_machine_is_refused_before_any_work() {
+fn a_qwen2vl_model_that_is_not_on_this_machine_is_refused_offline() {
     let s = Scratch::new();
     let spec = derived_spec(
         &s,
         "vlm.yaml",
         "model:\n  backend: qwen2vl\n  id: Qwen/Qwen2-VL-2B-Instruct\n  revision: main\n  weight_license: apache-2.0\n",
     );
-    let err = failing_build(&s, &spec);
-    assert!(err.contains("key `model.id`") && err.contains("not in the Hugging Face cache") && err.contains("never downloads"), "{err}");
+    // Offline (HF_HUB_OFFLINE) with an empty Hugging Face cache: refused, naming the way out.
+    let out = s.path("out");
+    let a = bin()
+        .env("HF_HUB_CACHE", s.path("empty-hf-cache"))
+        .env("HF_HUB_OFFLINE", "1")
+        .arg("build")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(s.cache())
+        .assert()
+        .failure();
+    let err = stderr(&a);
+    if cfg!(feature = "vlm") {
+        assert!(err.contains("Qwen/Qwen2-VL-2B-Instruct@main is not in the Hugging Face cache") && err.contains("offline"), "{err}");
+        assert!(err.contains("hf download Qwen/Qwen2-VL-2B-Instruct --revision main"), "{err}");
+    } else {
+        assert!(err.contains("without the `vlm` feature") && err.contains("scripts/bpals-release"), "{err}");
+    }
+    assert!(!out.exists());
     let spec = derived_spec(
         &s,
         "vlm2.yaml",

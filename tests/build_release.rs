@@ -58,7 +58,7 @@ fn sample_build_writes_a_verifiable_release() {
 fn card_front_matter_parses_and_matches_the_shards() {
     let s = Scratch::new();
     let out = s.path("s1b");
-    build(&spec("s1b.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1b(), &out, &s.cache(), &[]).success();
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     let front = card.strip_prefix("---\n").unwrap().split("\n---\n").next().unwrap();
     let yaml: serde_json::Value = serde_saphyr::from_str(front).expect("front matter is valid YAML");
@@ -99,8 +99,8 @@ fn card_front_matter_parses_and_matches_the_shards() {
 #[test]
 fn builds_are_byte_identical_whatever_the_thread_count() {
     let s = Scratch::new();
-    build(&spec("s1b.yaml"), &s.path("one"), &s.path("cache1"), &["--jobs", "1"]).success();
-    build(&spec("s1b.yaml"), &s.path("four"), &s.path("cache4"), &["--jobs", "4"]).success();
+    build(&fixture_s1b(), &s.path("one"), &s.path("cache1"), &["--jobs", "1"]).success();
+    build(&fixture_s1b(), &s.path("four"), &s.path("cache4"), &["--jobs", "4"]).success();
     assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("four")));
 }
 
@@ -126,13 +126,13 @@ fn sharded_inference_merges_into_the_same_bytes() {
 #[test]
 fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
     let s = Scratch::new();
-    build(&spec("s1b.yaml"), &s.path("reference"), &s.path("cache-ref"), &[]).success();
+    build(&fixture_s1b(), &s.path("reference"), &s.path("cache-ref"), &[]).success();
     let out = s.path("killed");
     let cache = s.path("cache-killed");
     let spawn = || {
         std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
             .arg("build")
-            .arg(spec("s1b.yaml"))
+            .arg(fixture_s1b())
             .arg("--out")
             .arg(&out)
             .arg("--cache-dir")
@@ -144,9 +144,10 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
             .spawn()
             .unwrap()
     };
-    // Finished entries only: a kill can leave the cache writer's temp file behind.
+    // Finished score entries only: a kill can leave the cache writer's temp file behind.
+    let scores = cache.join("scores-v1");
     let cached =
-        || if cache.exists() { files_under(&cache).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
+        || if scores.exists() { files_under(&scores).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
     let mut killed_midway = 0;
     let mut killed_during_inference = false;
     // Fixed delays land in different stages; the last round waits for the cache to grow, so one
@@ -180,7 +181,7 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
     }
     assert!(killed_during_inference, "one build was killed after scoring some images");
     assert!(killed_midway > 0, "at least one build was killed while running");
-    let a = build(&spec("s1b.yaml"), &out, &cache, &[]).success();
+    let a = build(&fixture_s1b(), &out, &cache, &[]).success();
     assert!(!stderr(&a).contains("infer: 0 images from the cache"), "the rerun reuses the cache: {}", stderr(&a));
     assert_eq!(tree_digest(&s.path("reference")), tree_digest(&out));
     let leftovers: Vec<_> = std::fs::read_dir(s.dir.path())

@@ -10,7 +10,7 @@ use common::*;
 fn a_calibration_fitted_on_gold_flows_into_the_build_and_the_eval() {
     let s = Scratch::new();
     let first = s.path("s1b");
-    build(&spec("s1b.yaml"), &first, &s.cache(), &[]).success();
+    build(&fixture_s1b(), &first, &s.cache(), &[]).success();
     // A gold that agrees with the model only 60% of the time: the model is overconfident.
     let (_, rows) = bpals_release::eval::read_release_rows(&first).unwrap();
     let mut csv = String::from("image_index,label,value\n");
@@ -42,7 +42,7 @@ fn a_calibration_fitted_on_gold_flows_into_the_build_and_the_eval() {
 
     // A spec that names the file builds with calibrated confidences, and says so.
     let calibrated_spec =
-        s.write("calibrated.yaml", &format!("extends: {}\nsignal:\n  calibration: calibration.json\n", spec("s1b.yaml").display()));
+        s.write("calibrated.yaml", &format!("extends: {}\nsignal:\n  calibration: calibration.json\n", fixture_s1b().display()));
     let second = s.path("calibrated");
     build(&calibrated_spec, &second, &s.cache(), &[]).success();
     let card = std::fs::read_to_string(second.join("README.md")).unwrap();

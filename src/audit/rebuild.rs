@@ -39,6 +39,8 @@ pub struct RebuildOptions {
     pub scratch: Option<PathBuf>,
     pub jobs: usize,
     pub progress: bool,
+    /// Never download the model (see `BuildOptions::offline`).
+    pub offline: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -151,8 +153,14 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
     let rebuilt = scratch.join("release");
     let cache_dir = options.cache_dir.clone().unwrap_or_else(|| scratch.join("cache"));
     log(&format!("rebuilding {} from {} into {}", original_manifest.release_id, spec_path.display(), rebuilt.display()));
-    let build_options =
-        BuildOptions { out: rebuilt.clone(), jobs: options.jobs, cache_dir, publishable: false, progress: options.progress };
+    let build_options = BuildOptions {
+        out: rebuilt.clone(),
+        jobs: options.jobs,
+        cache_dir,
+        publishable: false,
+        progress: options.progress,
+        offline: options.offline,
+    };
     build::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
     report.rebuilt = rebuilt.clone();
 

@@ -64,6 +64,9 @@ pub struct BuildOptions {
     /// Refuse demo inputs (sample, fixture scorer, random weights, unpinned files) at resolve time.
     pub publishable: bool,
     pub progress: bool,
+    /// Never touch the network: a model missing from the Hugging Face cache is an error
+    /// instead of a download.
+    pub offline: bool,
 }
 
 /// What the build did, for the CLI to print.
@@ -94,8 +97,8 @@ pub struct Prepared {
     pub stage_keys: BTreeMap<String, String>,
 }
 
-pub fn prepare(spec: &ReleaseSpec, publishable: bool) -> Result<Prepared, BuildError> {
-    if publishable {
+pub fn prepare(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Prepared, BuildError> {
+    if options.publishable {
         gates::check_publishable(spec)?;
     }
     card::check_templates(&spec.card.templates_dir, &spec.card.template)?;
@@ -116,7 +119,8 @@ pub fn prepare(spec: &ReleaseSpec, publishable: bool) -> Result<Prepared, BuildE
         }
     }
     let jobs = image_jobs(spec, &selection)?;
-    let scorer = infer::scorer_for(&spec.model)?;
+    let model = infer::locate_model(&spec.model, &infer::ModelAccess { offline: options.offline, progress: options.progress })?;
+    let scorer = infer::scorer_for(&model, &options.cache_dir)?;
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
 
@@ -156,7 +160,7 @@ fn image_jobs(spec: &ReleaseSpec, selection: &Selection) -> Result<Vec<ImageJob>
 
 /// Fills the score cache for one shard of the images (`bpals-release infer --shard K/N`).
 pub fn infer_shard(spec: &ReleaseSpec, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<infer::InferReport, BuildError> {
-    let prepared = prepare(spec, options.publishable)?;
+    let prepared = prepare(spec, options)?;
     let cache = ScoreCache::new(&options.cache_dir);
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     Ok(infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?)
@@ -164,7 +168,7 @@ pub fn infer_shard(spec: &ReleaseSpec, options: &BuildOptions, shard: Option<Sha
 
 pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
     let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, mut notes, stage_keys } =
-        prepare(spec, options.publishable)?;
+        prepare(spec, options)?;
     log(&format!(
         "ingest: {} images from {}{}",
         table.images(),

@@ -33,7 +33,8 @@ pub struct Plan {
 }
 
 pub fn plan(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Plan, BuildError> {
-    let prepared = prepare(spec, options.publishable)?;
+    // A dry run never downloads: it plans with what this machine already has.
+    let prepared = prepare(spec, &BuildOptions { offline: true, ..options.clone() })?;
     let cache = ScoreCache::new(&options.cache_dir);
     let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
     let total = prepared.jobs.len();

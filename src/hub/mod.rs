@@ -1,6 +1,7 @@
 //! The Hugging Face Hub, as publish and the remote audits see it: a thin layer over hf-hub's
 //! blocking client that names each call's purpose in its errors.
 
+pub mod model;
 pub mod token;
 
 use std::collections::BTreeMap;
@@ -91,24 +92,33 @@ pub struct Hub {
     pub endpoint: String,
 }
 
+/// `endpoint`, else HF_ENDPOINT, else the public Hub; without a trailing slash.
+fn endpoint_or_default(endpoint: Option<&str>) -> String {
+    endpoint
+        .map(str::to_string)
+        .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()))
+        .unwrap_or_else(|| PUBLIC_HUB.to_string())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// A request that connects or receives nothing for `stall` fails.
+fn http_client(stall: Duration) -> Result<reqwest::Client, HubError> {
+    reqwest::Client::builder()
+        .user_agent(format!("{}/{} hf-hub/1", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+        .connect_timeout(stall)
+        .read_timeout(stall)
+        .build()
+        .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))
+}
+
 impl Hub {
     /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. `retries`: attempts after
     /// the first on transient failures (hf-hub's default when None). A request that connects or
     /// receives nothing for `stall` fails (a long transfer that keeps moving is never cut).
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
-        let endpoint = endpoint
-            .map(str::to_string)
-            .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()))
-            .unwrap_or_else(|| PUBLIC_HUB.to_string())
-            .trim_end_matches('/')
-            .to_string();
-        let http = reqwest::Client::builder()
-            .user_agent(format!("{}/{} hf-hub/1", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
-            .connect_timeout(stall)
-            .read_timeout(stall)
-            .build()
-            .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
-        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(http);
+        let endpoint = endpoint_or_default(endpoint);
+        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(http_client(stall)?);
         if let Some(n) = retries {
             builder = builder.retry_max_attempts(n);
         }

@@ -17,6 +17,7 @@ impl FixtureScorer {
                 backend: Backend::Fixture,
                 model_id: model.id.clone(),
                 revision: model.revision.clone(),
+                commit: None,
                 weights_sha256: None,
                 fixture: true,
                 preprocessing: serde_json::json!({ "decode": "png" }),

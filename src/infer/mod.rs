@@ -44,6 +44,10 @@ pub struct ScorerIdentity {
     pub backend: Backend,
     pub model_id: String,
     pub revision: String,
+    /// The commit of a model fetched from the Hub (the snapshot it was loaded from); absent for
+    /// a local `model.path` and the fixture scorer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     /// Hash of the weights, when the backend has any.
     pub weights_sha256: Option<String>,
     /// True for stand-ins (the fixture scorer): never publishable.
@@ -90,8 +94,47 @@ pub trait Scorer: Sync {
 pub const NO_VLM_FEATURE: &str = "this binary was built without the `vlm` feature (no libtorch): run the command through \
      scripts/bpals-release, which sets up libtorch and builds with `--features vlm`";
 
-/// The scorer a spec names.
-pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
+/// How a build may reach a model that is not on this machine yet.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelAccess {
+    pub offline: bool,
+    pub progress: bool,
+}
+
+/// The spec's model with its directory filled in: `model.path`, or the Hugging Face cache's
+/// snapshot of `id`@`revision`, fetched into the cache first when it is missing (unless
+/// offline). The commit the snapshot holds goes into the scorer's identity, so build.lock pins it.
+pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec, InferError> {
+    if model.backend == Backend::Fixture || model.dir.is_some() {
+        return Ok(model.clone());
+    }
+    let fail = |message: String| InferError::Scorer { backend: "qwen2vl".into(), message };
+    if !cfg!(feature = "vlm") {
+        return Err(fail(NO_VLM_FEATURE.into())); // before downloading gigabytes it cannot run
+    }
+    let cache = crate::hub::model::cache_dir();
+    if access.offline || std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0") {
+        return Err(fail(format!(
+            "model {}@{} is not in the Hugging Face cache ({}) and this run is offline (--offline, HF_HUB_OFFLINE or a dry run): \
+             run once online, or `hf download {} --revision {}`",
+            model.id,
+            model.revision,
+            cache.display(),
+            model.id,
+            model.revision
+        )));
+    }
+    eprintln!("model: {}@{} is not in the Hugging Face cache; fetching it into {}", model.id, model.revision, cache.display());
+    let hub = crate::hub::Hub::connect_for_models(None, &cache).map_err(|e| fail(crate::hub::token::redact(&e.to_string())))?;
+    let snapshot =
+        hub.fetch_model(&model.id, &model.revision, access.progress).map_err(|e| fail(crate::hub::token::redact(&e.to_string())))?;
+    Ok(ModelSpec { dir: Some(snapshot.dir), commit: Some(snapshot.commit), ..model.clone() })
+}
+
+/// The scorer a spec names, its model located (see [`locate_model`]). `cache_root` also keeps
+/// the weights' digests, so a checkpoint is hashed once.
+#[cfg_attr(not(feature = "vlm"), allow(unused_variables))]
+pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
         #[cfg(feature = "vlm")]
@@ -99,8 +142,8 @@ pub fn scorer_for(model: &ModelSpec) -> Result<Box<dyn Scorer>, InferError> {
             let dir = model
                 .dir
                 .as_ref()
-                .ok_or_else(|| InferError::Scorer { backend: "qwen2vl".into(), message: "the spec resolved no model directory".into() })?;
-            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir)?))
+                .ok_or_else(|| InferError::Scorer { backend: "qwen2vl".into(), message: "the model has not been located".into() })?;
+            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root))?))
         }
         #[cfg(not(feature = "vlm"))]
         Backend::Qwen2vl => Err(InferError::Scorer { backend: "qwen2vl".into(), message: NO_VLM_FEATURE.into() }),

@@ -6,11 +6,12 @@
 //! at a time; on the CPU libtorch runs single-threaded on whichever worker calls it, so the
 //! scores never depend on `--jobs`.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
 use super::{ImageInput, InferError, QuestionScore, Scorer, ScorerIdentity};
+use crate::hashing::DigestCache;
 use crate::spec::{Backend, ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::pixels;
@@ -25,15 +26,18 @@ struct Loaded {
     /// Token ids of every question's prompt, per image grid and question set: images of one
     /// size share them, and on a small model rendering and tokenizing the prompts costs more
     /// than scoring them.
-    prompts: HashMap<((usize, usize, usize), u64), Vec<Vec<u32>>>,
+    prompts: HashMap<PromptKey, Vec<Vec<u32>>>,
 }
+
+/// An image's patch grid (t, h, w) and a hash of the question texts.
+type PromptKey = ((usize, usize, usize), u64);
 
 fn err(message: impl std::fmt::Display) -> InferError {
     InferError::Scorer { backend: "qwen2vl".into(), message: message.to_string() }
 }
 
 impl Qwen2VlScorer {
-    pub fn open(model: &ModelSpec, dir: &Path) -> Result<Qwen2VlScorer, InferError> {
+    pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache) -> Result<Qwen2VlScorer, InferError> {
         let options = EngineOptions {
             device: match model.device {
                 crate::spec::DevicePolicy::Auto => DeviceChoice::Auto,
@@ -53,12 +57,13 @@ impl Qwen2VlScorer {
         if let Some(min) = model.min_pixels {
             engine.dir.preprocessor.min_pixels = min;
         }
-        let weights_sha256 = weights_digest(&engine.dir.weights).map_err(err)?;
+        let weights_sha256 = weights_digest(&engine.dir.weights, digests).map_err(err)?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
             backend: Backend::Qwen2vl,
             model_id: model.id.clone(),
             revision: model.revision.clone(),
+            commit: model.commit.clone(),
             weights_sha256: Some(weights_sha256),
             fixture: false,
             preprocessing: serde_json::json!({
@@ -79,12 +84,12 @@ impl Qwen2VlScorer {
     }
 }
 
-/// One digest over every weight file, in order.
-fn weights_digest(files: &[std::path::PathBuf]) -> Result<String, String> {
+/// One digest over every weight file, in order (each file's own digest cached, so a
+/// multi-gigabyte checkpoint is read once, not on every build).
+fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result<String, String> {
     let mut parts = Vec::new();
     for f in files {
-        let (digest, _) = crate::hashing::sha256_file(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        parts.push(digest);
+        parts.push(digests.sha256_file(f).map_err(|e| format!("{}: {e}", f.display()))?);
     }
     Ok(crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()))
 }
@@ -108,12 +113,13 @@ impl Scorer for Qwen2VlScorer {
         let embeds = engine.model.image_embeds(&pixel_values, grid);
         let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
         let key = (grid, crate::hashing::stable_u64(&texts));
-        if !prompts.contains_key(&key) {
-            let ids = texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?;
-            prompts.insert(key, ids);
-        }
+        let prompt_ids = match prompts.entry(key) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => slot
+                .insert(texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?),
+        };
         let answer = engine.dir.answer_token_ids().map_err(err)?;
-        let scores = engine.model.score(&prompts[&key], &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
+        let scores = engine.model.score(prompt_ids, &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
         Ok(scores.into_iter().map(|s| QuestionScore { logit_yes: s.logit_yes, logit_no: s.logit_no }).collect())
     }
 }

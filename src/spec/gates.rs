@@ -78,6 +78,12 @@ pub fn demo_reasons(spec: &ReleaseSpec) -> Vec<String> {
     if spec.model.random_weights {
         reasons.push(format!("model {} has random weights", spec.model.id));
     }
+    if spec.model.backend == Backend::Qwen2vl && spec.model.path.is_none() && !crate::hub::model::is_commit(&spec.model.revision) {
+        reasons.push(format!(
+            "model {} revision {:?} is a branch or tag, which can move: pin model.revision to a 40-hex commit",
+            spec.model.id, spec.model.revision
+        ));
+    }
     for (name, _) in spec.source.metadata_files() {
         if !spec.source.expected_sha256.contains_key(&name) {
             reasons.push(format!("input {name} has no pinned sha256 in source.sha256"));

@@ -227,8 +227,8 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
     let backend = r.req(m.backend, "model.backend")?;
     let id: String = r.req(m.id.clone(), "model.id")?;
     let revision: String = r.req(m.revision.clone(), "model.revision")?;
-    let dir = match (backend, &m.path) {
-        (Backend::Fixture, _) => None,
+    let (dir, commit) = match (backend, &m.path) {
+        (Backend::Fixture, _) => (None, None),
         (Backend::Qwen2vl, Some(path)) => {
             let dir = r.base_dir("model.path").join(path);
             if !dir.is_dir() {
@@ -236,23 +236,18 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
                     r.invalid("model.path", format!("{} is not a directory (expected a Hugging Face model directory)", dir.display()))
                 );
             }
-            Some(dir)
+            (Some(dir), None)
         }
-        (Backend::Qwen2vl, None) => Some(hf_cache_snapshot(&id, &revision).ok_or_else(|| {
-            r.invalid(
-                "model.id",
-                format!(
-                    "backend qwen2vl: {id}@{revision} is not in the Hugging Face cache ({}); the build never downloads: \
-                     fetch it first (`hf download {id} --revision {revision}`) or set model.path",
-                    hf_hub::resolve_cache_dir().display()
-                ),
-            )
-        })?),
+        (Backend::Qwen2vl, None) => match crate::hub::model::cached_snapshot(&crate::hub::model::cache_dir(), &id, &revision) {
+            Some(s) => (Some(s.dir), Some(s.commit)),
+            None => (None, None),
+        },
     };
     let model = ModelSpec {
         backend,
         path: m.path.clone(),
         dir,
+        commit,
         id,
         revision,
         weight_license: r.req(m.weight_license, "model.weight_license")?,
@@ -263,16 +258,6 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         min_pixels: m.min_pixels,
     };
     Ok(model)
-}
-
-/// The snapshot folder of a model revision (a commit, or a branch or tag that refs/ maps to one)
-/// in the Hugging Face cache, if it is there.
-fn hf_cache_snapshot(id: &str, revision: &str) -> Option<PathBuf> {
-    let folder = hf_hub::resolve_cache_dir().join(format!("models--{}", id.replace('/', "--")));
-    let commit =
-        std::fs::read_to_string(folder.join("refs").join(revision)).map(|c| c.trim().to_string()).unwrap_or_else(|_| revision.to_string());
-    let snapshot = folder.join("snapshots").join(commit);
-    snapshot.is_dir().then_some(snapshot)
 }
 
 fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<PromptSet, SpecError> {

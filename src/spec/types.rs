@@ -113,9 +113,13 @@ pub struct ModelSpec {
     /// `model.path` as written, when the model is a local directory.
     pub path: Option<String>,
     /// The model directory the engine loads: `model.path` resolved, or the Hugging Face cache's
-    /// snapshot of `id`@`revision` (the build never downloads).
+    /// snapshot of `id`@`revision`. None when that snapshot is not on this machine yet: the
+    /// build fetches it (`infer::locate_model`).
     #[serde(skip)]
     pub dir: Option<PathBuf>,
+    /// The commit of that snapshot (machine state, so not part of the spec's hash).
+    #[serde(skip)]
+    pub commit: Option<String>,
     pub id: String,
     pub revision: String,
     pub weight_license: String,

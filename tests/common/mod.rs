@@ -21,6 +21,11 @@ pub fn fixture_s1a() -> PathBuf {
     repo().join("tests/specs/s1a-fixture-scorer.yaml")
 }
 
+/// S1b with the fixture scorer (see [`fixture_s1a`]).
+pub fn fixture_s1b() -> PathBuf {
+    repo().join("tests/specs/s1b-fixture-scorer.yaml")
+}
+
 /// The binary, with no environment that could point it at real data or a shared cache.
 pub fn bin() -> Command {
     let mut cmd = Command::cargo_bin("bpals-release").expect("binary is built");

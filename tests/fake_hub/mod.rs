@@ -103,6 +103,10 @@ impl FakeHub {
             .route("/api/datasets/{owner}/{name}/tree/{rev}", get(tree))
             .route("/api/datasets/{owner}/{name}/tree/{rev}/{*path}", get(tree_under))
             .route("/datasets/{owner}/{name}/resolve/{rev}/{*path}", get(resolve).head(resolve))
+            // Model repos, read-only: what a build fetching its model asks for.
+            .route("/api/models/{owner}/{name}/revision/{rev}", get(model_info_at))
+            .route("/api/models/{owner}/{name}/tree/{rev}", get(model_tree))
+            .route("/{owner}/{name}/resolve/{rev}/{*path}", get(model_resolve).head(model_resolve))
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(state.clone());
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
@@ -140,6 +144,14 @@ impl FakeHub {
         repo.commits.push(Commit { sha, parent: Some(parent), message: format!("edit {path}"), files });
     }
 
+    /// Creates a model repo holding `files` in one commit; returns the commit sha.
+    pub fn seed_model(&self, id: &str, files: BTreeMap<String, Vec<u8>>) -> String {
+        let sha = hex::encode(sha1::Sha1::digest(format!("model {id} {}", files.len()).as_bytes()));
+        let commit = Commit { sha: sha.clone(), parent: None, message: "upload model".into(), files };
+        self.state.lock().unwrap().repos.insert(model_key(id), Repo { commits: vec![commit], ..Default::default() });
+        sha
+    }
+
     pub fn count(&self, request_prefix: &str) -> usize {
         self.state.lock().unwrap().requests.iter().filter(|r| r.starts_with(request_prefix)).count()
     }
@@ -156,9 +168,14 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// Model repos are kept apart from dataset repos, as on the Hub.
+fn model_key(id: &str) -> String {
+    format!("models/{id}")
+}
+
 /// Large binary files go to LFS on the Hub; the rest are plain git blobs.
 fn is_lfs(path: &str) -> bool {
-    path.ends_with(".parquet") || path.ends_with(".png")
+    path.ends_with(".parquet") || path.ends_with(".png") || path.ends_with(".safetensors")
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -275,11 +292,26 @@ async fn info_at(
     Path((owner, name, rev)): Path<(String, String, String)>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    let _ = enter_or_return!(state, "info", method, &format!("/api/datasets/{id}/revision/{rev}"), headers, false, Some(&id));
+    info_in(state, method, headers, &id, &id, &format!("/api/datasets/{id}/revision/{rev}"), &rev).await
+}
+
+async fn model_info_at(
+    State(state): State<Shared>,
+    method: Method,
+    headers: HeaderMap,
+    Path((owner, name, rev)): Path<(String, String, String)>,
+) -> Response {
+    let id = format!("{owner}/{name}");
+    info_in(state, method, headers, &model_key(&id), &id, &format!("/api/models/{id}/revision/{rev}"), &rev).await
+}
+
+/// A repo's info at `rev`; `key` is where the fake keeps it, `id` what the Hub calls it.
+async fn info_in(state: Shared, method: Method, headers: HeaderMap, key: &str, id: &str, logged: &str, rev: &str) -> Response {
+    let _ = enter_or_return!(state, "info", method, logged, headers, false, Some(key));
     let s = state.lock().unwrap();
-    let Some(repo) = s.repos.get(&id) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
-    let Some(commit) = repo.commit(&rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
-    Json(info_json(repo, &id, commit)).into_response()
+    let Some(repo) = s.repos.get(key) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
+    let Some(commit) = repo.commit(rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
+    Json(info_json(repo, id, commit)).into_response()
 }
 
 async fn settings(
@@ -513,10 +545,25 @@ async fn tree_under(
     Query(_q): Query<BTreeMap<String, String>>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    let _ = enter_or_return!(state, "tree", method, &format!("/api/datasets/{id}/tree/{rev}/{under}"), headers, false, Some(&id));
+    tree_in(state, method, headers, &id, &format!("/api/datasets/{id}/tree/{rev}/{under}"), &rev, &under).await
+}
+
+async fn model_tree(
+    State(state): State<Shared>,
+    method: Method,
+    headers: HeaderMap,
+    Path((owner, name, rev)): Path<(String, String, String)>,
+    Query(_q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let id = format!("{owner}/{name}");
+    tree_in(state, method, headers, &model_key(&id), &format!("/api/models/{id}/tree/{rev}"), &rev, "").await
+}
+
+async fn tree_in(state: Shared, method: Method, headers: HeaderMap, key: &str, logged: &str, rev: &str, under: &str) -> Response {
+    let _ = enter_or_return!(state, "tree", method, logged, headers, false, Some(key));
     let s = state.lock().unwrap();
-    let Some(repo) = s.repos.get(&id) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
-    let Some(commit) = repo.commit(&rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
+    let Some(repo) = s.repos.get(key) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
+    let Some(commit) = repo.commit(rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
     Json(Value::Array(tree_entries(commit, under.trim_matches('/')))).into_response()
 }
 
@@ -527,11 +574,25 @@ async fn resolve(
     Path((owner, name, rev, path)): Path<(String, String, String, String)>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    let _ = enter_or_return!(state, "resolve", method, &format!("/datasets/{id}/resolve/{rev}/{path}"), headers, false, Some(&id));
+    resolve_in(state, method, headers, &id, &format!("/datasets/{id}/resolve/{rev}/{path}"), &rev, &path).await
+}
+
+async fn model_resolve(
+    State(state): State<Shared>,
+    method: Method,
+    headers: HeaderMap,
+    Path((owner, name, rev, path)): Path<(String, String, String, String)>,
+) -> Response {
+    let id = format!("{owner}/{name}");
+    resolve_in(state, method, headers, &model_key(&id), &format!("/{id}/resolve/{rev}/{path}"), &rev, &path).await
+}
+
+async fn resolve_in(state: Shared, method: Method, headers: HeaderMap, key: &str, logged: &str, rev: &str, path: &str) -> Response {
+    let _ = enter_or_return!(state, "resolve", method, logged, headers, false, Some(key));
     let s = state.lock().unwrap();
-    let Some(repo) = s.repos.get(&id) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
-    let Some(commit) = repo.commit(&rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
-    let Some(bytes) = commit.files.get(&path) else {
+    let Some(repo) = s.repos.get(key) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
+    let Some(commit) = repo.commit(rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
+    let Some(bytes) = commit.files.get(path) else {
         return (StatusCode::NOT_FOUND, [("x-error-code", "EntryNotFound")], "Entry not found").into_response();
     };
     let mut response = Response::builder()
@@ -539,7 +600,7 @@ async fn resolve(
         .header("x-repo-commit", &commit.sha)
         .header("content-length", bytes.len())
         .header("content-type", "application/octet-stream");
-    if is_lfs(&path) {
+    if is_lfs(path) {
         let digest = sha256(bytes);
         response = response
             .header("etag", format!("\"{digest}\""))

@@ -1,0 +1,159 @@
+//! A model checkpoint in the Hugging Face cache: found there by its pinned revision, or fetched
+//! into it with hf-hub (the same snapshot layout `hf download` writes), so that builds, `doctor`
+//! and the spec resolver agree on where a model lives.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use hf_hub::progress::{DownloadEvent, Progress, ProgressEvent, ProgressHandler};
+use hf_hub::HFClient;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{Hub, HubError, DEFAULT_STALL_TIMEOUT};
+
+/// The files the engine reads. Everything else in a model repo (other weight formats, images,
+/// READMEs) is skipped.
+pub const MODEL_FILES: [&str; 3] = ["*.json", "*.safetensors", "*.jinja"];
+
+/// A checkpoint's snapshot folder and the commit it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSnapshot {
+    pub dir: PathBuf,
+    pub commit: String,
+}
+
+/// A full 40-hex git commit id: the only revision that cannot move.
+pub fn is_commit(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The Hugging Face cache folder (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub).
+pub fn cache_dir() -> PathBuf {
+    hf_hub::resolve_cache_dir()
+}
+
+/// `id`@`revision` (a commit, or a branch or tag that refs/ maps to one) in the cache at `cache`,
+/// if it is there. Never touches the network.
+pub fn cached_snapshot(cache: &Path, id: &str, revision: &str) -> Option<ModelSnapshot> {
+    let folder = cache.join(format!("models--{}", id.replace('/', "--")));
+    let commit =
+        std::fs::read_to_string(folder.join("refs").join(revision)).map(|c| c.trim().to_string()).unwrap_or_else(|_| revision.to_string());
+    let dir = folder.join("snapshots").join(&commit);
+    is_complete(&dir).then_some(ModelSnapshot { dir, commit })
+}
+
+/// Whether a snapshot holds what the engine loads: config, tokenizer and every weight file. An
+/// interrupted fetch leaves some of them out; the next online build fetches the rest.
+fn is_complete(dir: &Path) -> bool {
+    let present = |name: &str| dir.join(name).is_file();
+    if !present("config.json") || !present("tokenizer.json") {
+        return false;
+    }
+    let Ok(index) = std::fs::read(dir.join("model.safetensors.index.json")) else { return present("model.safetensors") };
+    let Ok(index) = serde_json::from_slice::<serde_json::Value>(&index) else { return false };
+    index["weight_map"].as_object().is_some_and(|m| m.values().all(|f| f.as_str().is_some_and(present)))
+}
+
+impl Hub {
+    /// A client that downloads into the Hugging Face cache at `cache`. `endpoint` as for
+    /// [`Hub::connect`]; the token comes from the usual places (HF_TOKEN, the login file).
+    pub fn connect_for_models(endpoint: Option<&str>, cache: &Path) -> Result<Hub, HubError> {
+        let endpoint = super::endpoint_or_default(endpoint);
+        let http = super::http_client(DEFAULT_STALL_TIMEOUT)?;
+        let client = HFClient::builder()
+            .endpoint(&endpoint)
+            .cache_enabled(true)
+            .cache_dir(cache)
+            .client(http)
+            .build_sync()
+            .map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
+        Ok(Hub { client, endpoint })
+    }
+
+    /// Fetches the files the engine needs of `id`@`revision` into the cache (files already
+    /// there are kept) and returns the snapshot. `progress` draws a byte bar on stderr.
+    pub fn fetch_model(&self, id: &str, revision: &str, progress: bool) -> Result<ModelSnapshot, HubError> {
+        let (owner, name) =
+            id.split_once('/').ok_or_else(|| HubError::BadRepo(format!("{id} (model.id must be ORG/NAME to fetch from the Hub)")))?;
+        let bar = if progress { ProgressBar::new(0) } else { ProgressBar::hidden() };
+        bar.set_style(
+            ProgressStyle::with_template("fetching model {bar:30} {bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}")
+                .expect("static template"),
+        );
+        let repo = self.client.model(owner, name);
+        let dir = repo
+            .snapshot_download()
+            .revision(revision.to_string())
+            .allow_patterns(MODEL_FILES.iter().map(|p| p.to_string()).collect())
+            .progress(Progress::new(ByteBar { bar: bar.clone(), files: Mutex::new(HashMap::new()) }))
+            .send();
+        bar.finish_and_clear();
+        let dir = Hub::call(|| format!("fetching model {id}@{revision} from {}", self.endpoint), dir)?;
+        let commit = dir.file_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+        if !dir.join("config.json").is_file() {
+            return Err(HubError::Protocol(format!("model {id}@{revision} has no config.json: not a Hugging Face model repo")));
+        }
+        Ok(ModelSnapshot { dir, commit })
+    }
+}
+
+/// hf-hub's download events drawn as one byte bar.
+struct ByteBar {
+    bar: ProgressBar,
+    files: Mutex<HashMap<String, u64>>,
+}
+
+impl ProgressHandler for ByteBar {
+    fn on_progress(&self, event: &ProgressEvent) {
+        let ProgressEvent::Download(event) = event else { return };
+        match event {
+            DownloadEvent::Start { total_bytes, .. } => self.bar.set_length(*total_bytes),
+            DownloadEvent::Progress { files } => {
+                let mut done = self.files.lock().unwrap_or_else(|e| e.into_inner());
+                for f in files {
+                    done.insert(f.filename.clone(), f.bytes_completed);
+                }
+                self.bar.set_position(done.values().sum());
+            }
+            DownloadEvent::AggregateProgress { bytes_completed, .. } => self.bar.set_position(*bytes_completed),
+            DownloadEvent::Complete => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_full_commit_ids_count_as_pinned() {
+        assert!(is_commit("0123456789abcdef0123456789abcdef01234567"));
+        assert!(!is_commit("main") && !is_commit("v1.0") && !is_commit("0123456"));
+    }
+
+    #[test]
+    fn a_cached_snapshot_is_found_by_commit_or_by_ref() {
+        let cache = tempfile::tempdir().unwrap();
+        let commit = "ab".repeat(20);
+        let folder = cache.path().join("models--org--tiny");
+        std::fs::create_dir_all(folder.join("snapshots").join(&commit)).unwrap();
+        std::fs::create_dir_all(folder.join("refs")).unwrap();
+        std::fs::write(folder.join("refs/main"), format!("{commit}\n")).unwrap();
+        let snapshot = folder.join("snapshots").join(&commit);
+        assert_eq!(cached_snapshot(cache.path(), "org/tiny", "main"), None, "an empty snapshot is incomplete");
+        for name in ["config.json", "tokenizer.json", "model.safetensors.index.json"] {
+            std::fs::write(snapshot.join(name), "{}").unwrap();
+        }
+        assert_eq!(cached_snapshot(cache.path(), "org/tiny", "main"), None, "an index without a weight map");
+        let index = r#"{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}"#;
+        std::fs::write(snapshot.join("model.safetensors.index.json"), index).unwrap();
+        std::fs::write(snapshot.join("model-1.safetensors"), "").unwrap();
+        assert_eq!(cached_snapshot(cache.path(), "org/tiny", "main"), None, "a shard is missing");
+        std::fs::write(snapshot.join("model-2.safetensors"), "").unwrap();
+        let found = cached_snapshot(cache.path(), "org/tiny", "main").unwrap();
+        assert_eq!(found.commit, commit);
+        assert_eq!(cached_snapshot(cache.path(), "org/tiny", &commit), Some(found));
+        assert_eq!(cached_snapshot(cache.path(), "org/tiny", "other-branch"), None);
+    }
+}

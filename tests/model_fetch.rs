@@ -1,0 +1,121 @@
+//! A spec naming a Hub model by id and revision: the build fetches it into the Hugging Face
+//! cache (from the loopback fake Hub), pins the commit in build.lock and hashes the weights
+//! once; `--offline` never touches the network.
+#![cfg(feature = "vlm")]
+
+mod common;
+#[path = "fake_hub/mod.rs"]
+mod fake_hub;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::*;
+use fake_hub::FakeHub;
+
+const MODEL: &str = "bpals-test/tiny-qwen2-vl";
+const TOKEN: &str = "hf_modelFETCHsecret42";
+
+/// The tiny fixture model's files, as a model repo holds them.
+fn model_files() -> BTreeMap<String, Vec<u8>> {
+    let dir = repo().join("fixtures/vlm/qwen2_vl");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect()
+}
+
+fn hub_spec(s: &Scratch, revision: &str) -> std::path::PathBuf {
+    derived_spec(
+        s,
+        &format!("hub-{revision}.yaml"),
+        &format!(
+            "selection:\n  curated_images: 12\n  expected_rows: 16\nmodel:\n  backend: qwen2vl\n  id: {MODEL}\n  revision: {revision}\n  weight_license: apache-2.0\n  random_weights: true\n"
+        ),
+    )
+}
+
+/// `build` against the fake Hub, with its own Hugging Face cache and a token in the environment.
+fn hub_build(s: &Scratch, hub: &FakeHub, spec: &Path, out: &str, extra: &[&str]) -> assert_cmd::assert::Assert {
+    bin()
+        .env("HF_ENDPOINT", &hub.url)
+        .env("HF_HUB_CACHE", s.path("hf-cache"))
+        .env("HF_TOKEN", TOKEN)
+        .env_remove("HF_HUB_OFFLINE")
+        .arg("build")
+        .arg(spec)
+        .arg("--out")
+        .arg(s.path(out))
+        .arg("--cache-dir")
+        .arg(s.cache())
+        .arg("--no-progress")
+        .args(extra)
+        .assert()
+}
+
+#[test]
+fn a_hub_model_is_fetched_once_pinned_in_the_lock_and_offline_never_calls_out() {
+    let s = Scratch::new();
+    let hub = FakeHub::start(None);
+    let commit = hub.seed_model(MODEL, model_files());
+    let spec = hub_spec(&s, "main");
+
+    // Offline with an empty cache: refused before any request.
+    let a = hub_build(&s, &hub, &spec, "offline-first", &["--offline"]).failure();
+    let err = stderr(&a);
+    assert!(err.contains("not in the Hugging Face cache") && err.contains("offline") && err.contains("hf download"), "{err}");
+    assert_eq!(hub.state.lock().unwrap().requests.len(), 0, "offline made requests");
+
+    // Online: fetched, built, pinned.
+    let a = hub_build(&s, &hub, &spec, "one", &[]).success();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains(&format!("fetching it into {}", s.path("hf-cache").display())), "{text}");
+    assert!(text.contains("revision \"main\" is a branch or tag"), "an unpinned revision is a demo reason: {text}");
+    assert!(!text.contains(TOKEN));
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("one/build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["scorer"]["commit"], commit.as_str());
+    assert_eq!(lock["scorer"]["model_id"], MODEL);
+    let snapshot = s.path("hf-cache").join("models--bpals-test--tiny-qwen2-vl/snapshots").join(&commit);
+    assert!(snapshot.join("model.safetensors").is_file() && snapshot.join("tokenizer.json").is_file());
+    assert_eq!(std::fs::read_dir(s.cache().join("file-digests-v1")).unwrap().count(), 1, "the weights' digest is cached");
+
+    // Offline again: served from the Hugging Face cache, no request, the same bytes.
+    let before = hub.state.lock().unwrap().requests.len();
+    hub_build(&s, &hub, &spec, "two", &["--offline"]).success();
+    assert_eq!(hub.state.lock().unwrap().requests.len(), before, "an offline build made requests");
+    assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("two")));
+
+    // Pinned to the commit itself: the same model, found in the cache without the network.
+    let pinned = hub_spec(&s, &commit);
+    let a = hub_build(&s, &hub, &pinned, "three", &["--offline"]).success();
+    assert!(!(stdout(&a) + &stderr(&a)).contains("branch or tag"));
+
+    // An interrupted fetch (the weights missing) is no snapshot: offline refuses, online completes it.
+    std::fs::remove_file(snapshot.join("model.safetensors")).unwrap();
+    let a = hub_build(&s, &hub, &spec, "four", &["--offline"]).failure();
+    assert!(stderr(&a).contains("not in the Hugging Face cache"), "{}", stderr(&a));
+    hub_build(&s, &hub, &spec, "five", &[]).success();
+    assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("five")));
+}
+
+#[test]
+fn a_missing_model_or_revision_is_a_clear_error() {
+    let s = Scratch::new();
+    let hub = FakeHub::start(None);
+    hub.seed_model(MODEL, model_files());
+    let a = hub_build(&s, &hub, &hub_spec(&s, "no-such-branch"), "out", &[]).failure();
+    let err = stderr(&a);
+    assert!(err.contains(&format!("fetching model {MODEL}@no-such-branch from {}", hub.url)), "{err}");
+    assert!(!s.path("out").exists(), "a failed build leaves no release");
+
+    let spec = derived_spec(
+        &s,
+        "nobody.yaml",
+        "model:\n  backend: qwen2vl\n  id: nobody/nothing\n  revision: main\n  weight_license: apache-2.0\n  random_weights: true\n",
+    );
+    let a = hub_build(&s, &hub, &spec, "out", &[]).failure();
+    assert!(stderr(&a).contains("fetching model nobody/nothing@main"), "{}", stderr(&a));
+    assert!(!stderr(&a).contains(TOKEN));
+}
