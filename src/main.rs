@@ -216,9 +216,13 @@ impl HubArgs {
 /// Where and how the VLM runs.
 #[derive(Args)]
 struct EngineArgs {
-    /// A Hugging Face model directory (config.json, weights, tokenizer, chat template).
+    /// A Hugging Face model directory (config.json, weights, tokenizer, chat template), or a
+    /// model id ORG/NAME[@REVISION] from the Hugging Face cache (fetched into it when missing).
     #[arg(long)]
     model: PathBuf,
+    /// Never download the model; use only the Hugging Face cache.
+    #[arg(long)]
+    offline: bool,
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
     /// auto: bf16 on CUDA, f32 on the CPU.
@@ -499,7 +503,21 @@ fn engine(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
         max_pixels: args.max_pixels,
         allow_cpu: args.allow_cpu,
     };
-    Ok(Engine::open(&args.model, &options)?)
+    Ok(Engine::open(&model_dir(args)?, &options)?)
+}
+
+/// `--model`: a directory as given, else ORG/NAME[@REVISION] located in the Hugging Face cache.
+#[cfg(feature = "vlm")]
+fn model_dir(args: &EngineArgs) -> Result<PathBuf> {
+    if args.model.is_dir() {
+        return Ok(args.model.clone());
+    }
+    let text = args.model.to_string_lossy();
+    let Ok(repo) = bpals_release::hub::RepoRef::parse(&text) else {
+        anyhow::bail!("--model {text}: no such directory, and not a model id ORG/NAME[@REVISION]");
+    };
+    let snapshot = bpals_release::hub::model::locate(&repo.id(), repo.revision(), args.offline, true).map_err(anyhow::Error::msg)?;
+    Ok(snapshot.dir)
 }
 
 #[cfg(not(feature = "vlm"))]

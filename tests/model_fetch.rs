@@ -119,3 +119,34 @@ fn a_missing_model_or_revision_is_a_clear_error() {
     assert!(stderr(&a).contains("fetching model nobody/nothing@main"), "{}", stderr(&a));
     assert!(!stderr(&a).contains(TOKEN));
 }
+
+#[test]
+fn probe_takes_a_model_id_and_fetches_it_once() {
+    let s = Scratch::new();
+    let hub = FakeHub::start(None);
+    let commit = hub.seed_model(MODEL, model_files());
+    let image = repo().join("fixtures/vlm/qwen2_vl/goldens/square-112.png");
+    let probe = |model: &str, extra: &[&str]| {
+        bin()
+            .env("HF_ENDPOINT", &hub.url)
+            .env("HF_HUB_CACHE", s.path("hf-cache"))
+            .env_remove("HF_HUB_OFFLINE")
+            .args(["probe", "--model", model, "--question", "Is the heart enlarged?", "--image"])
+            .arg(&image)
+            .args(extra)
+            .assert()
+    };
+    let a = probe(&format!("{MODEL}@{commit}"), &["--offline"]).failure();
+    assert!(stderr(&a).contains("not in the Hugging Face cache"), "{}", stderr(&a));
+    let fetched: serde_json::Value = serde_json::from_str(&stdout(&probe(MODEL, &[]).success())).unwrap();
+    let requests = hub.state.lock().unwrap().requests.len();
+    let cached: serde_json::Value = serde_json::from_str(&stdout(&probe(&format!("{MODEL}@{commit}"), &["--offline"]).success())).unwrap();
+    assert_eq!(hub.state.lock().unwrap().requests.len(), requests);
+    assert_eq!(fetched["questions"], cached["questions"]);
+    let local: serde_json::Value =
+        serde_json::from_str(&stdout(&probe(repo().join("fixtures/vlm/qwen2_vl").to_str().unwrap(), &[]).success())).unwrap();
+    assert_eq!(local["questions"], cached["questions"], "the fetched model is the fixture model");
+
+    let a = probe("./no-such-model", &[]).failure();
+    assert!(stderr(&a).contains("--model ./no-such-model: no such directory, and not a model id"), "{}", stderr(&a));
+}

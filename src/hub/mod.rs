@@ -44,7 +44,13 @@ impl RepoRef {
             Some(_) => return Err(HubError::BadRepo(text.into())),
             None => (text, None),
         };
-        let valid = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        // The Hub's rule; it also keeps a relative path like ./model from passing for an id.
+        let valid = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with(['.', '-'])
+                && !s.ends_with(['.', '-'])
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
         match id.split_once('/') {
             Some((owner, name)) if valid(owner) && valid(name) => Ok(RepoRef { owner: owner.into(), name: name.into(), revision }),
             _ => Err(HubError::BadRepo(text.into())),
@@ -255,7 +261,7 @@ mod tests {
         let r = RepoRef::parse("o5i/cxr14-bpals@s1a-v1.0.0").unwrap();
         assert_eq!((r.id(), r.revision()), ("o5i/cxr14-bpals".to_string(), "s1a-v1.0.0"));
         assert_eq!(RepoRef::parse("o5i/x").unwrap().revision(), "main");
-        for bad in ["noslash", "a/b/c", "/x", "a/", "a/b@", "a b/c"] {
+        for bad in ["noslash", "a/b/c", "/x", "a/", "a/b@", "a b/c", "./model", "../x", "a/-b", "a./b"] {
             assert!(RepoRef::parse(bad).is_err(), "{bad}");
         }
     }

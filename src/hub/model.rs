@@ -55,6 +55,26 @@ fn is_complete(dir: &Path) -> bool {
     index["weight_map"].as_object().is_some_and(|m| m.values().all(|f| f.as_str().is_some_and(present)))
 }
 
+/// Where `id`@`revision` is on this machine: the cached snapshot, or (online) a fresh fetch into
+/// the cache. Offline (`offline`, or HF_HUB_OFFLINE set) a missing model is an error naming the
+/// way to get it. Errors never carry the token.
+pub fn locate(id: &str, revision: &str, offline: bool, progress: bool) -> Result<ModelSnapshot, String> {
+    let cache = cache_dir();
+    if let Some(snapshot) = cached_snapshot(&cache, id, revision) {
+        return Ok(snapshot);
+    }
+    if offline || std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0") {
+        return Err(format!(
+            "model {id}@{revision} is not in the Hugging Face cache ({}) and this run is offline (--offline, HF_HUB_OFFLINE \
+             or a dry run): run once online, or `hf download {id} --revision {revision}`",
+            cache.display()
+        ));
+    }
+    eprintln!("model: {id}@{revision} is not in the Hugging Face cache; fetching it into {}", cache.display());
+    let redacted = |e: HubError| super::token::redact(&e.to_string());
+    Hub::connect_for_models(None, &cache).map_err(redacted)?.fetch_model(id, revision, progress).map_err(redacted)
+}
+
 impl Hub {
     /// A client that downloads into the Hugging Face cache at `cache`. `endpoint` as for
     /// [`Hub::connect`]; the token comes from the usual places (HF_TOKEN, the login file).

@@ -112,22 +112,7 @@ pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec
     if !cfg!(feature = "vlm") {
         return Err(fail(NO_VLM_FEATURE.into())); // before downloading gigabytes it cannot run
     }
-    let cache = crate::hub::model::cache_dir();
-    if access.offline || std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0") {
-        return Err(fail(format!(
-            "model {}@{} is not in the Hugging Face cache ({}) and this run is offline (--offline, HF_HUB_OFFLINE or a dry run): \
-             run once online, or `hf download {} --revision {}`",
-            model.id,
-            model.revision,
-            cache.display(),
-            model.id,
-            model.revision
-        )));
-    }
-    eprintln!("model: {}@{} is not in the Hugging Face cache; fetching it into {}", model.id, model.revision, cache.display());
-    let hub = crate::hub::Hub::connect_for_models(None, &cache).map_err(|e| fail(crate::hub::token::redact(&e.to_string())))?;
-    let snapshot =
-        hub.fetch_model(&model.id, &model.revision, access.progress).map_err(|e| fail(crate::hub::token::redact(&e.to_string())))?;
+    let snapshot = crate::hub::model::locate(&model.id, &model.revision, access.offline, access.progress).map_err(fail)?;
     Ok(ModelSpec { dir: Some(snapshot.dir), commit: Some(snapshot.commit), ..model.clone() })
 }
 
