@@ -73,7 +73,7 @@ fn bad_images_and_models_get_clear_errors() {
         .args(["--question", "Is it?", "--image", &image("qwen2_vl", "wide-150x90.png")])
         .assert()
         .failure();
-    assert!(stderr(&a).contains("is not a directory"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("nowhere: no such directory"), "{}", stderr(&a));
 
     // A weight whose shape disagrees with the config is named.
     let broken = s.path("broken");
