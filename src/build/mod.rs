@@ -120,7 +120,7 @@ pub fn prepare(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Prepared, B
     }
     let jobs = image_jobs(spec, &selection)?;
     let model = infer::locate_model(&spec.model, &infer::ModelAccess { offline: options.offline, progress: options.progress })?;
-    let scorer = infer::scorer_for(&model, &options.cache_dir)?;
+    let scorer = infer::scorer_for(&model, &options.cache_dir, options.jobs)?;
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
 

@@ -117,9 +117,10 @@ pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec
 }
 
 /// The scorer a spec names, its model located (see [`locate_model`]). `cache_root` also keeps
-/// the weights' digests, so a checkpoint is hashed once.
+/// the weights' digests, so a checkpoint is hashed once; `workers` is how many threads will
+/// score at once.
 #[cfg_attr(not(feature = "vlm"), allow(unused_variables))]
-pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path) -> Result<Box<dyn Scorer>, InferError> {
+pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path, workers: usize) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
         #[cfg(feature = "vlm")]
@@ -128,7 +129,7 @@ pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path) -> Result<Box
                 .dir
                 .as_ref()
                 .ok_or_else(|| InferError::Scorer { backend: "qwen2vl".into(), message: "the model has not been located".into() })?;
-            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root))?))
+            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root), workers)?))
         }
         #[cfg(not(feature = "vlm"))]
         Backend::Qwen2vl => Err(InferError::Scorer { backend: "qwen2vl".into(), message: NO_VLM_FEATURE.into() }),

@@ -2,9 +2,9 @@
 //! [`Scorer`] interface. Per image: preprocess, run the vision tower once, then score every
 //! question over the shared image prefix.
 //!
-//! libtorch tensors are not `Sync`, so the engine sits behind a mutex and images are scored one
-//! at a time; on the CPU libtorch runs single-threaded on whichever worker calls it, so the
-//! scores never depend on `--jobs`.
+//! libtorch tensors are not `Sync`, so each engine sits behind a mutex. On the CPU every worker
+//! gets an engine of its own (the models that run there are small), each running libtorch
+//! single-threaded, so the scores never depend on `--jobs`; on a GPU one engine serves all.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
@@ -18,7 +18,7 @@ use crate::vlm::pixels;
 
 pub struct Qwen2VlScorer {
     identity: ScorerIdentity,
-    engine: Mutex<Loaded>,
+    engines: Vec<Mutex<Loaded>>,
 }
 
 struct Loaded {
@@ -37,7 +37,8 @@ fn err(message: impl std::fmt::Display) -> InferError {
 }
 
 impl Qwen2VlScorer {
-    pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache) -> Result<Qwen2VlScorer, InferError> {
+    /// `workers`: how many threads will call `score` at once (engines loaded on the CPU).
+    pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache, workers: usize) -> Result<Qwen2VlScorer, InferError> {
         let options = EngineOptions {
             device: match model.device {
                 crate::spec::DevicePolicy::Auto => DeviceChoice::Auto,
@@ -53,10 +54,15 @@ impl Qwen2VlScorer {
             max_pixels: model.max_pixels,
             allow_cpu: false,
         };
-        let mut engine = Engine::open(dir, &options).map_err(|e| err(format!("model {}: {e}", dir.display())))?;
-        if let Some(min) = model.min_pixels {
-            engine.dir.preprocessor.min_pixels = min;
-        }
+        let open_engine = || -> Result<Loaded, InferError> {
+            let mut engine = Engine::open(dir, &options).map_err(|e| err(format!("model {}: {e}", dir.display())))?;
+            if let Some(min) = model.min_pixels {
+                engine.dir.preprocessor.min_pixels = min;
+            }
+            Ok(Loaded { engine, prompts: HashMap::new() })
+        };
+        let first = open_engine()?;
+        let engine = &first.engine;
         let weights_sha256 = weights_digest(&engine.dir.weights, digests).map_err(err)?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
@@ -80,7 +86,12 @@ impl Qwen2VlScorer {
                 "tokenizer_sha256": crate::hashing::sha256_file(&engine.dir.path.join("tokenizer.json")).map(|(d, _)| d).map_err(err)?,
             }),
         };
-        Ok(Qwen2VlScorer { identity, engine: Mutex::new(Loaded { engine, prompts: HashMap::new() }) })
+        let replicas = if engine.model.device == tch::Device::Cpu { workers.max(1) } else { 1 };
+        let mut engines = vec![Mutex::new(first)];
+        for _ in 1..replicas {
+            engines.push(Mutex::new(open_engine()?));
+        }
+        Ok(Qwen2VlScorer { identity, engines })
     }
 }
 
@@ -100,7 +111,9 @@ impl Scorer for Qwen2VlScorer {
     }
 
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError> {
-        let mut loaded = self.engine.lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        // Each pool thread has its own engine; a caller outside the pool shares the first.
+        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
+        let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
         // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
         // change the last bits of a sum: pin it to one on every worker.
