@@ -8,8 +8,12 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "creating the Python environment $venv" >&2
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+# pip takes seconds even when all is installed: a stamp of the requirements it last satisfied
+# lets later runs skip it.
+stamp="$venv/.bpals-requirements-torch"
+if ! cmp -s "$root/scripts/requirements-torch.txt" "$stamp"; then
   echo "installing PyTorch 2.13 into $venv (about 4.6 GB, once; libtorch for the VLM engine)" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$root/scripts/requirements-torch.txt"
+  cp "$root/scripts/requirements-torch.txt" "$stamp"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$root/scripts/requirements-torch.txt"
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" LIBTORCH_USE_PYTORCH=1
