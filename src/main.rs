@@ -9,6 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use bpals_release::build::{self, BuildOptions};
 use bpals_release::{audit, hub, infer, manifest, publish, source, spec};
 
+/// Command groups too large to keep in this file; src/cli/ belongs to the binary, not the library.
+mod cli {
+    pub mod vlm;
+}
+use cli::vlm::{run_describe, run_probe, DescribeArgs, ProbeArgs};
+
 #[derive(Parser)]
 #[command(
     name = "bpals-release",
@@ -211,68 +217,6 @@ impl HubArgs {
     fn connect(&self) -> Result<hub::Hub> {
         Ok(hub::Hub::connect(self.endpoint.as_deref(), self.retries, std::time::Duration::from_secs(self.timeout))?)
     }
-}
-
-/// Where and how the VLM runs.
-#[derive(Args)]
-struct EngineArgs {
-    /// A Hugging Face model directory (config.json, weights, tokenizer, chat template), or a
-    /// model id ORG/NAME[@REVISION] from the Hugging Face cache (fetched into it when missing).
-    #[arg(long)]
-    model: PathBuf,
-    /// Never download the model; use only the Hugging Face cache.
-    #[arg(long)]
-    offline: bool,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
-    device: DeviceArg,
-    /// auto: bf16 on CUDA, f32 on the CPU.
-    #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
-    dtype: DtypeArg,
-    /// Cap on the resized image's pixel count [default: the model's max_pixels].
-    #[arg(long)]
-    max_pixels: Option<u64>,
-    /// Run a full-size model on the CPU anyway (hours of work).
-    #[arg(long)]
-    allow_cpu: bool,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum DeviceArg {
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
-    Auto,
-    F32,
-    Bf16,
-    F16,
-}
-
-#[derive(Args)]
-struct ProbeArgs {
-    #[command(flatten)]
-    engine: EngineArgs,
-    /// The image (PNG or JPEG).
-    #[arg(long)]
-    image: PathBuf,
-    /// A yes/no question; repeat for more (they share one pass over the image).
-    #[arg(long = "question", required = true)]
-    questions: Vec<String>,
-}
-
-#[derive(Args)]
-struct DescribeArgs {
-    #[command(flatten)]
-    engine: EngineArgs,
-    #[arg(long)]
-    image: PathBuf,
-    #[arg(long)]
-    prompt: String,
-    #[arg(long, default_value_t = 2048)]
-    max_new_tokens: usize,
 }
 
 #[derive(Args)]
@@ -483,74 +427,6 @@ fn run_verify_remote(remote: &str, args: &VerifyArgs) -> Result<ExitCode> {
         }
     }
     Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-#[cfg(feature = "vlm")]
-fn engine(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
-    use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
-    let options = EngineOptions {
-        device: match args.device {
-            DeviceArg::Auto => DeviceChoice::Auto,
-            DeviceArg::Cpu => DeviceChoice::Cpu,
-            DeviceArg::Cuda => DeviceChoice::Cuda,
-        },
-        dtype: match args.dtype {
-            DtypeArg::Auto => DtypeChoice::Auto,
-            DtypeArg::F32 => DtypeChoice::F32,
-            DtypeArg::Bf16 => DtypeChoice::Bf16,
-            DtypeArg::F16 => DtypeChoice::F16,
-        },
-        max_pixels: args.max_pixels,
-        allow_cpu: args.allow_cpu,
-    };
-    Ok(Engine::open(&model_dir(args)?, &options)?)
-}
-
-/// `--model`: a directory as given, else ORG/NAME[@REVISION] located in the Hugging Face cache.
-#[cfg(feature = "vlm")]
-fn model_dir(args: &EngineArgs) -> Result<PathBuf> {
-    if args.model.is_dir() {
-        return Ok(args.model.clone());
-    }
-    let text = args.model.to_string_lossy();
-    let Ok(repo) = bpals_release::hub::RepoRef::parse(&text) else {
-        anyhow::bail!("--model {text}: no such directory, and not a model id ORG/NAME[@REVISION]");
-    };
-    let snapshot = bpals_release::hub::model::locate(&repo.id(), repo.revision(), args.offline, true).map_err(anyhow::Error::msg)?;
-    Ok(snapshot.dir)
-}
-
-#[cfg(not(feature = "vlm"))]
-fn no_vlm() -> anyhow::Error {
-    anyhow::anyhow!(bpals_release::infer::NO_VLM_FEATURE)
-}
-
-fn run_probe(args: ProbeArgs) -> Result<ExitCode> {
-    #[cfg(feature = "vlm")]
-    {
-        let report = engine(&args.engine)?.probe(&args.image, &args.questions)?;
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        Ok(ExitCode::SUCCESS)
-    }
-    #[cfg(not(feature = "vlm"))]
-    {
-        let _ = args;
-        Err(no_vlm())
-    }
-}
-
-fn run_describe(args: DescribeArgs) -> Result<ExitCode> {
-    #[cfg(feature = "vlm")]
-    {
-        let report = engine(&args.engine)?.describe(&args.image, &args.prompt, args.max_new_tokens)?;
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        Ok(ExitCode::SUCCESS)
-    }
-    #[cfg(not(feature = "vlm"))]
-    {
-        let _ = args;
-        Err(no_vlm())
-    }
 }
 
 fn run_doctor(args: DoctorArgs) -> Result<ExitCode> {
