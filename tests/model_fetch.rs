@@ -16,15 +16,20 @@ use fake_hub::FakeHub;
 const MODEL: &str = "bpals-test/tiny-qwen2-vl";
 const TOKEN: &str = "hf_modelFETCHsecret42";
 
-/// The tiny fixture model's files, as a model repo holds them.
+/// The tiny fixture model's files, as a model repo holds them, plus a README and a subfolder
+/// the engine never reads.
 fn model_files() -> BTreeMap<String, Vec<u8>> {
     let dir = repo().join("fixtures/vlm/qwen2_vl");
-    std::fs::read_dir(&dir)
+    let mut files: BTreeMap<String, Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
         .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect()
+        .collect();
+    files.insert("README.md".into(), b"# tiny\n".to_vec());
+    files.insert("onnx/config.json".into(), b"{}".to_vec());
+    files.insert("onnx/model.safetensors".into(), vec![0; 64]);
+    files
 }
 
 fn hub_spec(s: &Scratch, revision: &str) -> std::path::PathBuf {
@@ -79,6 +84,7 @@ fn a_hub_model_is_fetched_once_pinned_in_the_lock_and_offline_never_calls_out() 
     assert_eq!(lock["scorer"]["model_id"], MODEL);
     let snapshot = s.path("hf-cache").join("models--bpals-test--tiny-qwen2-vl/snapshots").join(&commit);
     assert!(snapshot.join("model.safetensors").is_file() && snapshot.join("tokenizer.json").is_file());
+    assert!(!snapshot.join("README.md").exists() && !snapshot.join("onnx").exists(), "only the files the engine reads");
     assert_eq!(std::fs::read_dir(s.cache().join("file-digests-v1")).unwrap().count(), 1, "the weights' digest is cached");
 
     // Offline again: served from the Hugging Face cache, no request, the same bytes.

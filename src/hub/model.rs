@@ -12,9 +12,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{Hub, HubError, DEFAULT_STALL_TIMEOUT};
 
-/// The files the engine reads. Everything else in a model repo (other weight formats, images,
-/// READMEs) is skipped.
+/// The files the engine reads, all at the top of the repo. Everything else in a model repo
+/// (other weight formats, images, READMEs, subfolders) is skipped.
 pub const MODEL_FILES: [&str; 3] = ["*.json", "*.safetensors", "*.jinja"];
+/// hf-hub's globs let `*` cross `/`, so this one matches every file below a subfolder.
+const IN_SUBFOLDERS: &str = "*/*";
 
 /// A checkpoint's snapshot folder and the commit it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +108,7 @@ impl Hub {
             .snapshot_download()
             .revision(revision.to_string())
             .allow_patterns(MODEL_FILES.iter().map(|p| p.to_string()).collect())
+            .ignore_patterns(vec![IN_SUBFOLDERS.to_string()])
             .progress(Progress::new(ByteBar { bar: bar.clone(), files: Mutex::new(HashMap::new()) }))
             .send();
         bar.finish_and_clear();
