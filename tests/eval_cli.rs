@@ -9,7 +9,7 @@ use common::*;
 /// Builds the S1b sample (full + trial splits) and returns its directory.
 fn release(s: &Scratch) -> std::path::PathBuf {
     let out = s.path("s1b");
-    build(&spec("s1b.yaml"), &out, &s.cache(), &[]).success();
+    build(&fixture_s1b(), &out, &s.cache(), &[]).success();
     out
 }
 
@@ -80,7 +80,7 @@ fn a_spec_that_names_a_gold_file_puts_the_evaluation_in_the_card() {
         writeln!(csv, "{},{},{}", r.image_index, r.label, u8::from(r.confidence >= 0.5)).unwrap();
     }
     s.write("gold.csv", &csv);
-    let evaluated = s.write("evaluated.yaml", &format!("extends: {}\nevaluation:\n  gold: gold.csv\n", spec("s1b.yaml").display()));
+    let evaluated = s.write("evaluated.yaml", &format!("extends: {}\nevaluation:\n  gold: gold.csv\n", fixture_s1b().display()));
     let second = s.path("evaluated");
     build(&evaluated, &second, &s.cache(), &[]).success();
     let card = std::fs::read_to_string(second.join("README.md")).unwrap();

@@ -9,7 +9,7 @@ use common::*;
 
 /// S1b with a row for every label of every image, so composites have all their members.
 fn release(s: &Scratch) -> (std::path::PathBuf, Vec<bpals_release::eval::ReleaseRow>) {
-    let all = s.write("all.yaml", &format!("extends: {}\nselection:\n  rows: all_labels\n", spec("s1b.yaml").display()));
+    let all = s.write("all.yaml", &format!("extends: {}\nselection:\n  rows: all_labels\n", fixture_s1b().display()));
     let out = s.path("all");
     build(&all, &out, &s.cache(), &[]).success();
     let (_, rows) = bpals_release::eval::read_release_rows(&out).unwrap();

@@ -196,7 +196,7 @@ fn demo_builds_unverified_releases_and_missing_tokens_are_refused() {
 fn a_commercial_tier_goes_to_a_gated_repo() {
     let s = Scratch::new();
     let dir = s.path("s1b");
-    build(&spec("s1b.yaml"), &dir, &s.cache(), &[]).success();
+    build(&fixture_s1b(), &dir, &s.cache(), &[]).success();
     let hub = FakeHub::start(Some(TOKEN));
     publish(&hub, &dir, &[]).success();
     let repo = hub.repo(REPO).unwrap();

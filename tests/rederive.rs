@@ -56,8 +56,8 @@ fn image_devices(path: &std::path::Path, threshold: f64) -> std::collections::Ha
 fn the_shipped_logits_reproduce_the_pair_table_exactly() {
     let s = Scratch::new();
     let out = s.path("s1b");
-    build(&spec("s1b.yaml"), &out, &s.cache(), &[]).success();
-    let resolved = spec::load_with_env(&spec("s1b.yaml"), |_| None).unwrap();
+    build(&fixture_s1b(), &out, &s.cache(), &[]).success();
+    let resolved = spec::load_with_env(&fixture_s1b(), |_| None).unwrap();
     let devices_of = image_devices(&out.join("data/images/full-00000-of-00001.parquet"), resolved.signal.device_present_min);
     let file = std::fs::File::open(out.join("data/full-00000-of-00001.parquet")).unwrap();
     let mut rows = 0;
