@@ -19,6 +19,8 @@ use crate::vlm::pixels;
 pub struct Qwen2VlScorer {
     identity: ScorerIdentity,
     engines: Vec<Mutex<Loaded>>,
+    /// The token ids of "Yes" and "No", read once from the tokenizer.
+    answer: (u32, u32),
 }
 
 struct Loaded {
@@ -64,6 +66,7 @@ impl Qwen2VlScorer {
         let first = open_engine()?;
         let engine = &first.engine;
         let weights_sha256 = weights_digest(&engine.dir.weights, digests).map_err(err)?;
+        let answer = engine.dir.answer_token_ids().map_err(err)?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
             backend: Backend::Qwen2vl,
@@ -91,7 +94,7 @@ impl Qwen2VlScorer {
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(Qwen2VlScorer { identity, engines })
+        Ok(Qwen2VlScorer { identity, engines, answer })
     }
 }
 
@@ -131,8 +134,7 @@ impl Scorer for Qwen2VlScorer {
             Entry::Vacant(slot) => slot
                 .insert(texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?),
         };
-        let answer = engine.dir.answer_token_ids().map_err(err)?;
-        let scores = engine.model.score(prompt_ids, &embeds, grid, answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
+        let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
         Ok(scores.into_iter().map(|s| QuestionScore { logit_yes: s.logit_yes, logit_no: s.logit_no }).collect())
     }
 }
