@@ -13,15 +13,16 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::build::records::RecordTable;
 use crate::hashing::sha256_hex;
 use crate::infer::{FixtureScorer, ImageScores};
+use crate::inputs::ResolvedSpec;
 use crate::manifest;
+use crate::pipeline::records::RecordTable;
+use crate::release_spec::{RowPolicy, SelectionSpec};
 use crate::select::{self, Selection};
 use crate::shard::{self, ShardMeta};
 use crate::signal;
 use crate::source::{self, SourceFiles};
-use crate::spec::{ReleaseSpec, RowPolicy, SelectionSpec};
 
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
@@ -37,12 +38,12 @@ pub struct BenchReport {
     pub writer: BTreeMap<String, serde_json::Value>,
 }
 
-pub fn run(spec: &ReleaseSpec, data_entry: &Path, out: &Path, jobs: usize) -> anyhow::Result<BenchReport> {
+pub fn run(spec: &ResolvedSpec, data_entry: &Path, out: &Path, jobs: usize) -> anyhow::Result<BenchReport> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.max(1)).build()?;
     pool.install(|| run_in_pool(spec, data_entry, out, jobs))
 }
 
-fn run_in_pool(spec: &ReleaseSpec, data_entry: &Path, out: &Path, jobs: usize) -> anyhow::Result<BenchReport> {
+fn run_in_pool(spec: &ResolvedSpec, data_entry: &Path, out: &Path, jobs: usize) -> anyhow::Result<BenchReport> {
     let mut seconds = Vec::new();
     let start = Instant::now();
     let mut lap = Instant::now();
@@ -78,7 +79,7 @@ fn run_in_pool(spec: &ReleaseSpec, data_entry: &Path, out: &Path, jobs: usize) -
         .collect();
     mark("score", &mut lap);
 
-    let sig = signal::derive(&selection, &scores, &questions, &spec.signal);
+    let sig = signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table()));
     mark("signal", &mut lap);
 
     if out.exists() {

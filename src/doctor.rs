@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::manifest::ToolInfo;
-use crate::spec::{Backend, ReleaseSpec};
+use crate::release_spec::{Backend, ReleaseSpec};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LibtorchInfo {

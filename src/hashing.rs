@@ -35,6 +35,11 @@ pub fn sha256_json<T: Serialize>(value: &T) -> String {
     sha256_hex(&json)
 }
 
+/// A full 40-hex git commit id: the only revision that cannot move.
+pub fn is_commit(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Hash of several named parts, each length-prefixed so that ("ab","c") != ("a","bc").
 pub fn sha256_parts(parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
@@ -101,6 +106,12 @@ impl DigestCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_full_commit_ids_count_as_pinned() {
+        assert!(is_commit("0123456789abcdef0123456789abcdef01234567"));
+        assert!(!is_commit("main") && !is_commit("v1.0") && !is_commit("0123456"));
+    }
 
     #[test]
     fn a_file_is_hashed_once_until_it_changes() {

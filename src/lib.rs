@@ -1,14 +1,23 @@
 //! bpals-release: builds, verifies and publishes CXR14-BPALS, a trust signal over the
 //! report-derived labels of NIH ChestX-ray14.
 //!
-//! The modules follow the pipeline:
-//! [`spec`] -> [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores + cache) -> [`signal`]
-//! -> [`shard`] (Parquet) -> [`card`] -> [`manifest`] (manifest, lock, verify).
-//! [`build`] wires the stages together; `main.rs` is only the command line.
+//! The modules follow the pipeline, lowest first; a module imports only those below it
+//! (`tests/architecture.rs` checks this):
+//!
+//! 1. [`vocab`], [`hashing`]: the label vocabulary and content hashes; they import nothing.
+//! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
+//! 3. [`manifest`], [`hub`], [`vlm`]: the release's file contract, the Hub client, the engine.
+//! 4. The stages, in order: [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores and
+//!    cache) -> [`signal`] -> [`trial`] -> [`eval`] -> [`shard`] (Parquet) -> [`card`].
+//! 5. [`inputs`] resolves the files a spec names (calibration, gold labels, the embedded sample's
+//!    pins, the model directory); [`pipeline`] wires the stages into `build`, `build --dry-run`
+//!    and `infer`.
+//! 6. What works on whole releases: [`publish`], [`audit`], [`diff`], [`doctor`], [`bench`].
+//!
+//! `main.rs` and `src/cli/` are only the command line.
 
 pub mod audit;
 pub mod bench;
-pub mod build;
 pub mod card;
 pub mod diff;
 pub mod doctor;
@@ -16,12 +25,15 @@ pub mod eval;
 pub mod hashing;
 pub mod hub;
 pub mod infer;
-pub mod labels;
+pub mod inputs;
 pub mod manifest;
+pub mod pipeline;
 pub mod publish;
+pub mod release_spec;
 pub mod select;
 pub mod shard;
 pub mod signal;
 pub mod source;
-pub mod spec;
+pub mod trial;
 pub mod vlm;
+pub mod vocab;

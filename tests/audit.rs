@@ -81,7 +81,7 @@ fn any_changed_byte_fails_naming_the_file() {
         let mut bytes = std::fs::read(copy.join(file)).unwrap();
         bytes[10] ^= 1;
         std::fs::write(copy.join(file), bytes).unwrap();
-        let a = audit(&copy, &["--cache-dir", s.cache().to_str().unwrap()]).failure();
+        let a = audit(&copy, &["--reuse-cache", s.cache().to_str().unwrap()]).failure();
         let out = stdout(&a);
         assert!(out.contains(&format!("differs: {file}")) && out.contains(&format!("{file}: {why}")) && out.contains("FAIL"), "{out}");
     }
@@ -89,7 +89,7 @@ fn any_changed_byte_fails_naming_the_file() {
     let copy = s.path("extra");
     copy_tree(&dir, &copy);
     std::fs::write(copy.join("notes.txt"), "added by hand\n").unwrap();
-    let a = audit(&copy, &["--cache-dir", s.cache().to_str().unwrap()]).failure();
+    let a = audit(&copy, &["--reuse-cache", s.cache().to_str().unwrap()]).failure();
     assert!(stdout(&a).contains("notes.txt: in the release, not produced by the rebuild"), "{}", stdout(&a));
 }
 
@@ -101,7 +101,7 @@ fn drift_within_tolerance_passes_and_class_changes_fail() {
     let small = s.path("small-drift");
     copy_tree(&s.cache(), &small);
     perturb_cache(&small, 5e-4, 5e-4);
-    let a = audit(&dir, &["--cache-dir", small.to_str().unwrap(), "--json"]).success();
+    let a = audit(&dir, &["--reuse-cache", small.to_str().unwrap(), "--json"]).success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     let max = report["drift"]["max_abs"].as_f64().unwrap();
     assert!((max - 5e-4).abs() < 2e-5, "max drift {max}");
@@ -115,7 +115,7 @@ fn drift_within_tolerance_passes_and_class_changes_fail() {
     let large = s.path("large-drift");
     copy_tree(&s.cache(), &large);
     perturb_cache(&large, 2.0, 0.0);
-    let a = audit(&dir, &["--cache-dir", large.to_str().unwrap()]).failure();
+    let a = audit(&dir, &["--reuse-cache", large.to_str().unwrap()]).failure();
     let out = stdout(&a);
     assert!(out.contains("max |diff| 2.000e0") && out.contains("above the tolerance 1.000e-3"), "{out}");
     assert!(out.contains("rows changed trust class") && out.contains("trust class changed on"), "{out}");

@@ -5,8 +5,8 @@ mod common;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type};
-use bpals_release::signal::pair_signal;
-use bpals_release::spec;
+use bpals_release::release_spec;
+use bpals_release::signal::{pair_signal, Rules};
 use common::*;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -35,7 +35,7 @@ fn image_devices(path: &std::path::Path, threshold: f64) -> std::collections::Ha
             let ids = strings(&ids.as_list::<i32>().value(i));
             let (dy, dn) = (floats(&yes.as_list::<i32>().value(i)), floats(&no.as_list::<i32>().value(i)));
             let mut seen = Vec::new();
-            for device in bpals_release::labels::SUPPORT_DEVICES {
+            for device in bpals_release::vocab::SUPPORT_DEVICES {
                 let ps: Vec<f64> = ids
                     .iter()
                     .zip(dy.iter().zip(&dn))
@@ -57,7 +57,7 @@ fn the_shipped_logits_reproduce_the_pair_table_exactly() {
     let s = Scratch::new();
     let out = s.path("s1b");
     build(&fixture_s1b(), &out, &s.cache(), &[]).success();
-    let resolved = spec::load_with_env(&fixture_s1b(), |_| None).unwrap();
+    let resolved = bpals_release::inputs::resolve(release_spec::load_with_env(&fixture_s1b(), |_| None).unwrap()).unwrap();
     let devices_of = image_devices(&out.join("data/images/full-00000-of-00001.parquet"), resolved.signal.device_present_min);
     let file = std::fs::File::open(out.join("data/full-00000-of-00001.parquet")).unwrap();
     let mut rows = 0;
@@ -85,7 +85,13 @@ fn the_shipped_logits_reproduce_the_pair_table_exactly() {
             let seen = &devices_of[images.as_string::<i32>().value(i)];
             assert_eq!(seen, &strings(&devices.as_list::<i32>().value(i)), "row {i}: support devices");
 
-            let sig = pair_signal(&ps, nih.as_boolean().value(i), label, !seen.is_empty(), &resolved.signal);
+            let sig = pair_signal(
+                &ps,
+                nih.as_boolean().value(i),
+                label,
+                !seen.is_empty(),
+                &Rules::new(&resolved.signal, resolved.calibration_table()),
+            );
             assert_eq!(sig.confidence.to_bits(), confidence.as_primitive::<Float64Type>().value(i).to_bits(), "row {i}: confidence");
             assert_eq!(sig.agreement.to_bits(), agreement.as_primitive::<Float64Type>().value(i).to_bits(), "row {i}: agreement");
             assert_eq!(sig.consistency, consistency.as_primitive::<Float64Type>().value(i), "row {i}: consistency");

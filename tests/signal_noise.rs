@@ -9,11 +9,11 @@
 //! in closed form from mu, sigma and the flip rate.
 
 use bpals_release::eval::metrics::{precision_at_k, Resampler};
-use bpals_release::infer::{ImageScores, QuestionScore};
-use bpals_release::labels::label_index;
+use bpals_release::infer::{ImageScores, YesNo};
+use bpals_release::release_spec;
 use bpals_release::select::{ImageRef, PairRow, Selection};
 use bpals_release::signal::{self, TrustClass};
-use bpals_release::spec;
+use bpals_release::vocab::label_index;
 
 const N: usize = 20_000;
 const FLIP_RATE: f64 = 0.10;
@@ -41,7 +41,7 @@ fn gaussian(rng: &mut Resampler) -> f64 {
 
 #[test]
 fn the_signal_recovers_flipped_labels_as_the_separability_predicts() {
-    let spec = spec::load_with_env(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/s1a.yaml"), |_| None).unwrap();
+    let spec = release_spec::load_with_env(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/s1a.yaml"), |_| None).unwrap();
     let questions = spec.prompts.questions();
     let label = label_index("Effusion").unwrap();
     let mut rng = Resampler::new(42);
@@ -63,15 +63,13 @@ fn the_signal_recovers_flipped_labels_as_the_separability_predicts() {
             labels: if nih { 1 << label } else { 0 },
         });
         rows.push(PairRow { image: i, label, nih_label: nih });
-        let s: Vec<QuestionScore> = questions
-            .iter()
-            .map(|q| QuestionScore { logit_yes: if q.target == "Effusion" { z as f32 } else { 0.0 }, logit_no: 0.0 })
-            .collect();
+        let s: Vec<YesNo> =
+            questions.iter().map(|q| YesNo { logit_yes: if q.target == "Effusion" { z as f32 } else { 0.0 }, logit_no: 0.0 }).collect();
         scores.push(ImageScores { image_sha256: format!("{i:064x}"), scores: s });
         flipped.push(flip);
     }
     let selection = Selection { images, rows, candidates: N, capped: false };
-    let sig = signal::derive(&selection, &scores, &questions, &spec.signal);
+    let sig = signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, None));
 
     // precision@K over rows ranked by low agreement, K = the number of flips.
     let flips = flipped.iter().filter(|f| **f).count();

@@ -2,11 +2,11 @@
 
 mod common;
 
-use bpals_release::spec::{self, Split, Status, Tier, Visibility};
+use bpals_release::release_spec::{self, Split, Status, Tier, Visibility};
 use common::*;
 
-fn load(name: &str) -> Result<spec::ReleaseSpec, spec::SpecError> {
-    spec::load_with_env(&spec(name), |_| None)
+fn load(name: &str) -> Result<release_spec::ReleaseSpec, release_spec::SpecError> {
+    release_spec::load_with_env(&spec(name), |_| None)
 }
 
 #[test]
@@ -19,7 +19,9 @@ fn s1a_and_s1b_carry_the_facts() {
     assert_eq!(a.selection.trial.as_ref().unwrap().rows, 1000);
     assert_eq!(a.output.splits, vec![Split::Trial]);
     assert_eq!(a.publish.visibility, Visibility::Public);
-    assert!(a.source.embedded_sample, "no BPALS_NIH_ROOT: the sample");
+    assert!(!a.source.embedded_sample, "the spec alone has not looked at its source root");
+    let resolved = bpals_release::inputs::resolve(a.clone()).unwrap();
+    assert!(resolved.source.embedded_sample, "no BPALS_NIH_ROOT: the sample");
     assert_eq!(a.signal.tau, 3.0);
 
     let b = load("s1b.yaml").unwrap();
@@ -43,7 +45,7 @@ fn later_series_are_refused_until_built() {
 
 #[test]
 fn the_series_lists_every_release_in_date_order() {
-    let series = spec::series::load_series(&repo().join("specs")).unwrap();
+    let series = release_spec::series::load_series(&repo().join("specs")).unwrap();
     let ids: Vec<&str> = series.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["s1a", "s1b", "s2", "s3", "s4"]);
     assert_eq!(series[2].status, Status::Tentative);
@@ -51,29 +53,30 @@ fn the_series_lists_every_release_in_date_order() {
 
 #[test]
 fn an_env_var_points_the_source_elsewhere() {
-    let s = spec::load_with_env(&spec("s1a.yaml"), |name| (name == "BPALS_NIH_ROOT").then(|| "/data/nih".to_string())).unwrap();
+    let s = release_spec::load_with_env(&spec("s1a.yaml"), |name| (name == "BPALS_NIH_ROOT").then(|| "/data/nih".to_string())).unwrap();
     assert_eq!(s.source.root, std::path::PathBuf::from("/data/nih"));
     assert_eq!(s.source.root_as_written, "/data/nih");
     assert!(!s.source.embedded_sample);
-    let reasons = spec::gates::demo_reasons(&s);
+    let reasons = release_spec::gates::demo_reasons(&s);
     assert!(reasons.iter().any(|r| r.contains("no pinned sha256")), "{reasons:?}");
 }
 
 #[test]
 fn the_spec_hash_ignores_the_machine_but_not_the_content() {
-    let a = load("s1a.yaml").unwrap();
-    let b = spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
+    let resolve = |spec| bpals_release::inputs::resolve(spec).unwrap();
+    let a = resolve(load("s1a.yaml").unwrap());
+    let b = resolve(release_spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap());
     assert_eq!(a.hash(), b.hash());
     let s = Scratch::new();
     let tweaked = derived_spec(&s, "tweak.yaml", "signal:\n  tau: 2.0\n");
-    let c = spec::load_with_env(&tweaked, |_| None).unwrap();
+    let c = resolve(release_spec::load_with_env(&tweaked, |_| None).unwrap());
     assert_ne!(a.hash(), c.hash());
 }
 
 #[test]
 fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity() {
     let s = Scratch::new();
-    let base = spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
+    let base = release_spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
     assert_eq!(base.model.path.as_deref(), Some("../fixtures/vlm/qwen2_vl"));
     assert!(base.model.random_weights);
     // Swapping in a hub model drops the local path (and so the tiny fixture) and needs its own revision.
@@ -81,10 +84,10 @@ fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity()
         "byo.yaml",
         &format!("extends: {}\nmodel:\n  id: Qwen/Qwen2-VL-2B-Instruct\n  weight_license: apache-2.0\n", spec("s1a.yaml").display()),
     );
-    let err = spec::load_with_env(&byo, |_| None).unwrap_err().to_string();
+    let err = release_spec::load_with_env(&byo, |_| None).unwrap_err().to_string();
     assert!(err.contains("model.revision"), "{err}");
     // Keys that are not the model's identity are still inherited.
     let dtype = s.write("dtype.yaml", &format!("extends: {}\nmodel:\n  dtype: f32\n", spec("s1a.yaml").display()));
-    let m = spec::load_with_env(&dtype, |_| None).unwrap().model;
+    let m = release_spec::load_with_env(&dtype, |_| None).unwrap().model;
     assert_eq!((m.id.as_str(), m.path.is_some(), m.random_weights), ("bpals/tiny-qwen2-vl", true, true));
 }

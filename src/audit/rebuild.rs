@@ -12,21 +12,25 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::build::{self, BuildOptions};
 use crate::eval::{read_release_rows, ReleaseRow};
 use crate::manifest::{self, BuildLock, LOCK_FILE};
+use crate::pipeline::{self, BuildOptions};
 
 /// Files that do not depend on the scores.
 const SCORE_FREE: [&str; 2] = ["LICENSE.md", LOCK_FILE];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("{0}")]
-    Input(String),
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
-    #[error("rebuilding: {0}")]
-    Build(#[from] build::BuildError),
+    Release(#[from] manifest::ManifestError),
+    #[error(transparent)]
+    Rows(#[from] crate::eval::EvalError),
+    #[error("cannot find the spec {spec_file} the release was built from (looked for {}); pass --spec PATH", looked.display())]
+    SpecNotFound { spec_file: String, looked: PathBuf },
+    #[error(transparent)]
+    Spec(#[from] crate::inputs::InputsError),
+    #[error("rebuilding")]
+    Build(#[from] pipeline::BuildError),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -103,22 +107,14 @@ pub struct AuditReport {
 }
 
 pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -> Result<AuditReport, AuditError> {
-    let lock_path = dir.join(LOCK_FILE);
-    let lock: BuildLock = std::fs::read(&lock_path)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        .map_err(|e| AuditError::Input(format!("{}: {e}", lock_path.display())))?;
-    let original_manifest = manifest::Manifest::read(dir).map_err(AuditError::Input)?;
+    let lock = BuildLock::read(dir)?;
+    let original_manifest = manifest::Manifest::read(dir)?;
     let spec_path = options.spec.clone().unwrap_or_else(|| Path::new("specs").join(&lock.spec_file));
     if !spec_path.is_file() {
-        return Err(AuditError::Input(format!(
-            "cannot find the spec {} the release was built from (looked for {}); pass --spec PATH",
-            lock.spec_file,
-            spec_path.display()
-        )));
+        return Err(AuditError::SpecNotFound { spec_file: lock.spec_file.clone(), looked: spec_path });
     }
-    let spec = crate::spec::load(&spec_path)?;
-    let now = serde_json::to_value(&spec).expect("plain data");
+    let spec = crate::inputs::load(&spec_path)?;
+    let now = spec.to_json();
     let mut spec_differences = Vec::new();
     json_differences("", &lock.spec, &now, &mut spec_differences);
     let tool_now = manifest::ToolInfo::current();
@@ -161,12 +157,11 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         progress: options.progress,
         offline: options.offline,
     };
-    build::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
+    pipeline::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
     report.rebuilt = rebuilt.clone();
 
-    report.files = compare_trees(dir, &rebuilt).map_err(AuditError::Input)?;
-    let (original_rows, rebuilt_rows) =
-        (read_release_rows(dir).map_err(AuditError::Input)?, read_release_rows(&rebuilt).map_err(AuditError::Input)?);
+    report.files = compare_trees(dir, &rebuilt)?;
+    let (original_rows, rebuilt_rows) = (read_release_rows(dir)?, read_release_rows(&rebuilt)?);
     let (drift, changes) = score_drift(&original_rows.1, &rebuilt_rows.1, spec.audit.logit_tolerance);
     report.class_changes = changes;
     judge(&mut report, &drift);
@@ -206,8 +201,8 @@ fn judge(report: &mut AuditReport, drift: &Drift) {
 }
 
 /// Every file of both trees, manifest.json included, compared byte for byte.
-fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>, String> {
-    let list = |dir: &Path| manifest::list_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()));
+fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>, manifest::ManifestError> {
+    let list = |dir: &Path| manifest::list_files(dir).map_err(|source| manifest::ManifestError::List { dir: dir.to_path_buf(), source });
     let (a, b) = (list(original)?, list(rebuilt)?);
     let mut paths: Vec<&String> = a.iter().chain(&b).collect();
     paths.sort();
@@ -218,7 +213,10 @@ fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>,
             (true, false) => FileStatus::Missing,
             (false, true) => FileStatus::Extra,
             _ => {
-                let read = |dir: &Path| std::fs::read(dir.join(path)).map_err(|e| format!("{}: {e}", dir.join(path).display()));
+                let read = |dir: &Path| {
+                    let file = dir.join(path);
+                    std::fs::read(&file).map_err(|source| manifest::ManifestError::Read { path: file, source })
+                };
                 if read(original)? == read(rebuilt)? {
                     FileStatus::Identical
                 } else {
@@ -295,9 +293,9 @@ fn json_differences(path: &str, a: &serde_json::Value, b: &serde_json::Value, ou
     }
 }
 
-impl AuditReport {
-    /// The report as a person reads it.
-    pub fn render(&self) -> String {
+/// The report as a person reads it.
+impl std::fmt::Display for AuditReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut out = format!("audit of release {} in {}\n", self.release_id, self.original.display());
         out.push_str(&format!("  spec: {}\n", self.spec.display()));
         for d in &self.spec_differences {
@@ -312,14 +310,14 @@ impl AuditReport {
             ));
             let identical = self.files.iter().filter(|f| f.status == FileStatus::Identical).count();
             out.push_str(&format!("  files: {identical} of {} identical\n", self.files.len()));
-            for f in self.files.iter().filter(|f| f.status != FileStatus::Identical) {
-                let status = match f.status {
+            for file in self.files.iter().filter(|f| f.status != FileStatus::Identical) {
+                let status = match file.status {
                     FileStatus::Differs => "differs",
                     FileStatus::Missing => "missing from the rebuild",
                     FileStatus::Extra => "only in the rebuild",
                     FileStatus::Identical => unreachable!(),
                 };
-                out.push_str(&format!("    {status}: {}\n", f.path));
+                out.push_str(&format!("    {status}: {}\n", file.path));
             }
         }
         if let Some(d) = &self.drift {
@@ -350,6 +348,6 @@ impl AuditReport {
                 out.push_str(&format!("  - {r}\n"));
             }
         }
-        out
+        f.write_str(&out)
     }
 }

@@ -30,6 +30,21 @@ impl RemoteVerifyReport {
     }
 }
 
+impl std::fmt::Display for RemoteVerifyReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = format!("{}@{} ({})", self.repo, self.revision, crate::hub::short(&self.commit));
+        if self.ok() {
+            return writeln!(
+                f,
+                "ok: release {} {} at {at}: {} files match the manifest ({} by the Hub's sha256 ETag, {} downloaded and hashed)",
+                self.release_id, self.version, self.files_checked, self.by_etag, self.by_download
+            );
+        }
+        writeln!(f, "FAILED: release {} at {at}: {} problem(s)", self.release_id, self.problems.len())?;
+        self.problems.iter().try_for_each(|p| writeln!(f, "  {p}"))
+    }
+}
+
 /// Checks the release at `repo`; with `download`, also writes every file there (then checked
 /// locally against the same manifest).
 pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &dyn Fn(&str)) -> Result<RemoteVerifyReport, HubError> {
@@ -111,7 +126,7 @@ pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &d
 /// Writes the downloaded release into a fresh directory, through a staging folder renamed at
 /// the end, like a build.
 fn write_release(dir: &Path, manifest: &[u8], files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
-    let staging = crate::build::output::Staging::create(dir)?;
+    let staging = crate::pipeline::output::Staging::create(dir)?;
     std::fs::write(staging.dir.join(MANIFEST_FILE), manifest)?;
     for (path, bytes) in files {
         let target = staging.dir.join(path);

@@ -3,9 +3,9 @@
 use serde::Serialize;
 
 use super::{CardInput, SplitFacts, TableFacts};
+use crate::release_spec::{Tier, Visibility};
 use crate::shard::schema::ColumnDoc;
 use crate::shard::{IMAGE_COLUMNS, PAIR_COLUMNS};
-use crate::spec::{Tier, Visibility};
 
 #[derive(Debug, Serialize)]
 pub struct FrontMatter {

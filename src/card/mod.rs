@@ -12,12 +12,12 @@ use serde::Serialize;
 pub use front_matter::{size_category, FrontMatter};
 
 use crate::infer::ScorerIdentity;
-use crate::select::trial::TrialSample;
+use crate::release_spec::series::SeriesEntry;
+use crate::release_spec::ReleaseSpec;
 use crate::shard::{ShardFile, IMAGE_COLUMNS, PAIR_COLUMNS};
 use crate::signal::trace::{TraceStats, ANATOMY, CATEGORIES};
 use crate::signal::SignalStats;
-use crate::spec::series::SeriesEntry;
-use crate::spec::ReleaseSpec;
+use crate::trial::TrialSample;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CardError {
@@ -56,7 +56,12 @@ pub struct SplitFacts {
 /// Everything the card says, gathered by the build from the other stages' outputs.
 #[derive(Debug, Clone, Serialize)]
 pub struct CardInput<'a> {
+    #[serde(skip)]
     pub spec: &'a ReleaseSpec,
+    /// The spec as build.lock records it, with the files it names read (the calibration table):
+    /// what the templates see as `spec`.
+    #[serde(rename = "spec")]
+    pub spec_json: serde_json::Value,
     pub demo_reasons: &'a [String],
     pub scorer: &'a ScorerIdentity,
     pub series: &'a [SeriesEntry],
@@ -83,7 +88,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
     let license_name = format!("licenses/{}.md", input.spec.release.tier.name());
     let license = env
         .get_template(&license_name)
-        .and_then(|t| t.render(minijinja::context! { spec => input.spec }))
+        .and_then(|t| t.render(minijinja::context! { spec => input.spec_json }))
         .map_err(|e| template_err(&license_name, e))?;
     let extra: Vec<String> = input
         .spec
@@ -91,7 +96,9 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
         .extra_sections
         .iter()
         .map(|name| {
-            env.get_template(name).and_then(|t| t.render(minijinja::context! { spec => input.spec })).map_err(|e| template_err(name, e))
+            env.get_template(name)
+                .and_then(|t| t.render(minijinja::context! { spec => input.spec_json }))
+                .map_err(|e| template_err(name, e))
         })
         .collect::<Result<_, _>>()?;
     let front = FrontMatter::new(input).to_yaml().map_err(CardError::FrontMatter)?;

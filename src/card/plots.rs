@@ -12,8 +12,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::labels::LABELS;
 use crate::signal::FLAGS;
+use crate::vocab::LABELS;
 
 /// Equal-width confidence bins, for the histograms and the reliability diagram.
 pub const BINS: usize = 10;

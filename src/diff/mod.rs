@@ -63,24 +63,34 @@ pub struct DiffReport {
     pub top_changed: Vec<ChangedRow>,
 }
 
-fn side(dir: &Path) -> Result<(Side, Vec<ReleaseRow>), String> {
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error(transparent)]
+    Release(#[from] crate::manifest::ManifestError),
+    #[error(transparent)]
+    Rows(#[from] crate::eval::EvalError),
+    #[error("{} and {} share no (image, label) row", a.display(), b.display())]
+    NoSharedRows { a: std::path::PathBuf, b: std::path::PathBuf },
+}
+
+fn side(dir: &Path) -> Result<(Side, Vec<ReleaseRow>), DiffError> {
     let manifest = Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
     let side = Side { dir: dir.display().to_string(), release_id: manifest.release_id, version: manifest.version, split, rows: rows.len() };
     Ok((side, rows))
 }
 
-pub fn diff(a_dir: &Path, b_dir: &Path, top: usize) -> Result<DiffReport, String> {
+pub fn diff(a_dir: &Path, b_dir: &Path, top: usize) -> Result<DiffReport, DiffError> {
     let (a, a_rows) = side(a_dir)?;
     let (b, b_rows) = side(b_dir)?;
     let b_by_key: BTreeMap<(&str, &str), &ReleaseRow> = b_rows.iter().map(|r| ((r.image_index.as_str(), r.label.as_str()), r)).collect();
     let pairs: Vec<(&ReleaseRow, &ReleaseRow)> =
         a_rows.iter().filter_map(|r| b_by_key.get(&(r.image_index.as_str(), r.label.as_str())).map(|b| (r, *b))).collect();
     if pairs.is_empty() {
-        return Err(format!("{} and {} share no (image, label) row", a_dir.display(), b_dir.display()));
+        return Err(DiffError::NoSharedRows { a: a_dir.to_path_buf(), b: b_dir.to_path_buf() });
     }
     let mut per_label = BTreeMap::new();
-    for label in crate::labels::LABELS {
+    for label in crate::vocab::LABELS {
         let of: Vec<(&ReleaseRow, &ReleaseRow)> = pairs.iter().copied().filter(|(x, _)| x.label == label).collect();
         if !of.is_empty() {
             per_label.insert(label.to_string(), agreement(&of));

@@ -3,6 +3,7 @@
 //! and Lift@K, calibration (ECE, Brier), and the same split by strata (support devices present
 //! or not, AP vs PA). [`metrics`] holds the metric definitions, checked against scikit-learn.
 
+mod error;
 pub mod gold;
 pub mod metrics;
 mod release_rows;
@@ -13,6 +14,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
 pub use release_rows::{read as read_release_rows, ReleaseRow};
 pub use report::to_markdown;
@@ -107,12 +109,12 @@ pub fn fit_calibration(
     gold_path: &Path,
     gold: &GoldSet,
     method: calibration::Method,
-) -> Result<calibration::Calibration, String> {
+) -> Result<calibration::Calibration, EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (_, rows) = read_release_rows(dir)?;
     let judged = join(&rows, &gold.labels);
     let mut labels = BTreeMap::new();
-    for label in crate::labels::LABELS {
+    for label in crate::vocab::LABELS {
         let subset: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.label == label).collect();
         if !subset.is_empty() {
             let (conf, truth) = columns(&subset, |j| j.row.confidence);
@@ -120,7 +122,7 @@ pub fn fit_calibration(
         }
     }
     if labels.is_empty() {
-        return Err(format!("no gold judgement in {} matches a row of the release in {}", gold_path.display(), dir.display()));
+        return Err(EvalError::NoMatch { gold: gold_path.display().to_string(), release: dir.display().to_string() });
     }
     let gold_name = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     Ok(calibration::Calibration {
@@ -145,12 +147,16 @@ pub fn evaluate(
     gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
-) -> Result<EvalReport, String> {
+) -> Result<EvalReport, EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
     let gold_file = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration)
-        .map_err(|e| format!("{e} (gold {}, release {})", gold_path.display(), dir.display()))
+    evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration).map_err(|e| match e {
+        EvalError::NoMatch { .. } => {
+            EvalError::NoMatch { gold: gold_path.display().to_string(), release: format!("{} in {}", manifest.release_id, dir.display()) }
+        }
+        other => other,
+    })
 }
 
 /// The evaluation of rows already in hand: `evaluate` reads them from a release directory; the
@@ -163,12 +169,12 @@ pub fn evaluate_rows(
     gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
-) -> Result<EvalReport, String> {
+) -> Result<EvalReport, EvalError> {
     let composite_rows = composites(rows, gold);
     let mut judged = join(rows, &gold.labels);
     judged.extend(join(&composite_rows, &gold.labels));
     if judged.is_empty() {
-        return Err("no gold judgement matches a row of the release".into());
+        return Err(EvalError::NoMatch { gold: gold_file.to_string(), release: release_id.to_string() });
     }
 
     let mut per_label = BTreeMap::new();

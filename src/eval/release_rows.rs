@@ -8,6 +8,8 @@ use arrow_array::types::Float64Type;
 use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use super::EvalError;
+
 /// The columns evaluation needs from one pair row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReleaseRow {
@@ -25,7 +27,7 @@ pub struct ReleaseRow {
 }
 
 /// Every row of the pair table's `full` split if the release has one, else its `trial` split.
-pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
+pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let pairs = |split: &str| -> Vec<String> {
         manifest
@@ -40,17 +42,19 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), String> {
         _ => ("trial", pairs("trial")),
     };
     if files.is_empty() {
-        return Err(format!("{}: the manifest lists no pair shards (data/full-* or data/trial-*)", dir.display()));
+        return Err(EvalError::NoPairShards { dir: dir.to_path_buf() });
     }
     let mut rows = Vec::new();
     for rel in &files {
         let path = dir.join(rel);
-        let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        let file = File::open(&path).map_err(|e| err(&e))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| err(&e))?.build().map_err(|e| err(&e))?;
+        let file = File::open(&path).map_err(|source| EvalError::Io { path: path.clone(), source })?;
+        let parquet = |source| EvalError::Parquet { path: path.clone(), source };
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.build().map_err(parquet)?;
         for batch in reader {
-            let batch = batch.map_err(|e| err(&e))?;
-            let column = |name: &str| batch.column_by_name(name).cloned().ok_or_else(|| err(&format!("no column {name}")));
+            let batch = batch.map_err(|source| EvalError::Arrow { path: path.clone(), source })?;
+            let column = |name: &str| {
+                batch.column_by_name(name).cloned().ok_or_else(|| EvalError::MissingColumn { path: path.clone(), column: name.into() })
+            };
             let images = column("image_index")?;
             let labels = column("label")?;
             let nih = column("nih_label")?;

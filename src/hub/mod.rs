@@ -21,12 +21,18 @@ pub const GITATTRIBUTES: &str = ".gitattributes";
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    #[error("{action}: {source}")]
+    #[error("{action}")]
     Call { action: String, source: HFError },
     #[error("{0:?} is not a repo id: expected ORG/NAME or ORG/NAME@REVISION")]
     BadRepo(String),
     #[error("{0}")]
     Protocol(String),
+    #[error(
+        "model {id}@{revision} is not in the Hugging Face cache ({}) and this run is offline (--offline, HF_HUB_OFFLINE \
+         or a dry run): run once online, or `hf download {id} --revision {revision}`",
+        cache.display()
+    )]
+    ModelNotCached { id: String, revision: String, cache: std::path::PathBuf },
 }
 
 /// `ORG/NAME` with an optional `@REVISION` (branch, tag or commit).

@@ -25,11 +25,6 @@ pub struct ModelSnapshot {
     pub commit: String,
 }
 
-/// A full 40-hex git commit id: the only revision that cannot move.
-pub fn is_commit(revision: &str) -> bool {
-    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// The Hugging Face cache folder (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub).
 pub fn cache_dir() -> PathBuf {
     hf_hub::resolve_cache_dir()
@@ -60,21 +55,16 @@ fn is_complete(dir: &Path) -> bool {
 /// Where `id`@`revision` is on this machine: the cached snapshot, or (online) a fresh fetch into
 /// the cache. Offline (`offline`, or HF_HUB_OFFLINE set) a missing model is an error naming the
 /// way to get it. Errors never carry the token.
-pub fn locate(id: &str, revision: &str, offline: bool, progress: bool) -> Result<ModelSnapshot, String> {
+pub fn locate(id: &str, revision: &str, offline: bool, progress: bool) -> Result<ModelSnapshot, HubError> {
     let cache = cache_dir();
     if let Some(snapshot) = cached_snapshot(&cache, id, revision) {
         return Ok(snapshot);
     }
     if offline || std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0") {
-        return Err(format!(
-            "model {id}@{revision} is not in the Hugging Face cache ({}) and this run is offline (--offline, HF_HUB_OFFLINE \
-             or a dry run): run once online, or `hf download {id} --revision {revision}`",
-            cache.display()
-        ));
+        return Err(HubError::ModelNotCached { id: id.into(), revision: revision.into(), cache });
     }
     eprintln!("model: {id}@{revision} is not in the Hugging Face cache; fetching it into {}", cache.display());
-    let redacted = |e: HubError| super::token::redact(&e.to_string());
-    Hub::connect_for_models(None, &cache).map_err(redacted)?.fetch_model(id, revision, progress).map_err(redacted)
+    Hub::connect_for_models(None, &cache)?.fetch_model(id, revision, progress)
 }
 
 impl Hub {
@@ -148,12 +138,6 @@ impl ProgressHandler for ByteBar {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_full_commit_ids_count_as_pinned() {
-        assert!(is_commit("0123456789abcdef0123456789abcdef01234567"));
-        assert!(!is_commit("main") && !is_commit("v1.0") && !is_commit("0123456"));
-    }
 
     #[test]
     fn a_cached_snapshot_is_found_by_commit_or_by_ref() {

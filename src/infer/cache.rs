@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{InferError, QuestionScore};
+use super::{InferError, YesNo};
 use crate::hashing::sha256_parts;
 
 /// Everything a cached score depends on.
@@ -29,7 +29,7 @@ struct Entry {
     image: String,
     image_sha256: String,
     question_ids: Vec<String>,
-    scores: Vec<QuestionScore>,
+    scores: Vec<YesNo>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ impl ScoreCache {
 
     /// The cached scores, or None on a miss. An entry that does not parse or does not match its
     /// key is treated as a miss (and overwritten later): the cache is never trusted over a rerun.
-    pub fn get(&self, key: &CacheKey, question_ids: &[String]) -> Option<Vec<QuestionScore>> {
+    pub fn get(&self, key: &CacheKey, question_ids: &[String]) -> Option<Vec<YesNo>> {
         let digest = key.digest();
         let bytes = std::fs::read(self.path(&digest)).ok()?;
         let entry: Entry = serde_json::from_slice(&bytes).ok()?;
@@ -88,7 +88,7 @@ impl ScoreCache {
         removed
     }
 
-    pub fn put(&self, key: &CacheKey, image: &str, question_ids: &[String], scores: &[QuestionScore]) -> Result<(), InferError> {
+    pub fn put(&self, key: &CacheKey, image: &str, question_ids: &[String], scores: &[YesNo]) -> Result<(), InferError> {
         let digest = key.digest();
         let path = self.path(&digest);
         let dir = path.parent().expect("cache paths have a parent");
@@ -119,7 +119,7 @@ mod sweep_tests {
         let root = tempfile::tempdir().unwrap();
         let cache = ScoreCache::new(root.path());
         let key = CacheKey { image_sha256: "ab".repeat(32), scorer_hash: "s".into(), prompt_set_hash: "p".into() };
-        cache.put(&key, "x.png", &["q".into()], &[QuestionScore { logit_yes: 1.0, logit_no: 0.0 }]).unwrap();
+        cache.put(&key, "x.png", &["q".into()], &[YesNo { logit_yes: 1.0, logit_no: 0.0 }]).unwrap();
         let sub = cache.path(&key.digest()).parent().unwrap().to_path_buf();
         let old = sub.join(".tmpOLD");
         std::fs::write(&old, "partial").unwrap();

@@ -2,9 +2,9 @@
 //! and benchmarked without weights. Its scores carry no medical information: they are a hash of
 //! the image bytes and the question. Builds that use it are demos, and publish refuses them.
 
-use super::{ImageInput, InferError, QuestionScore, Scorer, ScorerIdentity};
+use super::{ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::stable_u64;
-use crate::spec::{Backend, ModelSpec, Question};
+use crate::release_spec::{Backend, ModelSpec, Question};
 
 pub struct FixtureScorer {
     identity: ScorerIdentity,
@@ -31,7 +31,7 @@ impl FixtureScorer {
     }
 
     /// The scores of one image from its digest alone (the bench scores without pixels).
-    pub fn score_digest(image_sha256: &str, keys: &[(u64, u64)]) -> Vec<QuestionScore> {
+    pub fn score_digest(image_sha256: &str, keys: &[(u64, u64)]) -> Vec<YesNo> {
         let image = u64::from_str_radix(&image_sha256[..16.min(image_sha256.len())], 16).unwrap_or(0);
         keys.iter()
             .map(|&(target, question)| {
@@ -39,7 +39,7 @@ impl FixtureScorer {
                 let latent = unit(splitmix(image ^ target)) * 8.0 - 4.0;
                 // ... and per question a smaller disagreement, so paraphrases are not unanimous.
                 let noise = unit(splitmix(image ^ question)) * 2.0 - 1.0;
-                QuestionScore { logit_yes: (latent + noise) as f32, logit_no: 0.0 }
+                YesNo { logit_yes: (latent + noise) as f32, logit_no: 0.0 }
             })
             .collect()
     }
@@ -61,7 +61,7 @@ impl Scorer for FixtureScorer {
         &self.identity
     }
 
-    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError> {
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
         Ok(Self::score_digest(image.sha256, &Self::question_keys(questions)))
     }
 }

@@ -15,27 +15,15 @@ pub use fixture::FixtureScorer;
 pub use runner::{count_cached, parse_shard, run, shard_of, ImageJob, InferReport, RunOptions, ShardSpec};
 
 use crate::hashing::sha256_json;
-use crate::spec::{Backend, ModelSpec, Question};
+use crate::release_spec::{Backend, ModelSpec, Question};
 
-/// Raw answer to one yes/no question: the logits of the "Yes" and "No" tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
-pub struct QuestionScore {
-    pub logit_yes: f32,
-    pub logit_no: f32,
-}
-
-impl QuestionScore {
-    /// Softmax over the two answer tokens, computed in f64 from the stored f32 logits.
-    pub fn p_yes(&self) -> f64 {
-        1.0 / (1.0 + (f64::from(self.logit_no) - f64::from(self.logit_yes)).exp())
-    }
-}
+pub use crate::vlm::YesNo;
 
 /// All question scores of one image, in prompt-set order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageScores {
     pub image_sha256: String,
-    pub scores: Vec<QuestionScore>,
+    pub scores: Vec<YesNo>,
 }
 
 /// What produced the scores; recorded in the manifest, build.lock and the card.
@@ -73,7 +61,7 @@ pub struct ImageInput<'a> {
 pub enum InferError {
     #[error("image {}: {message}", path.display())]
     Image { path: std::path::PathBuf, message: String },
-    #[error("score cache {}: {source}", path.display())]
+    #[error("score cache {}", path.display())]
     Cache { path: std::path::PathBuf, source: std::io::Error },
     #[error("scorer {backend}: {message}")]
     Scorer { backend: String, message: String },
@@ -81,13 +69,15 @@ pub enum InferError {
     Shard(String),
     #[error("inference was interrupted")]
     Interrupted,
+    #[error(transparent)]
+    Model(#[from] crate::hub::HubError),
 }
 
 /// A VLM (or stand-in) that answers yes/no questions about one image.
 pub trait Scorer: Sync {
     fn identity(&self) -> &ScorerIdentity;
     /// One score per question, in the order given.
-    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError>;
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError>;
 }
 
 /// What a libtorch-free binary says when asked to run the VLM engine.
@@ -112,7 +102,7 @@ pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec
     if !cfg!(feature = "vlm") {
         return Err(fail(NO_VLM_FEATURE.into())); // before downloading gigabytes it cannot run
     }
-    let snapshot = crate::hub::model::locate(&model.id, &model.revision, access.offline, access.progress).map_err(fail)?;
+    let snapshot = crate::hub::model::locate(&model.id, &model.revision, access.offline, access.progress)?;
     Ok(ModelSpec { dir: Some(snapshot.dir), commit: Some(snapshot.commit), ..model.clone() })
 }
 

@@ -10,9 +10,9 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{ImageInput, InferError, QuestionScore, Scorer, ScorerIdentity};
+use super::{ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::DigestCache;
-use crate::spec::{Backend, ModelSpec, Question};
+use crate::release_spec::{Backend, ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::pixels;
 
@@ -43,15 +43,15 @@ impl Qwen2VlScorer {
     pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache, workers: usize) -> Result<Qwen2VlScorer, InferError> {
         let options = EngineOptions {
             device: match model.device {
-                crate::spec::DevicePolicy::Auto => DeviceChoice::Auto,
-                crate::spec::DevicePolicy::Cpu => DeviceChoice::Cpu,
-                crate::spec::DevicePolicy::Cuda => DeviceChoice::Cuda,
+                crate::release_spec::DevicePolicy::Auto => DeviceChoice::Auto,
+                crate::release_spec::DevicePolicy::Cpu => DeviceChoice::Cpu,
+                crate::release_spec::DevicePolicy::Cuda => DeviceChoice::Cuda,
             },
             dtype: match model.dtype {
-                crate::spec::Dtype::Auto => DtypeChoice::Auto,
-                crate::spec::Dtype::F32 => DtypeChoice::F32,
-                crate::spec::Dtype::Bf16 => DtypeChoice::Bf16,
-                crate::spec::Dtype::F16 => DtypeChoice::F16,
+                crate::release_spec::Dtype::Auto => DtypeChoice::Auto,
+                crate::release_spec::Dtype::F32 => DtypeChoice::F32,
+                crate::release_spec::Dtype::Bf16 => DtypeChoice::Bf16,
+                crate::release_spec::Dtype::F16 => DtypeChoice::F16,
             },
             max_pixels: model.max_pixels,
             allow_cpu: false,
@@ -113,7 +113,7 @@ impl Scorer for Qwen2VlScorer {
         &self.identity
     }
 
-    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<QuestionScore>, InferError> {
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
         // Each pool thread has its own engine; a caller outside the pool shares the first.
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
@@ -135,6 +135,6 @@ impl Scorer for Qwen2VlScorer {
                 .insert(texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?),
         };
         let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
-        Ok(scores.into_iter().map(|s| QuestionScore { logit_yes: s.logit_yes, logit_no: s.logit_no }).collect())
+        Ok(scores)
     }
 }

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::{CacheKey, ImageInput, ImageScores, InferError, ScoreCache, Scorer};
 use crate::hashing::{sha256_hex, stable_u64};
-use crate::spec::Question;
+use crate::release_spec::Question;
 
 /// One image to score.
 #[derive(Debug, Clone)]

@@ -45,3 +45,10 @@ pub struct BuildLock {
 }
 
 pub const LOCK_FORMAT: &str = "bpals-lock/1";
+
+impl BuildLock {
+    /// The build.lock of the release in `dir`.
+    pub fn read(dir: &std::path::Path) -> Result<BuildLock, super::ManifestError> {
+        super::error::read_json(dir.join(super::LOCK_FILE), "build.lock", LOCK_FORMAT, |l: &BuildLock| &l.format)
+    }
+}

@@ -1,6 +1,7 @@
 //! `manifest.json` (every file of the release: path, bytes, sha256, Parquet row counts) and
 //! `build.lock` (everything needed to rebuild it), plus `verify`, which re-hashes a release.
 
+mod error;
 mod lock;
 mod verify;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use error::ManifestError;
 pub use lock::{BuildLock, ToolInfo, LOCK_FORMAT};
 pub use verify::{verify, FileProblem, VerifyReport};
 
@@ -43,14 +45,9 @@ impl Manifest {
         !self.demo_reasons.is_empty()
     }
 
-    pub fn read(dir: &Path) -> Result<Manifest, String> {
-        let path = dir.join(MANIFEST_FILE);
-        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a valid manifest: {e}", path.display()))?;
-        if manifest.format != MANIFEST_FORMAT {
-            return Err(format!("{}: format {:?}, expected {MANIFEST_FORMAT:?}", path.display(), manifest.format));
-        }
-        Ok(manifest)
+    /// The manifest of the release in `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest, ManifestError> {
+        error::read_json(dir.join(MANIFEST_FILE), "manifest", MANIFEST_FORMAT, |m: &Manifest| &m.format)
     }
 }
 

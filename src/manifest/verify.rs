@@ -1,11 +1,12 @@
 //! `bpals-release verify DIR`: re-hash every file and compare with the manifest.
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
 
-use super::{list_files, Manifest, MANIFEST_FILE};
+use super::{list_files, Manifest, ManifestError, MANIFEST_FILE};
 use crate::hashing::sha256_file;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -32,6 +33,9 @@ impl std::fmt::Display for FileProblem {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
+    /// The release directory checked.
+    #[serde(skip)]
+    pub dir: std::path::PathBuf,
     pub release_id: String,
     pub files_checked: usize,
     pub problems: Vec<FileProblem>,
@@ -43,17 +47,32 @@ impl VerifyReport {
     }
 }
 
-pub fn verify(dir: &Path) -> Result<VerifyReport, String> {
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (id, dir) = (&self.release_id, self.dir.display());
+        if self.ok() {
+            return writeln!(f, "ok: release {id} in {dir}: {} files match the manifest", self.files_checked);
+        }
+        writeln!(f, "FAILED: release {id} in {dir}: {} problem(s)", self.problems.len())?;
+        self.problems.iter().try_for_each(|p| writeln!(f, "  {p}"))
+    }
+}
+
+pub fn verify(dir: &Path) -> Result<VerifyReport, ManifestError> {
     let manifest = Manifest::read(dir)?;
-    let on_disk: BTreeSet<String> =
-        list_files(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?.into_iter().filter(|p| p != MANIFEST_FILE).collect();
+    let on_disk: BTreeSet<String> = list_files(dir)
+        .map_err(|source| ManifestError::List { dir: dir.to_path_buf(), source })?
+        .into_iter()
+        .filter(|p| p != MANIFEST_FILE)
+        .collect();
     let mut problems = Vec::new();
     for file in &manifest.files {
         if !on_disk.contains(&file.path) {
             problems.push(FileProblem::Missing { path: file.path.clone() });
             continue;
         }
-        let (sha256, bytes) = sha256_file(&dir.join(&file.path)).map_err(|e| format!("cannot read {}: {e}", file.path))?;
+        let path = dir.join(&file.path);
+        let (sha256, bytes) = sha256_file(&path).map_err(|source| ManifestError::Read { path, source })?;
         if bytes != file.bytes {
             problems.push(FileProblem::Size { path: file.path.clone(), expected: file.bytes, actual: bytes });
         } else if sha256 != file.sha256 {
@@ -66,5 +85,5 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, String> {
             problems.push(FileProblem::Extra { path: path.clone() });
         }
     }
-    Ok(VerifyReport { release_id: manifest.release_id, files_checked: manifest.files.len(), problems })
+    Ok(VerifyReport { dir: dir.to_path_buf(), release_id: manifest.release_id, files_checked: manifest.files.len(), problems })
 }

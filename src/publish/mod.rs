@@ -13,15 +13,21 @@ use serde::Deserialize;
 
 use crate::hub::{self, token, Hub, HubError, RepoRef};
 use crate::manifest::{self, BuildLock, Manifest, LOCK_FILE};
-use crate::spec::Visibility;
+use crate::release_spec::Visibility;
 pub use plan::{FileStatus, PublishPlan, TagState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     #[error("refusing to publish: {0}")]
     Refused(String),
-    #[error("{0}")]
-    Local(String),
+    #[error(transparent)]
+    Release(#[from] manifest::ManifestError),
+    #[error("{}: key `spec.publish` is not what this version of the tool writes", path.display())]
+    LockedPublish {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error(transparent)]
     Hub(#[from] HubError),
 }
@@ -42,11 +48,26 @@ pub struct PublishOptions {
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PublishOutcome {
+    /// The release directory published.
+    pub dir: std::path::PathBuf,
+    pub dry_run: bool,
     pub plan: PublishPlan,
     /// The commit made, if one was needed.
     pub commit: Option<String>,
     /// The commit the tag names.
     pub tagged: Option<String>,
+}
+
+impl std::fmt::Display for PublishOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plan = &self.plan;
+        if self.dry_run {
+            return writeln!(f, "dry run: nothing was changed on {}", plan.endpoint);
+        }
+        let commit = self.commit.as_deref().map_or("no new commit".to_string(), |c| format!("commit {}", crate::hub::short(c)));
+        let tagged = self.tagged.as_deref().map(crate::hub::short).unwrap_or("-");
+        writeln!(f, "published {} to {} ({commit}); tag {} names {tagged}", self.dir.display(), plan.repo, plan.tag)
+    }
 }
 
 /// What the release's spec says about publishing, read back from build.lock.
@@ -58,17 +79,13 @@ struct LockedPublish {
 }
 
 pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Result<PublishOutcome, PublishError> {
-    let manifest = Manifest::read(dir).map_err(PublishError::Local)?;
-    let lock_path = dir.join(LOCK_FILE);
-    let lock: BuildLock = std::fs::read(&lock_path)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        .map_err(|e| PublishError::Local(format!("{}: {e}", lock_path.display())))?;
+    let manifest = Manifest::read(dir)?;
+    let lock = BuildLock::read(dir)?;
     let locked: LockedPublish = serde_json::from_value(lock.spec["publish"].clone())
-        .map_err(|e| PublishError::Local(format!("{}: spec.publish: {e}", lock_path.display())))?;
+        .map_err(|source| PublishError::LockedPublish { path: dir.join(LOCK_FILE), source })?;
 
     // Only a release that verifies goes out.
-    let verified = manifest::verify(dir).map_err(PublishError::Local)?;
+    let verified = manifest::verify(dir)?;
     if !verified.ok() {
         let problems: Vec<String> = verified.problems.iter().map(|p| format!("  {p}")).collect();
         return Err(PublishError::Refused(format!("{} does not verify against its manifest:\n{}", dir.display(), problems.join("\n"))));
@@ -150,7 +167,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         }
     }
     if options.dry_run {
-        return Ok(PublishOutcome { plan, commit: None, tagged: None });
+        return Ok(PublishOutcome { dir: dir.to_path_buf(), dry_run: true, plan, commit: None, tagged: None });
     }
 
     let private = locked.visibility == Visibility::Private;
@@ -198,7 +215,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         operations.extend(plan.removed.iter().map(|p| hf_hub::repository::CommitOperation::Delete { path_in_repo: p.clone() }));
         let (count, bytes) = plan.files.iter().filter(|f| f.status != FileStatus::Unchanged).fold((0, 0), |(n, b), f| (n + 1, b + f.bytes));
         log(&format!("uploading {count} files ({bytes} bytes) and {} removals in one commit", plan.removed.len()));
-        let lock_sha = crate::hashing::sha256_hex(&std::fs::read(&lock_path).unwrap_or_default());
+        let lock_sha = crate::hashing::sha256_hex(&std::fs::read(dir.join(LOCK_FILE)).unwrap_or_default());
         let message = format!("Release {} {}", manifest.release_id, manifest.version);
         let description =
             format!("Built by {} {} ({}); build.lock sha256 {lock_sha}.", lock.tool.name, lock.tool.version, lock.tool.commit);
@@ -223,7 +240,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
             release_commit
         }
     };
-    Ok(PublishOutcome { plan, commit: head, tagged: Some(tagged) })
+    Ok(PublishOutcome { dir: dir.to_path_buf(), dry_run: false, plan, commit: head, tagged: Some(tagged) })
 }
 
 /// A refused commit usually means main moved: another push, or an earlier attempt of this very

@@ -1,14 +1,12 @@
 //! Selection: the curated subset of images and the (image, label) rows the release covers.
-//! The trial sample, which needs the signal, lives in [`trial`].
-
-pub mod trial;
+//! The trial sample, which needs the signal, is a later stage: [`crate::trial`].
 
 use serde::Serialize;
 
 use crate::hashing::stable_u64;
-use crate::labels::LABELS;
+use crate::release_spec::{RowPolicy, SelectionSpec};
 use crate::source::{NihTable, SourceError};
-use crate::spec::{RowPolicy, SelectionSpec};
+use crate::vocab::LABELS;
 
 /// One curated image, with what later stages and the shards need from the NIH table.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -8,7 +8,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use super::columns::*;
 use super::schema::pair_schema;
 use super::writer::TableLayout;
-use crate::infer::QuestionScore;
+use crate::infer::YesNo;
 
 /// One row of the pair table, borrowing from the selection and the scores.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub struct PairRecord<'a> {
     pub question_ids: &'a [String],
     /// The image's scores for the whole prompt set, and where this row's questions sit in it:
     /// the logits are read in place rather than copied per row.
-    pub scores: &'a [QuestionScore],
+    pub scores: &'a [YesNo],
     pub positions: &'a [usize],
 }
 

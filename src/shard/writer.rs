@@ -16,7 +16,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersi
 use rayon::prelude::*;
 
 use super::schema::SCHEMA_VERSION;
-use crate::spec::{Compression, OutputSpec};
+use crate::release_spec::{Compression, OutputSpec};
 
 /// Written into every file's key-value metadata.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 //! finite even on separable data. Deterministic: no randomness, fixed iteration order.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +48,47 @@ pub struct Calibration {
     pub labels: BTreeMap<String, LabelMap>,
 }
 
+/// Why a calibration file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a calibration file", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: format {found:?}, expected {CALIBRATION_FORMAT:?}", path.display())]
+    Format { path: PathBuf, found: String },
+    #[error("{}: unknown label {label:?}", path.display())]
+    UnknownLabel { path: PathBuf, label: String },
+}
+
 impl Calibration {
+    /// Reads a calibration file written by `bpals-release calibrate`, with its bytes (a spec
+    /// that names it records their digest).
+    pub fn read_with_bytes(path: &Path) -> Result<(Calibration, Vec<u8>), CalibrationError> {
+        let bytes = std::fs::read(path).map_err(|source| CalibrationError::Read { path: path.into(), source })?;
+        let table: Calibration = serde_json::from_slice(&bytes).map_err(|source| CalibrationError::Parse { path: path.into(), source })?;
+        if table.format != CALIBRATION_FORMAT {
+            return Err(CalibrationError::Format { path: path.into(), found: table.format });
+        }
+        if let Some(label) = table.labels.keys().find(|l| !crate::vocab::LABELS.contains(&l.as_str())) {
+            return Err(CalibrationError::UnknownLabel { path: path.into(), label: label.clone() });
+        }
+        Ok((table, bytes))
+    }
+
+    /// Reads a calibration file written by `bpals-release calibrate`.
+    pub fn read(path: &Path) -> Result<Calibration, CalibrationError> {
+        Self::read_with_bytes(path).map(|(table, _)| table)
+    }
+
     /// The calibrated confidence of `label` (identity for labels the file does not cover).
     pub fn apply(&self, label: &str, p: f64) -> f64 {
         self.labels.get(label).map_or(p, |m| m.apply(p))

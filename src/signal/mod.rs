@@ -8,40 +8,22 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::infer::ImageScores;
-use crate::labels::{LABELS, SUPPORT_DEVICES};
+use crate::release_spec::{Question, SignalSpec};
 use crate::select::Selection;
-use crate::spec::{Question, SignalSpec};
+use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TrustClass {
-    Trusted,
-    Review,
-    Suspect,
-    LikelyMislabeled,
-}
+pub use crate::vocab::TrustClass;
 
-impl TrustClass {
-    pub const NAMES: [&'static str; 4] = ["trusted", "review", "suspect", "likely_mislabeled"];
-    pub const ALL: [TrustClass; 4] = [TrustClass::Trusted, TrustClass::Review, TrustClass::Suspect, TrustClass::LikelyMislabeled];
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
-    }
-    /// Class from the agreement between the model and NIH, by the spec's thresholds.
-    pub fn from_agreement(agreement: f64, spec: &SignalSpec) -> Self {
-        if agreement >= spec.trusted_min_agreement {
-            TrustClass::Trusted
-        } else if agreement >= spec.review_min_agreement {
-            TrustClass::Review
-        } else if agreement >= spec.suspect_min_agreement {
-            TrustClass::Suspect
-        } else {
-            TrustClass::LikelyMislabeled
-        }
+/// Class from the agreement between the model and NIH, by the spec's thresholds.
+pub fn trust_class(agreement: f64, spec: &SignalSpec) -> TrustClass {
+    if agreement >= spec.trusted_min_agreement {
+        TrustClass::Trusted
+    } else if agreement >= spec.review_min_agreement {
+        TrustClass::Review
+    } else if agreement >= spec.suspect_min_agreement {
+        TrustClass::Suspect
+    } else {
+        TrustClass::LikelyMislabeled
     }
 }
 
@@ -113,20 +95,38 @@ pub struct Signal {
     pub traces: Vec<trace::ErrorTrace>,
 }
 
-/// Per label, the confidence a row of that label would get (calibrated when the spec says so).
-pub fn label_confidences(scores: &ImageScores, index: &QuestionIndex, spec: &SignalSpec) -> Vec<f64> {
+/// The rules the signal is derived by: the spec's thresholds and, when the spec names one, the
+/// calibration table applied to each confidence.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub spec: &'a SignalSpec,
+    pub calibration: Option<&'a calibration::Calibration>,
+}
+
+impl<'a> Rules<'a> {
+    pub fn new(spec: &'a SignalSpec, calibration: Option<&'a calibration::Calibration>) -> Self {
+        Rules { spec, calibration }
+    }
+    fn calibrate(&self, label: &str, raw: f64) -> f64 {
+        self.calibration.map_or(raw, |c| c.apply(label, raw))
+    }
+}
+
+/// Per label, the confidence a row of that label would get (calibrated when the rules say so).
+pub fn label_confidences(scores: &ImageScores, index: &QuestionIndex, rules: &Rules<'_>) -> Vec<f64> {
     LABELS
         .iter()
         .zip(&index.labels)
         .map(|(label, positions)| {
             let raw = if positions.is_empty() { 0.0 } else { mean(&p_yes_at(scores, positions)) };
-            spec.calibration.as_ref().map_or(raw, |c| c.table.apply(label, raw))
+            rules.calibrate(label, raw)
         })
         .collect()
 }
 
 /// Derives the signal for every row of the selection, in row order.
-pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Question], spec: &SignalSpec) -> Signal {
+pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Question], rules: &Rules<'_>) -> Signal {
+    let spec = rules.spec;
     // Rows and images are independent; parallel collects keep their order, so the output does not
     // depend on the thread count.
     let index = QuestionIndex::new(questions);
@@ -135,23 +135,24 @@ pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Questi
         .images
         .par_iter()
         .zip(scores)
-        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, &index, spec), spec.finding_present_min, spec.tau))
+        .map(|(image, s)| trace::trace(image.labels, &label_confidences(s, &index, rules), spec.finding_present_min, spec.tau))
         .collect();
     let pairs = selection
         .rows
         .par_iter()
         .map(|row| {
             let ps = p_yes_at(&scores[row.image], &index.labels[row.label]);
-            pair_signal(&ps, row.nih_label, LABELS[row.label], !devices[row.image].is_empty(), spec)
+            pair_signal(&ps, row.nih_label, LABELS[row.label], !devices[row.image].is_empty(), rules)
         })
         .collect();
     Signal { pairs, devices, traces }
 }
 
 /// The signal of one row from its questions' p_yes values.
-pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: bool, spec: &SignalSpec) -> PairSignal {
+pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: bool, rules: &Rules<'_>) -> PairSignal {
+    let spec = rules.spec;
     let raw = mean(ps);
-    let confidence = spec.calibration.as_ref().map_or(raw, |c| c.table.apply(label, raw));
+    let confidence = rules.calibrate(label, raw);
     let agreement = if nih_label { confidence } else { 1.0 - confidence };
     let yes_votes = ps.iter().filter(|p| **p >= 0.5).count();
     let majority = yes_votes.max(ps.len() - yes_votes);
@@ -166,7 +167,7 @@ pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: boo
     if device_present && spec.device_confounded_labels.iter().any(|l| l == label) {
         flags.push(FLAG_DEVICE_CONFOUNDER);
     }
-    PairSignal { confidence, agreement, consistency, trust_class: TrustClass::from_agreement(agreement, spec), flags }
+    PairSignal { confidence, agreement, consistency, trust_class: trust_class(agreement, spec), flags }
 }
 
 #[cfg(test)]
@@ -191,17 +192,17 @@ mod tests {
     #[test]
     fn classes_follow_agreement_thresholds() {
         let s = spec();
-        let sig = pair_signal(&[0.9, 0.8, 0.85], true, "Mass", false, &s);
+        let sig = pair_signal(&[0.9, 0.8, 0.85], true, "Mass", false, &Rules::new(&s, None));
         assert!((sig.confidence - 0.85).abs() < 1e-12);
         assert_eq!(sig.trust_class, TrustClass::Trusted);
         assert_eq!(sig.consistency, 1.0);
         assert!(sig.flags.is_empty());
-        let sig = pair_signal(&[0.9, 0.8, 0.85], false, "Mass", false, &s);
+        let sig = pair_signal(&[0.9, 0.8, 0.85], false, "Mass", false, &Rules::new(&s, None));
         assert_eq!(sig.trust_class, TrustClass::LikelyMislabeled);
-        let sig = pair_signal(&[0.55, 0.6, 0.5], true, "Pneumothorax", true, &s);
+        let sig = pair_signal(&[0.55, 0.6, 0.5], true, "Pneumothorax", true, &Rules::new(&s, None));
         assert_eq!(sig.trust_class, TrustClass::Review);
         assert_eq!(sig.flags, vec![FLAG_HARD_CASE, FLAG_DEVICE_CONFOUNDER]);
-        let sig = pair_signal(&[0.1, 0.9], true, "Mass", false, &s);
+        let sig = pair_signal(&[0.1, 0.9], true, "Mass", false, &Rules::new(&s, None));
         assert_eq!(sig.consistency, 0.5);
         assert!(sig.flags.contains(&FLAG_LOW_CONSISTENCY));
     }

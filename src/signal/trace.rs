@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::labels::{LABELS, NO_FINDING};
+use crate::vocab::{LABELS, NO_FINDING};
 
 /// chest2err's categories (ReXVal merged), 1-based in tuples.
 pub const CATEGORIES: [&str; 5] = ["false_prediction", "omission", "location", "severity", "comparison"];
@@ -181,7 +181,7 @@ pub fn score(k: usize, tau: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::label_index;
+    use crate::vocab::label_index;
 
     fn mask(labels: &[&str]) -> u16 {
         labels.iter().map(|l| 1u16 << label_index(l).unwrap()).sum()

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::csv_rows::MetadataCsv;
 use super::SourceError;
-use crate::labels::{label_index, normalize_bbox_label, NO_FINDING};
+use crate::vocab::{label_index, normalize_bbox_label, NO_FINDING};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundingBox {

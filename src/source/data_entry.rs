@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::csv_rows::MetadataCsv;
 use super::SourceError;
-use crate::labels::{label_index, LABELS, NO_FINDING};
+use crate::vocab::{label_index, LABELS, NO_FINDING};
 
 /// One image's metadata row, typed.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,12 +19,12 @@ pub use splits::OfficialSplit;
 pub use summary::{summarize, SourceSummary};
 
 use crate::hashing::sha256_file;
-use crate::labels::LABELS;
-use crate::spec::SourceSpec;
+use crate::release_spec::SourceSpec;
+use crate::vocab::LABELS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: bad header: {message}", path.display())]
     Header { path: PathBuf, message: String },
@@ -34,7 +34,7 @@ pub enum SourceError {
     Checksum { path: PathBuf, expected: String, actual: String },
     #[error("{}: image {image} appears twice (first on line {first})", path.display())]
     Duplicate { path: PathBuf, image: String, first: u64 },
-    #[error("building the NIH table: {0}")]
+    #[error("building the NIH table")]
     Table(#[from] PolarsError),
 }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{NihTable, SourceError};
-use crate::labels::LABELS;
+use crate::vocab::LABELS;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceSummary {

@@ -7,9 +7,11 @@ use std::time::Instant;
 use serde::Serialize;
 use tch::{Device, Kind};
 
+use super::error::VlmError;
 use super::model::VlModel;
-use super::model_dir::{ModelDir, VlmError};
+use super::model_dir::ModelDir;
 use super::pixels;
+use super::YesNo;
 
 /// Models above this many parameters are full size: hours of work on a CPU.
 pub const FULL_SIZE_PARAMS: i64 = 100_000_000;
@@ -72,11 +74,12 @@ pub struct ImageInfo {
     pub image_tokens: usize,
 }
 
+/// One question of `probe`, its answer logits and p_yes.
 #[derive(Debug, Clone, Serialize)]
-pub struct QuestionScore {
+pub struct ProbeAnswer {
     pub question: String,
-    pub logit_yes: f32,
-    pub logit_no: f32,
+    #[serde(flatten)]
+    pub answer: YesNo,
     pub p_yes: f64,
 }
 
@@ -84,7 +87,7 @@ pub struct QuestionScore {
 pub struct ProbeReport {
     pub model: ModelInfo,
     pub image: ImageInfo,
-    pub questions: Vec<QuestionScore>,
+    pub questions: Vec<ProbeAnswer>,
     pub timing_ms: Timing,
 }
 
@@ -197,11 +200,8 @@ impl Engine {
         let prompts = questions.iter().map(|q| self.dir.prompt(q, info.grid_thw).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>()?;
         let scores = self.model.score(&prompts, &embeds, info.grid_thw, self.dir.answer_token_ids()?)?;
         timing.text = ms(start);
-        let questions = questions
-            .iter()
-            .zip(scores)
-            .map(|(q, s)| QuestionScore { question: q.clone(), logit_yes: s.logit_yes, logit_no: s.logit_no, p_yes: s.p_yes() })
-            .collect();
+        let questions =
+            questions.iter().zip(scores).map(|(q, s)| ProbeAnswer { question: q.clone(), answer: s, p_yes: s.p_yes() }).collect();
         Ok(ProbeReport { model: self.model_info(), image: info, questions, timing_ms: timing })
     }
 

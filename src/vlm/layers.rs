@@ -2,7 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::model_dir::VlmError;
+use super::error::VlmError;
 use super::weights::Weights;
 
 pub struct Linear {
@@ -20,6 +20,28 @@ impl Linear {
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// The gated MLP of the text decoder and the Qwen2.5-VL vision blocks:
+/// down(silu(gate(x)) * up(x)).
+pub struct GatedMlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl GatedMlp {
+    pub fn load(w: &Weights, prefix: &str, dim: i64, hidden: i64, bias: bool) -> Result<GatedMlp, VlmError> {
+        Ok(GatedMlp {
+            gate: Linear::load(w, &format!("{prefix}.gate_proj"), dim, hidden, bias)?,
+            up: Linear::load(w, &format!("{prefix}.up_proj"), dim, hidden, bias)?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"), hidden, dim, bias)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.down.forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
     }
 }
 

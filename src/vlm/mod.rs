@@ -6,10 +6,12 @@
 //! tower, decoder, KV cache) builds on it behind the `vlm` feature.
 
 pub mod config;
+pub mod error;
 pub mod model_dir;
 pub mod preprocess;
 pub mod prompt;
 pub mod rope;
+mod yes_no;
 
 #[cfg(feature = "vlm")]
 pub mod engine;
@@ -29,4 +31,6 @@ mod vision_qwen25;
 mod weights;
 
 pub use config::{Family, ModelConfig, PreprocessorConfig, TextConfig, VisionConfig};
-pub use model_dir::{ChatTemplateSource, ModelDir, VlmError};
+pub use error::VlmError;
+pub use model_dir::{ChatTemplateSource, ModelDir};
+pub use yes_no::YesNo;

@@ -5,12 +5,14 @@
 use tch::{Device, Kind, Tensor};
 
 use super::config::Family;
-use super::model_dir::{ModelDir, VlmError};
+use super::error::VlmError;
+use super::model_dir::ModelDir;
 use super::rope;
 use super::text::{KvCache, TextModel};
 use super::vision_qwen2::VisionQwen2;
 use super::vision_qwen25::VisionQwen25;
 use super::weights::Weights;
+use super::YesNo;
 
 pub enum Vision {
     Qwen2(VisionQwen2),
@@ -25,19 +27,6 @@ pub struct VlModel {
     parameter_count: i64,
     pub device: Device,
     pub kind: Kind,
-}
-
-/// One question's answer logits.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct YesNo {
-    pub logit_yes: f32,
-    pub logit_no: f32,
-}
-
-impl YesNo {
-    pub fn p_yes(&self) -> f64 {
-        1.0 / (1.0 + (f64::from(self.logit_no) - f64::from(self.logit_yes)).exp())
-    }
 }
 
 impl VlModel {

@@ -7,21 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{ConfigError, ModelConfig, PreprocessorConfig};
-
-#[derive(Debug, thiserror::Error)]
-pub enum VlmError {
-    #[error("model directory {}: no {what} ({})", dir.display(), hint)]
-    Missing { dir: PathBuf, what: String, hint: String },
-    #[error("{}: {message}", path.display())]
-    File { path: PathBuf, message: String },
-    #[error("{}: key `{}`: {}", path.display(), error.key, error.message)]
-    Config { path: PathBuf, error: ConfigError },
-    #[error("chat template from {source_file}: {message}")]
-    Template { source_file: String, message: String },
-    #[error("{0}")]
-    Input(String),
-}
+use super::config::{ModelConfig, PreprocessorConfig};
+use super::error::VlmError;
+use super::prompt::{ChatTemplate, Prompt, IMAGE_PAD};
 
 /// Where the chat template was found, in the order they are looked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -50,7 +38,7 @@ pub struct ModelDir {
     pub chat_template: String,
     pub chat_template_source: ChatTemplateSource,
     /// The template compiled: a syntax error surfaces when the directory is opened.
-    pub template: super::prompt::ChatTemplate,
+    pub template: ChatTemplate,
     /// `model.safetensors`, or every shard named by `model.safetensors.index.json`, sorted.
     pub weights: Vec<PathBuf>,
     /// The 1/255 the processor rescales by (transformers folds it into the mean and std).
@@ -103,7 +91,7 @@ impl ModelDir {
             });
         }
         let (chat_template, chat_template_source) = chat_template(dir)?;
-        let template = super::prompt::ChatTemplate::compile(chat_template.clone(), chat_template_source.file())?;
+        let template = ChatTemplate::compile(chat_template.clone(), chat_template_source.file())?;
         let weights = weight_files(dir)?;
         let rescale_factor =
             read_json(&dir.join("preprocessor_config.json"))?.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0);
@@ -206,4 +194,31 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, VlmError> {
         files.push(path);
     }
     Ok(files)
+}
+
+impl ModelDir {
+    /// The prompt for `question` about an image whose patch grid is (t, h, w).
+    pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
+        let text = self.template.render(question)?;
+        if text.matches(IMAGE_PAD).count() != 1 {
+            return Err(VlmError::Template {
+                source_file: self.chat_template_source.file().into(),
+                message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
+            });
+        }
+        let merge = self.config.vision.spatial_merge_size;
+        let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
+        let expanded = text.replace(IMAGE_PAD, &IMAGE_PAD.repeat(image_tokens));
+        let encoding = self.tokenizer.encode(expanded, true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
+        Ok(Prompt { text, input_ids: encoding.get_ids().to_vec(), image_tokens })
+    }
+
+    /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
+    pub fn answer_token_ids(&self) -> Result<(u32, u32), VlmError> {
+        let first = |word: &str| -> Result<u32, VlmError> {
+            let encoding = self.tokenizer.encode(word, false).map_err(|e| VlmError::Input(format!("tokenizing {word:?}: {e}")))?;
+            encoding.get_ids().first().copied().ok_or_else(|| VlmError::Input(format!("the tokenizer encodes {word:?} as nothing")))
+        };
+        Ok((first("Yes")?, first("No")?))
+    }
 }

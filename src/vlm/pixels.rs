@@ -7,7 +7,7 @@ use image::DynamicImage;
 use tch::{Device, Kind, Tensor};
 
 use super::config::PreprocessorConfig;
-use super::model_dir::VlmError;
+use super::error::VlmError;
 use super::preprocess::smart_resize;
 
 /// The image as 8-bit RGB. Transparency is composited onto opaque white with PIL's integer

@@ -1,7 +1,7 @@
 //! The image sizing rule of the Qwen2-VL processors. The pixel path itself (RGB conversion,
 //! bicubic antialiased resize, CLIP normalisation, patch flattening) runs on tensors.
 
-use super::model_dir::VlmError;
+use super::error::VlmError;
 
 /// The largest aspect ratio the processor accepts.
 pub const MAX_ASPECT_RATIO: f64 = 200.0;

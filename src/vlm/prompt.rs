@@ -4,7 +4,7 @@
 
 use minijinja::{context, Environment, Error, ErrorKind};
 
-use super::model_dir::{ModelDir, VlmError};
+use super::error::VlmError;
 
 pub const IMAGE_PAD: &str = "<|image_pad|>";
 
@@ -48,31 +48,4 @@ impl ChatTemplate {
 
 fn fail(source_file: &str, e: Error) -> VlmError {
     VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") }
-}
-
-impl ModelDir {
-    /// The prompt for `question` about an image whose patch grid is (t, h, w).
-    pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
-        let text = self.template.render(question)?;
-        if text.matches(IMAGE_PAD).count() != 1 {
-            return Err(VlmError::Template {
-                source_file: self.chat_template_source.file().into(),
-                message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
-            });
-        }
-        let merge = self.config.vision.spatial_merge_size;
-        let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
-        let expanded = text.replace(IMAGE_PAD, &IMAGE_PAD.repeat(image_tokens));
-        let encoding = self.tokenizer.encode(expanded, true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
-        Ok(Prompt { text, input_ids: encoding.get_ids().to_vec(), image_tokens })
-    }
-
-    /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
-    pub fn answer_token_ids(&self) -> Result<(u32, u32), VlmError> {
-        let first = |word: &str| -> Result<u32, VlmError> {
-            let encoding = self.tokenizer.encode(word, false).map_err(|e| VlmError::Input(format!("tokenizing {word:?}: {e}")))?;
-            encoding.get_ids().first().copied().ok_or_else(|| VlmError::Input(format!("the tokenizer encodes {word:?} as nothing")))
-        };
-        Ok((first("Yes")?, first("No")?))
-    }
 }

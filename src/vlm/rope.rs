@@ -3,7 +3,7 @@
 //! time axis and its row and column on the merged patch grid; text after the image resumes past
 //! the image's largest side.
 
-use super::model_dir::VlmError;
+use super::error::VlmError;
 
 /// Position ids `[temporal, height, width]` for a sequence with images, and the offset the next
 /// decoded token's position has from its index (`max position + 1 - len`).

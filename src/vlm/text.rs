@@ -1,31 +1,103 @@
 //! The text decoder both families share: Qwen2 layers (grouped-query attention with q/k/v
 //! biases, RMSNorm, gated SiLU MLP) with multimodal rotary positions (M-RoPE), and a KV cache.
-// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
-// the caller's input.
-#![allow(clippy::assign_op_pattern)]
 
 use tch::{Kind, Tensor};
 
 use super::config::TextConfig;
-use super::layers::{apply_rotary, attention, Linear, RmsNorm};
-use super::model_dir::VlmError;
+use super::error::VlmError;
+use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::weights::Weights;
 
-struct Layer {
-    input_norm: RmsNorm,
-    post_norm: RmsNorm,
+/// Grouped-query self-attention with q/k/v biases and rotary positions. Each call appends its
+/// keys and values to the layer's slot of the KV cache and attends over all of them.
+struct SelfAttention {
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+impl SelfAttention {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig) -> Result<SelfAttention, VlmError> {
+        let h = cfg.hidden_size as i64;
+        let (heads, kv_heads, head_dim) = (cfg.num_attention_heads as i64, cfg.num_key_value_heads as i64, cfg.head_dim() as i64);
+        let at = |name: &str| format!("{prefix}.{name}");
+        Ok(SelfAttention {
+            q: Linear::load(w, &at("q_proj"), h, heads * head_dim, true)?,
+            k: Linear::load(w, &at("k_proj"), h, kv_heads * head_dim, true)?,
+            v: Linear::load(w, &at("v_proj"), h, kv_heads * head_dim, true)?,
+            o: Linear::load(w, &at("o_proj"), heads * head_dim, h, false)?,
+            heads,
+            kv_heads,
+            head_dim,
+        })
+    }
+
+    /// `x` (batch, seq, hidden) -> (batch, seq, hidden).
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
+        let q = rotary.apply(&split_heads(self.q.forward(x), self.heads));
+        let k = rotary.apply(&split_heads(self.k.forward(x), self.kv_heads));
+        let v = split_heads(self.v.forward(x), self.kv_heads);
+        let (k, v) = match slot.take() {
+            Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
+            None => (k, v),
+        };
+        *slot = Some((k.shallow_clone(), v.shallow_clone()));
+        // Each key/value head serves `groups` query heads.
+        let groups = self.heads / self.kv_heads;
+        let k = k.repeat_interleave_self_int(groups, 1, None);
+        let v = v.repeat_interleave_self_int(groups, 1, None);
+        let out = attention(&q, &k, &v, Some(mask), (self.head_dim as f64).powf(-0.5));
+        self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
+    }
+}
+
+/// One Qwen2 decoder layer: pre-norm attention and pre-norm gated MLP, each added back.
+struct DecoderLayer {
+    input_norm: RmsNorm,
+    attn: SelfAttention,
+    post_norm: RmsNorm,
+    mlp: GatedMlp,
+}
+
+impl DecoderLayer {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig) -> Result<DecoderLayer, VlmError> {
+        let (h, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let at = |name: &str| format!("{prefix}.{name}");
+        Ok(DecoderLayer {
+            input_norm: RmsNorm::load(w, &at("input_layernorm"), h, cfg.rms_norm_eps)?,
+            attn: SelfAttention::load(w, &at("self_attn"), cfg)?,
+            post_norm: RmsNorm::load(w, &at("post_attention_layernorm"), h, cfg.rms_norm_eps)?,
+            mlp: GatedMlp::load(w, &at("mlp"), h, i, false)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
+        let x = x + self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot);
+        &x + self.mlp.forward(&self.post_norm.forward(&x))
+    }
+}
+
+/// cos and sin of the rotary angles for one forward pass: (batch, 1, seq, head_dim), f32.
+struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rotary {
+    fn apply(&self, x: &Tensor) -> Tensor {
+        apply_rotary(x, &self.cos, &self.sin)
+    }
 }
 
 pub struct TextModel {
     embed_tokens: Tensor,
-    layers: Vec<Layer>,
+    layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Tensor,
     inv_freq: Tensor,
@@ -62,25 +134,11 @@ impl KvCache {
 
 impl TextModel {
     pub fn load(w: &Weights, cfg: &TextConfig) -> Result<TextModel, VlmError> {
-        let (h, i, v) = (cfg.hidden_size as i64, cfg.intermediate_size as i64, cfg.vocab_size as i64);
+        let (h, v) = (cfg.hidden_size as i64, cfg.vocab_size as i64);
         let head_dim = cfg.head_dim() as i64;
-        let (q_out, kv_out) = (cfg.num_attention_heads as i64 * head_dim, cfg.num_key_value_heads as i64 * head_dim);
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|l| {
-                let at = |name: &str| format!("model.layers.{l}.{name}");
-                Ok(Layer {
-                    input_norm: RmsNorm::load(w, &at("input_layernorm"), h, cfg.rms_norm_eps)?,
-                    post_norm: RmsNorm::load(w, &at("post_attention_layernorm"), h, cfg.rms_norm_eps)?,
-                    q: Linear::load(w, &at("self_attn.q_proj"), h, q_out, true)?,
-                    k: Linear::load(w, &at("self_attn.k_proj"), h, kv_out, true)?,
-                    v: Linear::load(w, &at("self_attn.v_proj"), h, kv_out, true)?,
-                    o: Linear::load(w, &at("self_attn.o_proj"), q_out, h, false)?,
-                    gate: Linear::load(w, &at("mlp.gate_proj"), h, i, false)?,
-                    up: Linear::load(w, &at("mlp.up_proj"), h, i, false)?,
-                    down: Linear::load(w, &at("mlp.down_proj"), i, h, false)?,
-                })
-            })
+            .map(|l| DecoderLayer::load(w, &format!("model.layers.{l}"), cfg))
             .collect::<Result<Vec<_>, VlmError>>()?;
         // Tied checkpoints (2B/3B) have no lm_head.weight: the embedding matrix serves.
         let lm_head = if w.has("lm_head.weight") {
@@ -108,8 +166,8 @@ impl TextModel {
     }
 
     /// cos and sin for positions (3, batch, seq): each rotary frequency takes its angle from the
-    /// temporal, height or width position according to `mrope_section`. Shape (batch, 1, seq, head_dim).
-    fn rotary(&self, positions: &Tensor) -> (Tensor, Tensor) {
+    /// temporal, height or width position according to `mrope_section`.
+    fn rotary(&self, positions: &Tensor) -> Rotary {
         let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq; // (3, b, s, d/2)
         let mut parts = Vec::new();
         let mut start = 0i64;
@@ -119,45 +177,20 @@ impl TextModel {
         }
         let half = Tensor::cat(&parts, -1);
         let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
-        (full.cos(), full.sin())
+        Rotary { cos: full.cos().to_kind(Kind::Float), sin: full.sin().to_kind(Kind::Float) }
     }
 
     /// Runs `embeds` (batch, seq, hidden) at `positions` (3, batch, seq) after what `cache` holds,
     /// causally, and returns the final hidden states (batch, seq, hidden).
     pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache) -> Tensor {
-        let (b, s) = (embeds.size()[0], embeds.size()[1]);
-        let past = cache.len();
-        let (heads, kv_heads, head_dim) =
-            (self.cfg.num_attention_heads as i64, self.cfg.num_key_value_heads as i64, self.cfg.head_dim() as i64);
-        let (cos, sin) = self.rotary(positions);
-        let cos = cos.to_kind(Kind::Float);
-        let sin = sin.to_kind(Kind::Float);
-        // Query i (absolute position past + i) sees keys 0..=past + i.
-        let mask = Tensor::ones([s, past + s], (Kind::Float, embeds.device())).triu(past + 1) * f64::from(f32::MIN);
-        let mask = mask.to_kind(embeds.kind()).view([1, 1, s, past + s]);
+        let rotary = self.rotary(positions);
+        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
         if cache.layers.len() < self.layers.len() {
             cache.layers.resize_with(self.layers.len(), || None);
         }
         let mut x = embeds.shallow_clone();
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
-            let h = layer.input_norm.forward(&x);
-            let q = layer.q.forward(&h).view([b, s, heads, head_dim]).transpose(1, 2);
-            let k = layer.k.forward(&h).view([b, s, kv_heads, head_dim]).transpose(1, 2);
-            let v = layer.v.forward(&h).view([b, s, kv_heads, head_dim]).transpose(1, 2);
-            let q = apply_rotary(&q, &cos, &sin);
-            let k = apply_rotary(&k, &cos, &sin);
-            let (k, v) = match slot.take() {
-                Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
-                None => (k, v),
-            };
-            *slot = Some((k.shallow_clone(), v.shallow_clone()));
-            let groups = heads / kv_heads;
-            let k = k.repeat_interleave_self_int(groups, 1, None);
-            let v = v.repeat_interleave_self_int(groups, 1, None);
-            let out = attention(&q, &k, &v, Some(&mask), (head_dim as f64).powf(-0.5)).transpose(1, 2).reshape([b, s, heads * head_dim]);
-            x = x + layer.o.forward(&out);
-            let h = layer.post_norm.forward(&x);
-            x = x + layer.down.forward(&(layer.gate.forward(&h).silu() * layer.up.forward(&h)));
+            x = layer.forward(&x, &rotary, &mask, slot);
         }
         self.norm.forward(&x)
     }
@@ -171,4 +204,11 @@ impl TextModel {
         let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(self.lm_head.device());
         hidden.linear(&self.lm_head.index_select(0, &ids), None::<&Tensor>)
     }
+}
+
+/// Additive mask for `seq` new queries after `past` cached positions: query i (absolute
+/// position past + i) sees keys 0..=past + i. Shape (1, 1, seq, past + seq).
+fn causal_mask(seq: i64, past: i64, kind: Kind, device: tch::Device) -> Tensor {
+    let mask = Tensor::ones([seq, past + seq], (Kind::Float, device)).triu(past + 1) * f64::from(f32::MIN);
+    mask.to_kind(kind).view([1, 1, seq, past + seq])
 }

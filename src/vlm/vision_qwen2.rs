@@ -1,24 +1,54 @@
 //! The Qwen2-VL vision tower: patch embedding, blocks of full attention with 2D rotary
 //! positions, LayerNorm and quick-GELU, then the patch merger.
-// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
-// the caller's input.
-#![allow(clippy::assign_op_pattern)]
 
 use tch::Tensor;
 
 use super::config::VisionConfig;
+use super::error::VlmError;
 use super::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, VisionAttention};
-use super::model_dir::VlmError;
 use super::weights::Weights;
 
 const EPS: f64 = 1e-6;
 
-struct Block {
-    norm1: LayerNorm,
-    norm2: LayerNorm,
-    attn: VisionAttention,
+/// fc2(quick_gelu(fc1(x))), quick GELU being x * sigmoid(1.702 x).
+struct QuickGeluMlp {
     fc1: Linear,
     fc2: Linear,
+}
+
+impl QuickGeluMlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let h = self.fc1.forward(x);
+        let h = &h * (&h * 1.702).sigmoid();
+        self.fc2.forward(&h)
+    }
+}
+
+/// Pre-norm attention over the whole image, then a pre-norm MLP, each added back.
+struct Block {
+    norm1: LayerNorm,
+    attn: VisionAttention,
+    norm2: LayerNorm,
+    mlp: QuickGeluMlp,
+}
+
+impl Block {
+    fn load(w: &Weights, prefix: &str, cfg: &VisionConfig) -> Result<Block, VlmError> {
+        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let at = |name: &str| format!("{prefix}.{name}");
+        Ok(Block {
+            norm1: LayerNorm::load(w, &at("norm1"), d, EPS)?,
+            attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
+            norm2: LayerNorm::load(w, &at("norm2"), d, EPS)?,
+            mlp: QuickGeluMlp { fc1: Linear::load(w, &at("mlp.fc1"), d, i, true)?, fc2: Linear::load(w, &at("mlp.fc2"), i, d, true)? },
+        })
+    }
+
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        let whole = [x.size()[0]];
+        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, &whole);
+        &x + self.mlp.forward(&self.norm2.forward(&x))
+    }
 }
 
 pub struct VisionQwen2 {
@@ -31,20 +61,9 @@ pub struct VisionQwen2 {
 
 impl VisionQwen2 {
     pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen2, VlmError> {
-        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let d = cfg.hidden_size as i64;
         let patch_embed = load_patch_embed(w, cfg)?;
-        let blocks = (0..cfg.depth)
-            .map(|b| {
-                let at = |name: &str| format!("visual.blocks.{b}.{name}");
-                Ok(Block {
-                    norm1: LayerNorm::load(w, &at("norm1"), d, EPS)?,
-                    norm2: LayerNorm::load(w, &at("norm2"), d, EPS)?,
-                    attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
-                    fc1: Linear::load(w, &at("mlp.fc1"), d, i, true)?,
-                    fc2: Linear::load(w, &at("mlp.fc2"), i, d, true)?,
-                })
-            })
-            .collect::<Result<Vec<_>, VlmError>>()?;
+        let blocks = (0..cfg.depth).map(|b| Block::load(w, &format!("visual.blocks.{b}"), cfg)).collect::<Result<Vec<_>, VlmError>>()?;
         Ok(VisionQwen2 {
             patch_embed,
             blocks,
@@ -61,13 +80,8 @@ impl VisionQwen2 {
         let heads = self.cfg.num_heads as i64;
         let head_dim = self.cfg.hidden_size as i64 / heads;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
-        let whole = [x.size()[0]];
-        for b in &self.blocks {
-            let attended = b.attn.forward(&b.norm1.forward(&x), &cos, &sin, &whole);
-            x = x + attended;
-            let h = b.fc1.forward(&b.norm2.forward(&x));
-            let h = &h * (&h * 1.702).sigmoid(); // quick GELU
-            x = x + b.fc2.forward(&h);
+        for block in &self.blocks {
+            x = block.forward(&x, &cos, &sin);
         }
         self.merger.forward(&self.ln_q.forward(&x))
     }

@@ -1,26 +1,42 @@
 //! The Qwen2.5-VL vision tower: patch embedding, blocks with RMSNorm and gated SiLU that attend
 //! within windows of merged patches (all but the `fullatt_block_indexes` blocks, which attend
 //! over the whole image), then the patch merger and the window order undone.
-// `x = x + y` on purpose: `+=` on a tch tensor adds in place, and `x` may share storage with
-// the caller's input.
-#![allow(clippy::assign_op_pattern)]
 
 use tch::Tensor;
 
 use super::config::VisionConfig;
-use super::layers::{load_patch_embed, vision_rotary, Linear, MergerMlp, RmsNorm, VisionAttention};
-use super::model_dir::VlmError;
+use super::error::VlmError;
+use super::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, VisionAttention};
 use super::weights::Weights;
 
 const EPS: f64 = 1e-6;
 
+/// Pre-norm attention (within windows, or over the whole image), then a pre-norm gated MLP, each
+/// added back.
 struct Block {
     norm1: RmsNorm,
-    norm2: RmsNorm,
     attn: VisionAttention,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    norm2: RmsNorm,
+    mlp: GatedMlp,
+}
+
+impl Block {
+    fn load(w: &Weights, prefix: &str, cfg: &VisionConfig) -> Result<Block, VlmError> {
+        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let at = |name: &str| format!("{prefix}.{name}");
+        Ok(Block {
+            norm1: RmsNorm::load(w, &at("norm1"), d, EPS)?,
+            attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
+            norm2: RmsNorm::load(w, &at("norm2"), d, EPS)?,
+            mlp: GatedMlp::load(w, &at("mlp"), d, i, true)?,
+        })
+    }
+
+    /// `lens`: the rows of each attention window, in order.
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
+        &x + self.mlp.forward(&self.norm2.forward(&x))
+    }
 }
 
 pub struct VisionQwen25 {
@@ -33,21 +49,9 @@ pub struct VisionQwen25 {
 
 impl VisionQwen25 {
     pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionQwen25, VlmError> {
-        let (d, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let d = cfg.hidden_size as i64;
         let patch_embed = load_patch_embed(w, cfg)?;
-        let blocks = (0..cfg.depth)
-            .map(|b| {
-                let at = |name: &str| format!("visual.blocks.{b}.{name}");
-                Ok(Block {
-                    norm1: RmsNorm::load(w, &at("norm1"), d, EPS)?,
-                    norm2: RmsNorm::load(w, &at("norm2"), d, EPS)?,
-                    attn: VisionAttention::load(w, &at("attn"), d, cfg.num_heads as i64)?,
-                    gate: Linear::load(w, &at("mlp.gate_proj"), d, i, true)?,
-                    up: Linear::load(w, &at("mlp.up_proj"), d, i, true)?,
-                    down: Linear::load(w, &at("mlp.down_proj"), i, d, true)?,
-                })
-            })
-            .collect::<Result<Vec<_>, VlmError>>()?;
+        let blocks = (0..cfg.depth).map(|b| Block::load(w, &format!("visual.blocks.{b}"), cfg)).collect::<Result<Vec<_>, VlmError>>()?;
         Ok(VisionQwen25 {
             patch_embed,
             blocks,
@@ -77,12 +81,9 @@ impl VisionQwen25 {
         let (cos, sin) = (by_window(&cos.squeeze_dim(1)).unsqueeze(1), by_window(&sin.squeeze_dim(1)).unsqueeze(1));
         let n = x.size()[0];
         let whole = [n];
-        for (index, b) in self.blocks.iter().enumerate() {
+        for (index, block) in self.blocks.iter().enumerate() {
             let lens: &[i64] = if cfg.fullatt_block_indexes.contains(&index) { &whole } else { &window_lens };
-            let attended = b.attn.forward(&b.norm1.forward(&x), &cos, &sin, lens);
-            x = x + attended;
-            let h = b.norm2.forward(&x);
-            x = x + b.down.forward(&(b.gate.forward(&h).silu() * b.up.forward(&h)));
+            x = block.forward(&x, &cos, &sin, lens);
         }
         let merged = self.merger.forward(&self.ln_q.forward(&x));
         merged.index_select(0, &order_t.argsort(0, false))

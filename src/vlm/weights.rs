@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use tch::{Device, Kind, Tensor};
 
-use super::model_dir::VlmError;
+use super::error::VlmError;
 
 pub struct Weights {
     tensors: HashMap<String, Tensor>,

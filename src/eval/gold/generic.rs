@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{csv_reader, GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping};
-use crate::labels::{LABELS, NO_FINDING};
+use crate::vocab::{LABELS, NO_FINDING};
 
 pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
     let mut reader = csv_reader(path)?;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{csv_reader, GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
-use crate::labels::{LABELS, NO_FINDING};
+use crate::vocab::{LABELS, NO_FINDING};
 
 /// NIH findings that present as airspace opacity; atelectasis (volume loss) is left out.
 const AIRSPACE_OPACITY: [&str; 4] = ["Consolidation", "Infiltration", "Pneumonia", "Edema"];

@@ -13,11 +13,13 @@ mod google;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::release_spec::GoldFormat;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GoldError {
-    #[error("cannot read gold file {}: {source}", path.display())]
+    #[error("cannot read gold file {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}:{line}: {message}", path.display())]
     Row { path: PathBuf, line: u64, message: String },
@@ -26,23 +28,6 @@ pub enum GoldError {
 /// Gold value per (image index, label). The label is an NIH label, or the gold's own name for a
 /// composite (see [`LabelMapping`]).
 pub type GoldLabels = BTreeMap<(String, String), bool>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GoldFormat {
-    #[default]
-    Generic,
-    GoogleNih,
-}
-
-impl GoldFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            GoldFormat::Generic => "generic",
-            GoldFormat::GoogleNih => "google-nih",
-        }
-    }
-}
 
 /// How one gold column maps onto NIH labels. With one NIH label the gold is scored as that
 /// label; with several it becomes a composite named `gold`, scored on a derived row whose NIH

@@ -7,16 +7,22 @@ use serde::Serialize;
 
 use super::layer::*;
 use crate::hashing::sha256_json;
-use crate::labels::{LABELS, SUPPORT_DEVICES};
+use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
-/// A fully resolved release spec. Its JSON form (absolute paths left out, so it is the same on
-/// every machine) is what build.lock records and what the spec hash covers.
+/// A complete, validated release spec: plain data. The files it names (calibration, gold labels,
+/// the model) are read by the stage above it, [`crate::inputs`], whose resolved form is what
+/// build.lock records and the spec hash covers (absolute paths left out, so it is the same on
+/// every machine).
 #[derive(Debug, Clone, Serialize)]
 pub struct ReleaseSpec {
     #[serde(skip)]
     pub path: PathBuf,
     #[serde(skip)]
     pub chain: Vec<PathBuf>,
+    /// The parsed files of the `extends` chain, child first, kept so that later stages can point
+    /// their errors at the file and line that set a key.
+    #[serde(skip)]
+    pub layers: Vec<super::LoadedLayer>,
     pub release: ReleaseInfo,
     pub source: SourceSpec,
     pub selection: SelectionSpec,
@@ -38,8 +44,13 @@ pub struct AuditSpec {
 }
 
 impl ReleaseSpec {
-    pub fn hash(&self) -> String {
-        sha256_json(self)
+    /// The file (and line) that set `key`, for errors about its value.
+    pub fn locate(&self, key: &str) -> super::KeyLocation {
+        super::locate(&self.layers, key)
+    }
+    /// The folder of the file that set `key`: relative paths resolve against it.
+    pub fn base_dir(&self, key: &str) -> PathBuf {
+        self.locate(key).file.parent().map(std::path::Path::to_path_buf).unwrap_or_default()
     }
 }
 
@@ -67,9 +78,11 @@ pub struct SourceSpec {
     pub train_val_list: Option<String>,
     pub test_list: Option<String>,
     pub images: String,
-    /// Expected sha256 per metadata file name (from the spec, or from the sample's own marker).
+    /// Expected sha256 per metadata file name: the spec's `source.sha256`, to which
+    /// [`crate::inputs`] adds the embedded sample's own pins.
     pub expected_sha256: BTreeMap<String, String>,
     /// True when the root is the embedded synthetic sample (it carries a `sample.json` marker).
+    /// False as the spec is read; set by [`crate::inputs`], which looks at the root.
     pub embedded_sample: bool,
 }
 
@@ -112,9 +125,10 @@ pub struct ModelSpec {
     pub backend: Backend,
     /// `model.path` as written, when the model is a local directory.
     pub path: Option<String>,
-    /// The model directory the engine loads: `model.path` resolved, or the Hugging Face cache's
-    /// snapshot of `id`@`revision`. None when that snapshot is not on this machine yet: the
-    /// build fetches it (`infer::locate_model`).
+    /// The model directory the engine loads: `model.path` resolved against the spec's folder, or
+    /// (filled by [`crate::inputs`]) the Hugging Face cache's snapshot of `id`@`revision`. None
+    /// when that snapshot is not on this machine yet: the build fetches it
+    /// (`infer::locate_model`).
     #[serde(skip)]
     pub dir: Option<PathBuf>,
     /// The commit of that snapshot (machine state, so not part of the spec's hash).
@@ -179,29 +193,17 @@ pub struct SignalSpec {
     pub finding_present_min: f64,
     pub device_confounded_labels: Vec<String>,
     pub tau: f64,
-    /// Per-label calibration of `confidence`, when the spec names a calibration file.
-    pub calibration: Option<CalibrationRef>,
+    /// A calibration file of `confidence` (written by `bpals-release calibrate`), as the spec
+    /// wrote it, relative to the spec that names it. [`crate::inputs`] reads it.
+    pub calibration: Option<String>,
 }
 
-/// A gold file the build evaluates against; its digest is part of the resolved spec.
+/// A gold file the build evaluates against, as the spec names it. [`crate::inputs`] reads it.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvaluationSpec {
-    /// The path as the spec wrote it.
+    /// The path as the spec wrote it, relative to the spec that names it.
     pub gold_file: String,
-    pub format: crate::eval::GoldFormat,
-    pub sha256: String,
-    #[serde(skip)]
-    pub gold: crate::eval::GoldSet,
-}
-
-/// A calibration file named by the spec. Its content and digest are part of the resolved spec,
-/// so the spec hash and build.lock change whenever the calibration does.
-#[derive(Debug, Clone, Serialize)]
-pub struct CalibrationRef {
-    /// The path as the spec wrote it.
-    pub file: String,
-    pub sha256: String,
-    pub table: crate::signal::calibration::Calibration,
+    pub format: GoldFormat,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,13 +1,12 @@
 //! From merged layers to a complete, validated [`ReleaseSpec`]: one function per section.
 
-use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use super::expand::{expand, ExpandError};
 use super::layer::*;
 use super::types::*;
 use super::{locate, LoadedLayer, SpecError};
-use crate::labels::{LABELS, SUPPORT_DEVICES};
+use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
 /// Looks up where keys were set, to build errors that point at a file and line.
 struct Resolver<'a> {
@@ -95,7 +94,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
     let evaluation = match merged.evaluation {
-        Some(EvaluationLayer { gold: Some(file), format }) => Some(read_gold(&r, &file, format.unwrap_or_default())?),
+        Some(EvaluationLayer { gold: Some(gold_file), format }) => Some(EvaluationSpec { gold_file, format: format.unwrap_or_default() }),
         Some(EvaluationLayer { gold: None, format: Some(_) }) => {
             return Err(r.invalid("evaluation.format", "is set but evaluation.gold names no gold file"))
         }
@@ -104,6 +103,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
         chain: chain.iter().map(|l| l.path.clone()).collect(),
+        layers: chain.to_vec(),
         release,
         source,
         selection,
@@ -159,20 +159,14 @@ fn resolve_source(r: &Resolver<'_>, layer: Option<SourceLayer>, env: &dyn Fn(&st
     }
     let images_raw = r.req(src.images, "source.images")?;
     let images = r.inside_root("source.images", r.expand("source.images", &images_raw, env)?)?;
-    let mut expected_sha256 = src.sha256.unwrap_or_default();
+    let expected_sha256 = src.sha256.unwrap_or_default();
     for (name, digest) in &expected_sha256 {
         if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
             return Err(r.invalid("source.sha256", format!("{name}: expected 64 lowercase hex digits, got {digest:?}")));
         }
     }
-    let marker = root.join("sample.json");
-    let embedded_sample = marker.is_file();
-    if embedded_sample {
-        let pins = read_sample_marker(&marker).map_err(|m| r.invalid("source.root", m))?;
-        for (name, digest) in pins {
-            expected_sha256.entry(name).or_insert(digest);
-        }
-    }
+    // Whether the root is the embedded sample is a fact of the files: `inputs` looks.
+    let embedded_sample = false;
     let source =
         SourceSpec { root, root_as_written, data_entry, bbox, train_val_list, test_list, images, expected_sha256, embedded_sample };
     Ok(source)
@@ -194,10 +188,10 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
             let rows = r.req(t.rows, "selection.trial.rows")?;
             let quotas = r.req(t.quotas, "selection.trial.quotas")?;
             for (class, share) in &quotas {
-                if crate::signal::TrustClass::parse(class).is_none() {
+                if crate::vocab::TrustClass::parse(class).is_none() {
                     return Err(r.invalid(
                         "selection.trial.quotas",
-                        format!("unknown trust class {class:?}: expected one of {}", crate::signal::TrustClass::NAMES.join(", ")),
+                        format!("unknown trust class {class:?}: expected one of {}", crate::vocab::TrustClass::NAMES.join(", ")),
                     ));
                 }
                 if !(0.0..=1.0).contains(share) {
@@ -227,22 +221,13 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
     let backend = r.req(m.backend, "model.backend")?;
     let id: String = r.req(m.id.clone(), "model.id")?;
     let revision: String = r.req(m.revision.clone(), "model.revision")?;
-    let (dir, commit) = match (backend, &m.path) {
-        (Backend::Fixture, _) => (None, None),
-        (Backend::Qwen2vl, Some(path)) => {
-            let dir = r.base_dir("model.path").join(path);
-            if !dir.is_dir() {
-                return Err(
-                    r.invalid("model.path", format!("{} is not a directory (expected a Hugging Face model directory)", dir.display()))
-                );
-            }
-            (Some(dir), None)
-        }
-        (Backend::Qwen2vl, None) => match crate::hub::model::cached_snapshot(&crate::hub::model::cache_dir(), &id, &revision) {
-            Some(s) => (Some(s.dir), Some(s.commit)),
-            None => (None, None),
-        },
+    // A local directory is resolved against the spec's folder; `inputs` checks that it exists
+    // and looks for a Hub model in the Hugging Face cache.
+    let dir = match (backend, &m.path) {
+        (Backend::Qwen2vl, Some(path)) => Some(r.base_dir("model.path").join(path)),
+        _ => None,
     };
+    let commit = None;
     let model = ModelSpec {
         backend,
         path: m.path.clone(),
@@ -301,10 +286,7 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         finding_present_min: r.probability(s.finding_present_min, "signal.finding_present_min", 0.5)?,
         device_confounded_labels: s.device_confounded_labels.unwrap_or_default(),
         tau: s.tau.unwrap_or(3.0),
-        calibration: match s.calibration.as_deref() {
-            None | Some("none") => None,
-            Some(file) => Some(read_calibration(r, file)?),
-        },
+        calibration: s.calibration.filter(|file| file != "none"),
     };
     if !(signal.trusted_min_agreement > signal.review_min_agreement && signal.review_min_agreement > signal.suspect_min_agreement) {
         return Err(r.invalid(
@@ -391,47 +373,4 @@ fn resolve_audit(r: &Resolver<'_>, layer: Option<AuditLayer>) -> Result<AuditSpe
         return Err(r.invalid("audit.logit_tolerance", format!("expected a number >= 0, got {tolerance}")));
     }
     Ok(AuditSpec { logit_tolerance: tolerance })
-}
-
-/// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
-fn read_gold(r: &Resolver<'_>, file: &str, format: crate::eval::GoldFormat) -> Result<EvaluationSpec, SpecError> {
-    let key = "evaluation.gold";
-    let path = r.base_dir(key).join(file);
-    let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read gold file {}: {e}", path.display())))?;
-    let gold = crate::eval::gold::read(&path, format).map_err(|e| r.invalid(key, e.to_string()))?;
-    Ok(EvaluationSpec { gold_file: file.to_string(), format, sha256: crate::hashing::sha256_hex(&bytes), gold })
-}
-
-/// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.
-fn read_calibration(r: &Resolver<'_>, file: &str) -> Result<CalibrationRef, SpecError> {
-    let key = "signal.calibration";
-    let path = r.base_dir(key).join(file);
-    let bytes = std::fs::read(&path).map_err(|e| r.invalid(key, format!("cannot read calibration file {}: {e}", path.display())))?;
-    let table: crate::signal::calibration::Calibration =
-        serde_json::from_slice(&bytes).map_err(|e| r.invalid(key, format!("{} is not a calibration file: {e}", path.display())))?;
-    if table.format != crate::signal::calibration::CALIBRATION_FORMAT {
-        return Err(r.invalid(
-            key,
-            format!("{}: format {:?}, expected {:?}", path.display(), table.format, crate::signal::calibration::CALIBRATION_FORMAT),
-        ));
-    }
-    if let Some(bad) = table.labels.keys().find(|l| !LABELS.contains(&l.as_str())) {
-        return Err(r.invalid(key, format!("{}: unknown label {bad:?}", path.display())));
-    }
-    Ok(CalibrationRef { file: file.to_string(), sha256: crate::hashing::sha256_hex(&bytes), table })
-}
-
-/// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.
-fn read_sample_marker(path: &Path) -> Result<BTreeMap<String, String>, String> {
-    #[derive(serde::Deserialize)]
-    struct Marker {
-        embedded_sample: bool,
-        sha256: BTreeMap<String, String>,
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let marker: Marker = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !marker.embedded_sample {
-        return Err(format!("{}: `embedded_sample` must be true", path.display()));
-    }
-    Ok(marker.sha256)
 }

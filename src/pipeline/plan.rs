@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{prepare, BuildError, BuildOptions};
 use crate::infer::{count_cached, ScoreCache};
-use crate::spec::ReleaseSpec;
+use crate::inputs::ResolvedSpec;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanStage {
@@ -32,7 +32,7 @@ pub struct Plan {
     pub stages: Vec<PlanStage>,
 }
 
-pub fn plan(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Plan, BuildError> {
+pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildError> {
     // A dry run never downloads: it plans with what this machine already has.
     let prepared = prepare(spec, &BuildOptions { offline: true, ..options.clone() })?;
     let cache = ScoreCache::new(&options.cache_dir);

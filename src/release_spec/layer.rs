@@ -367,7 +367,7 @@ pub struct EvaluationLayer {
     /// Expert labels to evaluate the build against, for the card.
     pub gold: Option<String>,
     /// `generic` (CSV image_index,label,value; the default) or `google-nih`.
-    pub format: Option<crate::eval::GoldFormat>,
+    pub format: Option<GoldFormat>,
 }
 
 impl Merge for EvaluationLayer {
@@ -416,6 +416,24 @@ impl Addition {
             Addition::ObservableSigns => "observable signs (S2)",
             Addition::Reasoning => "the reasoning behind each judgment (S3)",
             Addition::ReportText => "paraphrased report-style text per image (S4)",
+        }
+    }
+}
+
+/// The layout of a gold-label file (`evaluation.format`, `eval --format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GoldFormat {
+    #[default]
+    Generic,
+    GoogleNih,
+}
+
+impl GoldFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            GoldFormat::Generic => "generic",
+            GoldFormat::GoogleNih => "google-nih",
         }
     }
 }

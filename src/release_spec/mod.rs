@@ -17,7 +17,7 @@ mod types;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use layer::{Addition, Backend, Compression, DevicePolicy, Dtype, RowPolicy, Split, Status, Tier, Visibility};
+pub use layer::{Addition, Backend, Compression, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
 pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.
@@ -39,7 +39,7 @@ impl fmt::Display for KeyLocation {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("cannot read spec {}: {source}", path.display())]
+    #[error("cannot read spec {}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
     #[error("invalid spec {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },

@@ -8,28 +8,32 @@
 pub mod output;
 mod plan;
 pub(crate) mod records;
+mod report;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 pub use plan::{plan, Plan, PlanStage};
+pub use report::{demo_banner, BuildReport, InferShardReport};
 
 use crate::card::{self, CardError, CardInput, SplitFacts, TableFacts};
 use crate::hashing::{sha256_json, sha256_parts};
 use crate::infer::{self, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer, ShardSpec};
-use crate::manifest::{self, BuildLock, Manifest, ManifestFile, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
-use crate::select::{self, trial, SelectError, Selection};
+use crate::inputs::{InputsError, ResolvedSpec};
+use crate::manifest::{self, BuildLock, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
+use crate::release_spec::{gates, series, ReleaseSpec, SpecError, Split};
+use crate::select::{self, SelectError, Selection};
 use crate::shard::{self, ShardError, ShardMeta};
 use crate::signal;
 use crate::source::{self, NihTable, SourceError};
-use crate::spec::{gates, series, ReleaseSpec, SpecError, Split};
+use crate::trial;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(transparent)]
     Spec(#[from] SpecError),
+    #[error(transparent)]
+    Inputs(#[from] InputsError),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -42,7 +46,7 @@ pub enum BuildError {
     Card(#[from] CardError),
     #[error(transparent)]
     Plot(#[from] crate::card::plots::PlotError),
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Images(String),
@@ -69,35 +73,20 @@ pub struct BuildOptions {
     pub offline: bool,
 }
 
-/// What the build did, for the CLI to print.
-#[derive(Debug, Clone, Serialize)]
-pub struct BuildReport {
-    pub out: PathBuf,
-    pub release_id: String,
-    pub demo_reasons: Vec<String>,
-    pub scorer: String,
-    pub images: usize,
-    pub rows: usize,
-    pub cached_images: usize,
-    pub scored_images: usize,
-    pub files: Vec<ManifestFile>,
-    pub notes: Vec<String>,
-}
-
 /// The stages up to the inputs of inference: shared by `build`, `build --dry-run` and `infer`.
 pub struct Prepared {
     pub table: NihTable,
     pub selection: Selection,
     pub jobs: Vec<ImageJob>,
     pub scorer: Box<dyn Scorer>,
-    pub questions: Vec<crate::spec::Question>,
+    pub questions: Vec<crate::release_spec::Question>,
     pub prompt_set_hash: String,
     pub demo_reasons: Vec<String>,
     pub notes: Vec<String>,
     pub stage_keys: BTreeMap<String, String>,
 }
 
-pub fn prepare(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Prepared, BuildError> {
+pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, BuildError> {
     if options.publishable {
         gates::check_publishable(spec)?;
     }
@@ -129,11 +118,11 @@ pub fn prepare(spec: &ReleaseSpec, options: &BuildOptions) -> Result<Prepared, B
     let ingest = sha256_parts(&["ingest", &tool.version, &sha256_json(&spec.source), &sha256_json(&table.inputs)]);
     let select_key = sha256_parts(&["select", &ingest, &sha256_json(&spec.selection)]);
     let infer_key = sha256_parts(&["infer", &select_key, &scorer.identity().hash(), &prompt_set_hash]);
-    let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal)]);
+    let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal_json())]);
     let shard_key = sha256_parts(&["shard", &signal_key, &sha256_json(&spec.output), &sha256_json(&spec.release)]);
     // The card also carries the evaluation when the spec names a gold file.
     let card_key =
-        sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish), &sha256_json(&spec.evaluation)]);
+        sha256_parts(&["card", &shard_key, &sha256_json(&spec.card), &sha256_json(&spec.publish), &sha256_json(&spec.evaluation_json())]);
     for (name, key) in
         [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)]
     {
@@ -159,14 +148,22 @@ fn image_jobs(spec: &ReleaseSpec, selection: &Selection) -> Result<Vec<ImageJob>
 }
 
 /// Fills the score cache for one shard of the images (`bpals-release infer --shard K/N`).
-pub fn infer_shard(spec: &ReleaseSpec, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<infer::InferReport, BuildError> {
+pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<InferShardReport, BuildError> {
     let prepared = prepare(spec, options)?;
     let cache = ScoreCache::new(&options.cache_dir);
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    Ok(infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?)
+    let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    Ok(InferShardReport {
+        release_id: spec.release.id.clone(),
+        shard,
+        images: report.scores.iter().filter(|s| s.is_some()).count(),
+        computed: report.computed,
+        cached: report.cached,
+        cache_dir: options.cache_dir.clone(),
+    })
 }
 
-pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
+pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
     let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, mut notes, stage_keys } =
         prepare(spec, options)?;
     log(&format!(
@@ -185,7 +182,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
 
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
-    let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &spec.signal));
+    let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
     let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
@@ -246,6 +243,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
     let series = load_series_lenient(spec, &mut notes);
     let card_input = CardInput {
         spec,
+        spec_json: spec.to_json(),
         demo_reasons: &demo_reasons,
         scorer: scorer.identity(),
         series: &series,
@@ -266,7 +264,7 @@ pub fn build(spec: &ReleaseSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> 
         tool: ToolInfo::current(),
         spec_file: spec.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         spec_sha256: spec.hash(),
-        spec: serde_json::to_value(spec).expect("plain data"),
+        spec: spec.to_json(),
         inputs: serde_json::to_value(&table.inputs).expect("plain data"),
         images: selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.clone(), s.image_sha256.clone())).collect(),
         scorer: serde_json::to_value(scorer.identity()).expect("plain data"),

@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{PairRow, Selection};
 use crate::hashing::stable_u64;
-use crate::labels::LABELS;
+use crate::release_spec::TrialSpec;
+use crate::select::{PairRow, Selection};
 use crate::signal::{Signal, TrustClass};
-use crate::spec::TrialSpec;
+use crate::vocab::LABELS;
 
 /// What one stratum asked for and got; the card shows this table.
 #[derive(Debug, Clone, Serialize, PartialEq)]

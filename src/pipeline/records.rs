@@ -1,11 +1,11 @@
 //! Joins the selection, the scores and the signal into shard records.
 
 use crate::infer::ImageScores;
-use crate::labels::LABELS;
+use crate::release_spec::Question;
 use crate::select::Selection;
 use crate::shard::{ImageRecord, PairRecord};
 use crate::signal::{QuestionIndex, Signal};
-use crate::spec::Question;
+use crate::vocab::LABELS;
 
 /// Per-label and per-device question positions, computed once for all rows.
 pub struct RecordTable<'a> {

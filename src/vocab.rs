@@ -1,7 +1,10 @@
-//! The NIH ChestX-ray14 label vocabulary and the support devices the signal watches for.
+//! The vocabulary every stage shares: NIH ChestX-ray14's labels, the support devices the signal
+//! watches for, and the trust classes. It imports nothing, so any module may use it.
 //!
 //! Labels are stored by name everywhere outside this module: the vocabulary is small and fixed,
 //! and names are what a reader of a Parquet shard or a spec expects to see.
+
+use serde::Serialize;
 
 /// The 14 findings in NIH's own order, then "No Finding".
 pub const LABELS: [&str; 15] = [
@@ -38,5 +41,27 @@ pub fn normalize_bbox_label(name: &str) -> &str {
     match name {
         "Infiltrate" => "Infiltration",
         other => other,
+    }
+}
+
+/// The trust classes of a (image, label) pair, from most to least trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustClass {
+    Trusted,
+    Review,
+    Suspect,
+    LikelyMislabeled,
+}
+
+impl TrustClass {
+    pub const NAMES: [&'static str; 4] = ["trusted", "review", "suspect", "likely_mislabeled"];
+    pub const ALL: [TrustClass; 4] = [TrustClass::Trusted, TrustClass::Review, TrustClass::Suspect, TrustClass::LikelyMislabeled];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
     }
 }

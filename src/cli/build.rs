@@ -1,0 +1,72 @@
+//! `bpals-release build SPEC`: a release directory from a spec.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{CacheDirArg, JobsArg, JsonArg, OfflineArg, ProgressArg};
+use bpals_release::pipeline::{self, demo_banner, BuildOptions};
+use bpals_release::{inputs, release_spec::gates};
+
+#[derive(Args)]
+pub struct BuildArgs {
+    /// The release spec (YAML).
+    spec: PathBuf,
+    /// Release directory to write [default: releases/<release id>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the resolved plan (stages, keys, cache hits) and stop: nothing is scored or written.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    json: JsonArg,
+    #[command(flatten)]
+    pub(super) run: RunArgs,
+}
+
+/// The flags of every command that scores images: `build` and `infer`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Refuse demo inputs (embedded sample, fixture scorer, random weights, unpinned files).
+    #[arg(long)]
+    publishable: bool,
+    #[command(flatten)]
+    jobs: JobsArg,
+    #[command(flatten)]
+    cache_dir: CacheDirArg,
+    #[command(flatten)]
+    progress: ProgressArg,
+    #[command(flatten)]
+    offline: OfflineArg,
+}
+
+impl RunArgs {
+    pub fn options(&self, out: PathBuf) -> BuildOptions {
+        BuildOptions {
+            out,
+            jobs: self.jobs.get(),
+            cache_dir: self.cache_dir.get(),
+            publishable: self.publishable,
+            progress: self.progress.enabled(),
+            offline: self.offline.offline,
+        }
+    }
+}
+
+pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let spec = inputs::load(&args.spec)?;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("releases").join(&spec.release.id));
+    let options = args.run.options(out);
+    if args.dry_run {
+        args.json.print(&pipeline::plan(&spec, &options)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let demo = gates::demo_reasons(&spec);
+    if !demo.is_empty() && !options.publishable {
+        eprint!("{}", demo_banner(&demo));
+    }
+    let report = pipeline::build(&spec, &options, &|line| eprintln!("{line}"))?;
+    args.json.print(&report)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,162 @@
+//! The command line, one file per command. This file holds the flag groups several commands
+//! share, each defined once so that a flag means the same thing (and reads the same
+//! environment variable) wherever it appears.
+
+pub mod bench;
+pub mod build;
+pub mod calibrate;
+pub mod describe;
+pub mod diff;
+pub mod doctor;
+pub mod engine;
+pub mod eval;
+pub mod infer;
+pub mod probe;
+pub mod publish;
+pub mod rebuild;
+pub mod source;
+pub mod verify;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use bpals_release::hub;
+
+/// `--jobs`: how many threads work at once.
+#[derive(Args)]
+pub struct JobsArg {
+    /// Worker threads for scoring and shard writing [default: the number of CPUs].
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+}
+
+impl JobsArg {
+    pub fn get(&self) -> usize {
+        self.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// `--offline`: never touch the network.
+#[derive(Args)]
+pub struct OfflineArg {
+    /// Never touch the network: a model missing from the Hugging Face cache is an error instead
+    /// of a download (also set by HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// `--cache-dir`: the score cache builds and sharded `infer` runs share.
+#[derive(Args)]
+pub struct CacheDirArg {
+    /// Score cache folder, shared by builds and sharded `infer` runs [default:
+    /// $XDG_CACHE_HOME/bpals-release, else ~/.cache/bpals-release].
+    #[arg(long, env = "BPALS_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+impl CacheDirArg {
+    pub fn get(&self) -> PathBuf {
+        self.cache_dir.clone().unwrap_or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(|| PathBuf::from(".cache"));
+            base.join("bpals-release")
+        })
+    }
+}
+
+/// `--json`: the command's report as JSON on stdout instead of text.
+#[derive(Args)]
+pub struct JsonArg {
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl JsonArg {
+    /// Prints `report` as JSON or as its own text rendering.
+    pub fn print<T: Serialize + std::fmt::Display>(&self, report: &T) -> anyhow::Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(report)?);
+        } else {
+            print!("{report}");
+        }
+        Ok(())
+    }
+}
+
+/// `--no-progress`: no progress bars on stderr.
+#[derive(Args)]
+pub struct ProgressArg {
+    /// Never draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl ProgressArg {
+    pub fn enabled(&self) -> bool {
+        !self.no_progress
+    }
+}
+
+/// Where the Hub is and how hard to try.
+#[derive(Args)]
+pub struct HubArgs {
+    /// Hub API endpoint [default: $HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Retries after a transient HTTP failure (5xx, 429, dropped connection) [default: hf-hub's 5].
+    #[arg(long)]
+    pub retries: Option<usize>,
+    /// Seconds a request may connect or wait for data before it fails (and is retried).
+    #[arg(long, value_name = "SECS", default_value_t = hub::DEFAULT_STALL_TIMEOUT.as_secs())]
+    pub timeout: u64,
+}
+
+impl HubArgs {
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+    pub fn connect(&self) -> anyhow::Result<hub::Hub> {
+        Ok(hub::Hub::connect(self.endpoint.as_deref(), self.retries, self.stall_timeout())?)
+    }
+}
+
+/// `--gold` and `--format`: expert labels, for `eval` and `calibrate`.
+#[derive(Args)]
+pub struct GoldArgs {
+    /// Expert gold labels, in the format given by --format.
+    #[arg(long)]
+    pub gold: PathBuf,
+    #[arg(long, value_enum, default_value_t = GoldFormatArg::Generic)]
+    pub format: GoldFormatArg,
+}
+
+impl GoldArgs {
+    pub fn read(&self) -> anyhow::Result<bpals_release::eval::GoldSet> {
+        Ok(bpals_release::eval::gold::read(&self.gold, self.format.into())?)
+    }
+}
+
+/// Gold file formats.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum GoldFormatArg {
+    /// A CSV with header image_index,label,value (value 0 or 1), NIH label names or "No Finding".
+    Generic,
+    /// Google's expert relabels of NIH images: the four-findings adjudicated labels, or the
+    /// all-findings labels (one row per image, or per reader with a majority vote).
+    GoogleNih,
+}
+
+impl From<GoldFormatArg> for bpals_release::release_spec::GoldFormat {
+    fn from(f: GoldFormatArg) -> Self {
+        match f {
+            GoldFormatArg::Generic => Self::Generic,
+            GoldFormatArg::GoogleNih => Self::GoogleNih,
+        }
+    }
+}

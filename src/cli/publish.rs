@@ -1,0 +1,40 @@
+//! `bpals-release publish DIR`: one verified release, one commit, one tag on the Hub.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::HubArgs;
+use bpals_release::publish;
+
+#[derive(Args)]
+pub struct PublishArgs {
+    /// The release directory (it must verify).
+    dir: PathBuf,
+    /// Dataset repo ORG/NAME [default: the spec's publish.repo].
+    #[arg(long)]
+    repo: Option<String>,
+    #[command(flatten)]
+    hub: HubArgs,
+    /// Print the plan (files new, changed, unchanged or removed; the tag) and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Publish a demo build anyway: only to an --endpoint other than the public Hub (staging, tests).
+    #[arg(long)]
+    allow_demo: bool,
+}
+
+pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
+    let options = publish::PublishOptions {
+        repo: args.repo,
+        stall_timeout: args.hub.stall_timeout(),
+        endpoint: args.hub.endpoint,
+        dry_run: args.dry_run,
+        allow_demo: args.allow_demo,
+        retries: args.hub.retries,
+    };
+    let outcome = publish::publish(&args.dir, &options, &|m| eprintln!("{}", m.trim_end()))?;
+    print!("{outcome}");
+    Ok(ExitCode::SUCCESS)
+}

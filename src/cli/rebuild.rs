@@ -1,0 +1,48 @@
+//! `bpals-release rebuild DIR --audit`: rebuild from build.lock and compare every byte.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{JobsArg, JsonArg, OfflineArg};
+use bpals_release::audit::rebuild::{rebuild_audit, RebuildOptions};
+
+#[derive(Args)]
+pub struct RebuildArgs {
+    /// The release directory (with its build.lock).
+    dir: PathBuf,
+    /// Compare the rebuild with DIR and report; exits non-zero on any mismatch.
+    #[arg(long, required = true)]
+    audit: bool,
+    /// The spec the release was built from [default: specs/<the spec file named in build.lock>].
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Reuse this score cache instead of rerunning inference in a fresh one. (Unlike `build`,
+    /// an audit never reads BPALS_CACHE_DIR: by default it reruns inference.)
+    #[arg(long, value_name = "DIR")]
+    reuse_cache: Option<PathBuf>,
+    /// Rebuild here and keep it [default: a temporary directory, removed when the audit passes].
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    #[command(flatten)]
+    jobs: JobsArg,
+    #[command(flatten)]
+    offline: OfflineArg,
+    #[command(flatten)]
+    json: JsonArg,
+}
+
+pub fn run(args: RebuildArgs) -> anyhow::Result<ExitCode> {
+    let options = RebuildOptions {
+        spec: args.spec,
+        cache_dir: args.reuse_cache,
+        scratch: args.scratch,
+        jobs: args.jobs.get(),
+        progress: false,
+        offline: args.offline.offline,
+    };
+    let report = rebuild_audit(&args.dir, &options, &|m| eprintln!("{m}"))?;
+    args.json.print(&report)?;
+    Ok(if report.pass { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,35 @@
+//! What can stop an evaluation: the release's files, or a gold file that matches none of it.
+
+use std::path::PathBuf;
+
+use crate::manifest::ManifestError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Release(#[from] ManifestError),
+    #[error("{}: the manifest lists no pair shards (data/full-* or data/trial-*)", dir.display())]
+    NoPairShards { dir: PathBuf },
+    #[error("cannot read {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read the Parquet file {}", path.display())]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("cannot read the Parquet file {}", path.display())]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    #[error("{}: no column `{column}`", path.display())]
+    MissingColumn { path: PathBuf, column: String },
+    #[error("no gold judgement in {gold} matches a row of release {release}")]
+    NoMatch { gold: String, release: String },
+}

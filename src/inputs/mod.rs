@@ -1,0 +1,184 @@
+//! The files a release spec names, read and checked: the embedded sample's pins, the model
+//! directory (or its snapshot in the Hugging Face cache), the calibration table and the gold
+//! labels.
+//!
+//! The spec ([`crate::release_spec`]) is plain data; this is the first stage that looks at what
+//! it points to. Its errors still name the spec file, line and key that named the file.
+
+mod lock_json;
+
+use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::eval::{GoldError, GoldSet};
+use crate::hashing::sha256_hex;
+use crate::release_spec::{self, Backend, GoldFormat, KeyLocation, ReleaseSpec, SpecError};
+use crate::signal::calibration::{Calibration, CalibrationError};
+
+/// A release spec with the files it names read: what every stage after it works from.
+///
+/// It dereferences to the [`ReleaseSpec`], whose sections the stages read directly.
+#[derive(Debug, Clone)]
+pub struct ResolvedSpec {
+    spec: ReleaseSpec,
+    /// The table `signal.calibration` names, if any.
+    pub calibration: Option<CalibrationRef>,
+    /// The gold labels `evaluation.gold` names, if any.
+    pub evaluation: Option<Evaluation>,
+}
+
+impl Deref for ResolvedSpec {
+    type Target = ReleaseSpec;
+    fn deref(&self) -> &ReleaseSpec {
+        &self.spec
+    }
+}
+
+/// A calibration file named by the spec. Its content and digest are part of the resolved spec,
+/// so the spec hash and build.lock change whenever the calibration does.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationRef {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub sha256: String,
+    pub table: Calibration,
+}
+
+/// A gold file the build evaluates against; its digest is part of the resolved spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    /// The path as the spec wrote it.
+    pub gold_file: String,
+    pub format: GoldFormat,
+    pub sha256: String,
+    #[serde(skip)]
+    pub gold: GoldSet,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InputsError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("{at}: cannot read {}", path.display())]
+    Read {
+        at: KeyLocation,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{at}: cannot use the calibration file")]
+    Calibration {
+        at: KeyLocation,
+        #[source]
+        source: CalibrationError,
+    },
+    #[error("{at}: {}: {message}", path.display())]
+    Invalid { at: KeyLocation, path: PathBuf, message: String },
+    #[error("{at}: cannot use the gold labels")]
+    Gold {
+        at: KeyLocation,
+        #[source]
+        source: GoldError,
+    },
+    #[error("{at}: {} is not a directory (expected a Hugging Face model directory)", dir.display())]
+    ModelDir { at: KeyLocation, dir: PathBuf },
+}
+
+/// Loads a spec and reads the files it names: what the commands that build call.
+pub fn load(path: &Path) -> Result<ResolvedSpec, InputsError> {
+    resolve(release_spec::load(path)?)
+}
+
+/// Reads the files `spec` names. Nothing is fetched: a Hub model missing from the Hugging Face
+/// cache keeps `model.dir` empty, and the build fetches it (`infer::locate_model`).
+pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
+    let marker = spec.source.root.join("sample.json");
+    if marker.is_file() {
+        spec.source.embedded_sample = true;
+        for (name, digest) in read_sample_marker(&spec, &marker)? {
+            spec.source.expected_sha256.entry(name).or_insert(digest);
+        }
+    }
+    locate_local_model(&mut spec)?;
+    let calibration = spec.signal.calibration.as_deref().map(|file| read_calibration(&spec, file)).transpose()?;
+    let evaluation = spec.evaluation.as_ref().map(|e| read_gold(&spec, &e.gold_file, e.format)).transpose()?;
+    Ok(ResolvedSpec { spec, calibration, evaluation })
+}
+
+impl ResolvedSpec {
+    /// The plain spec, for the stages that need nothing it names.
+    pub fn spec(&self) -> &ReleaseSpec {
+        &self.spec
+    }
+    /// The calibration table, if the spec names one.
+    pub fn calibration_table(&self) -> Option<&Calibration> {
+        self.calibration.as_ref().map(|c| &c.table)
+    }
+    /// The spec with its model located (see `infer::locate_model`).
+    pub fn with_model(&self, model: release_spec::ModelSpec) -> ResolvedSpec {
+        ResolvedSpec { spec: ReleaseSpec { model, ..self.spec.clone() }, ..self.clone() }
+    }
+}
+
+/// The model directory a spec names (`model.path`) must exist; a Hub model is looked up in the
+/// Hugging Face cache, which is read but never written here.
+fn locate_local_model(spec: &mut ReleaseSpec) -> Result<(), InputsError> {
+    if spec.model.backend == Backend::Fixture {
+        return Ok(());
+    }
+    match &spec.model.dir {
+        Some(dir) if !dir.is_dir() => Err(InputsError::ModelDir { at: spec.locate("model.path"), dir: dir.clone() }),
+        Some(_) => Ok(()),
+        None => {
+            let cache = crate::hub::model::cache_dir();
+            if let Some(snapshot) = crate::hub::model::cached_snapshot(&cache, &spec.model.id, &spec.model.revision) {
+                spec.model.dir = Some(snapshot.dir);
+                spec.model.commit = Some(snapshot.commit);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn read_file(spec: &ReleaseSpec, key: &str, file: &str) -> Result<(PathBuf, Vec<u8>), InputsError> {
+    let path = spec.base_dir(key).join(file);
+    let bytes = std::fs::read(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    Ok((path, bytes))
+}
+
+/// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
+fn read_gold(spec: &ReleaseSpec, file: &str, format: GoldFormat) -> Result<Evaluation, InputsError> {
+    let key = "evaluation.gold";
+    let (path, bytes) = read_file(spec, key, file)?;
+    let gold = crate::eval::gold::read(&path, format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
+    Ok(Evaluation { gold_file: file.to_string(), format, sha256: sha256_hex(&bytes), gold })
+}
+
+/// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.
+fn read_calibration(spec: &ReleaseSpec, file: &str) -> Result<CalibrationRef, InputsError> {
+    let key = "signal.calibration";
+    let path = spec.base_dir(key).join(file);
+    let (table, bytes) = Calibration::read_with_bytes(&path).map_err(|source| InputsError::Calibration { at: spec.locate(key), source })?;
+    Ok(CalibrationRef { file: file.to_string(), sha256: sha256_hex(&bytes), table })
+}
+
+/// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.
+fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<BTreeMap<String, String>, InputsError> {
+    #[derive(serde::Deserialize)]
+    struct Marker {
+        embedded_sample: bool,
+        sha256: BTreeMap<String, String>,
+    }
+    let key = "source.root";
+    let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.to_path_buf(), message };
+    let text =
+        std::fs::read_to_string(path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
+    let marker: Marker = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if !marker.embedded_sample {
+        return Err(invalid("`embedded_sample` must be true".into()));
+    }
+    Ok(marker.sha256)
+}

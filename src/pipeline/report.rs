@@ -1,0 +1,86 @@
+//! What `build` and `infer` did, each rendering itself for the terminal (and as JSON).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::infer::ShardSpec;
+use crate::manifest::ManifestFile;
+
+/// What the build did.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildReport {
+    pub out: PathBuf,
+    pub release_id: String,
+    pub demo_reasons: Vec<String>,
+    pub scorer: String,
+    pub images: usize,
+    pub rows: usize,
+    pub cached_images: usize,
+    pub scored_images: usize,
+    pub files: Vec<ManifestFile>,
+    pub notes: Vec<String>,
+}
+
+impl fmt::Display for BuildReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "built release {} in {}", self.release_id, self.out.display())?;
+        writeln!(f, "  scorer: {}", self.scorer)?;
+        writeln!(
+            f,
+            "  {} images, {} rows; {} images scored, {} from the cache",
+            self.images, self.rows, self.scored_images, self.cached_images
+        )?;
+        for file in &self.files {
+            match file.rows {
+                Some(rows) => writeln!(f, "  {:<44} {:>10} bytes {:>8} rows  {}", file.path, file.bytes, rows, &file.sha256[..16])?,
+                None => writeln!(f, "  {:<44} {:>10} bytes {:>14}  {}", file.path, file.bytes, "", &file.sha256[..16])?,
+            }
+        }
+        for note in &self.notes {
+            writeln!(f, "  note: {note}")?;
+        }
+        if !self.demo_reasons.is_empty() {
+            f.write_str(&demo_banner(&self.demo_reasons))?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a build is a demo, said before the build starts and again at its end.
+pub fn demo_banner(reasons: &[String]) -> String {
+    let mut s = String::from("DEMO BUILD: not publishable, `publish` will refuse it, because\n");
+    for r in reasons {
+        s.push_str(&format!("  - {r}\n"));
+    }
+    s
+}
+
+/// What `bpals-release infer [--shard K/N]` added to the score cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct InferShardReport {
+    pub release_id: String,
+    #[serde(skip)]
+    pub shard: Option<ShardSpec>,
+    /// Images in this run's shard.
+    pub images: usize,
+    pub computed: usize,
+    pub cached: usize,
+    pub cache_dir: PathBuf,
+}
+
+impl fmt::Display for InferShardReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shard = self.shard.map(|s| format!(" shard {}/{}", s.index, s.count)).unwrap_or_default();
+        writeln!(
+            f,
+            "infer {}{shard}: {} images, {} scored, {} already cached (cache: {})",
+            self.release_id,
+            self.images,
+            self.computed,
+            self.cached,
+            self.cache_dir.display()
+        )
+    }
+}

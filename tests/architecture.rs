@@ -1,0 +1,139 @@
+//! The layering of `src/`: each top-level module imports only modules below it in the pipeline,
+//! and no two files of one module import each other (directly or round a circle). The README's
+//! architecture section says why the order is what it is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Lowest first. A module may import only modules that come before it.
+const LAYERS: [&str; 21] = [
+    "vocab",
+    "hashing",
+    "release_spec",
+    "manifest",
+    "hub",
+    "vlm",
+    "source",
+    "select",
+    "infer",
+    "signal",
+    "trial",
+    "eval",
+    "shard",
+    "card",
+    "inputs",
+    "pipeline",
+    "publish",
+    "audit",
+    "diff",
+    "doctor",
+    "bench",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments (a doc link is not an import) and without its
+/// `#[cfg(test)]` module (tests may reach anywhere).
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+    code.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// Every `NAME` in `prefix NAME` or `prefix{NAME, ...}` (one level of braces).
+fn names_after(text: &str, prefix: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in text.match_indices(prefix) {
+        let rest = &text[at + prefix.len()..];
+        let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            names.extend(group.split(',').map(|item| ident(item.trim())).filter(|n| !n.is_empty()));
+        } else {
+            names.insert(ident(rest));
+        }
+    }
+    names
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// (file, top-level module) for every library file; `main.rs`, `lib.rs` and `cli/` are the binary.
+fn library_files() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let rel = path.strip_prefix(src()).unwrap().to_path_buf();
+            let top = rel.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+            (!["main", "lib", "cli"].contains(&top.as_str())).then_some((path, top))
+        })
+        .collect()
+}
+
+#[test]
+fn every_module_is_placed_in_a_layer() {
+    let modules: BTreeSet<String> = library_files().into_iter().map(|(_, top)| top).collect();
+    let listed: BTreeSet<String> = LAYERS.iter().map(|s| s.to_string()).collect();
+    assert_eq!(modules, listed, "src/ and LAYERS must name the same modules");
+}
+
+#[test]
+fn no_module_imports_one_above_it() {
+    let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
+    let mut upward = Vec::new();
+    for (path, top) in library_files() {
+        for used in names_after(&code(&path), "crate::") {
+            if used == top || rank(&used).is_none() {
+                continue;
+            }
+            if rank(&used) > rank(&top) {
+                upward.push(format!("{} ({top}) imports {used}", path.strip_prefix(src()).unwrap().display()));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that go up the pipeline:\n  {}", upward.join("\n  "));
+}
+
+#[test]
+fn no_two_files_of_a_module_import_each_other() {
+    // Edges between sibling files (mod.rs, the module's front, is left out: it declares them all).
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for (path, top) in library_files() {
+        let dir = path.parent().unwrap().to_path_buf();
+        if path.file_name().unwrap() == "mod.rs" || dir == src() {
+            continue;
+        }
+        let module = dir.strip_prefix(src()).unwrap().to_string_lossy().replace('/', "::");
+        let text = code(&path);
+        let mut siblings = names_after(&text, "super::");
+        siblings.extend(names_after(&text, &format!("crate::{module}::")));
+        let targets = siblings.into_iter().map(|name| dir.join(format!("{name}.rs"))).filter(|p| p.is_file() && *p != path);
+        edges.entry(path.clone()).or_default().extend(targets);
+        let _ = top;
+    }
+    // A circle exists when some file reaches itself.
+    for start in edges.keys() {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<&PathBuf> = edges[start].iter().collect();
+        while let Some(next) = stack.pop() {
+            assert!(next != start, "{} imports itself round a circle of sibling files", start.display());
+            if seen.insert(next) {
+                stack.extend(edges.get(next).into_iter().flatten());
+            }
+        }
+    }
+}
