@@ -34,6 +34,9 @@ pub struct DoctorReport {
     pub tool: ToolInfo,
     pub vlm_feature: bool,
     pub libtorch: Option<LibtorchInfo>,
+    /// The CPU kernel pins in force (see `vlm::cpu_kernels`): the engine's CPU logits are the
+    /// same bits on every AVX2 machine only when each is reproducible.
+    pub cpu_kernels: Vec<crate::vlm::cpu_kernels::KernelSetting>,
     /// Where the Hub token comes from; never the token.
     pub hub_token: String,
     pub hf_cache: PathBuf,
@@ -109,6 +112,7 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
         tool: ToolInfo::current(),
         vlm_feature: cfg!(feature = "vlm"),
         libtorch,
+        cpu_kernels: crate::vlm::cpu_kernels::settings(),
         hub_token: crate::hub::token::source().unwrap_or_else(|| "none configured".into()),
         hf_cache,
         model,

@@ -49,6 +49,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before anything can start libtorch or a second thread.
+    bpals_release::vlm::cpu_kernels::pin();
     let result = match Cli::parse().command {
         Command::Build(a) => cli::build::run(a),
         Command::Infer(a) => cli::infer::run(a),

@@ -118,7 +118,8 @@ fn all_findings_individual_readers_are_reduced_by_majority_vote() {
     let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--format", "google-nih", "--bootstrap", "20"]).assert().success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     assert_eq!(report["gold"]["variant"], "all-findings individual readers (majority vote)");
-    assert_eq!(report["gold_judgements"].as_u64().unwrap() as usize, images.len() * findings.len());
+    // The four findings and No Finding (from Abnormal) on every image.
+    assert_eq!(report["gold_judgements"].as_u64().unwrap() as usize, images.len() * (findings.len() + 1));
     for label in ["Atelectasis", "Cardiomegaly", "Effusion", "Pleural_Thickening"] {
         let m = &report["per_label"][label];
         assert_eq!(m["n"].as_u64().unwrap() as usize, images.len(), "{label}");
@@ -127,7 +128,10 @@ fn all_findings_individual_readers_are_reduced_by_majority_vote() {
         }
     }
     let unmapped: Vec<&str> = report["gold"]["unmapped"].as_array().unwrap().iter().map(|u| u["column"].as_str().unwrap()).collect();
-    assert_eq!(unmapped, ["Abnormal", "Other"]);
+    assert_eq!(unmapped, ["Other"]);
+    // Every reader called every image abnormal, so NIH's No Finding is judged false throughout.
+    assert_eq!(report["per_label"]["No Finding"]["n"].as_u64().unwrap() as usize, images.len());
+    assert_eq!(report["per_label"]["No Finding"]["prevalence"], 0.0);
 
     // Two readers who disagree leave the cell without a verdict.
     let tied = format!("Image ID,Reader ID,Effusion\n{a},r1,YES\n{a},r2,NO\n{b},r1,NO\n", a = images[0], b = images[1]);
@@ -136,6 +140,138 @@ fn all_findings_individual_readers_are_reduced_by_majority_vote() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     assert_eq!(report["gold"]["uncertain"], 1);
     assert_eq!(report["gold_judgements"], 1);
+}
+
+/// The eval report of `gold` (written at `name`) against `out`.
+fn eval(s: &Scratch, out: &std::path::Path, name: &str, gold: &[u8]) -> serde_json::Value {
+    let path = s.path(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, gold).unwrap();
+    let a = bin().arg("eval").arg(out).arg("--gold").arg(&path).args(["--format", "google-nih", "--bootstrap", "20"]).assert();
+    let a = a.success();
+    serde_json::from_str(&stdout(&a)).unwrap()
+}
+
+fn gzip(text: &str) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(text.as_bytes()).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// Each of Google's published files, written in its layout, loads and is evaluated.
+#[test]
+fn every_published_google_layout_loads() {
+    let s = Scratch::new();
+    let (out, rows) = release(&s);
+    let mut images: Vec<&str> = rows.iter().map(|r| r.image_index.as_str()).collect();
+    images.dedup();
+    let images = &images[..24];
+    let nih_findings: BTreeMap<&str, bool> =
+        rows.iter().filter(|r| r.label == "No Finding").map(|r| (r.image_index.as_str(), !r.nih_label)).collect();
+    let abnormal = |image: &str| nih_findings[image];
+    let four = "Fracture,Pneumothorax,Airspace opacity,Nodule or mass";
+    let four_row = |n: usize| format!("{},{},{},{}", yes(n % 5 == 0), yes(n % 3 == 0), yes(n % 2 == 0), yes(n % 4 == 0));
+
+    // Four findings, adjudicated: test_labels.csv and validation_labels.csv (NIH's metadata first).
+    for name in ["four/test_labels.csv", "four/validation_labels.csv"] {
+        let mut csv = format!("Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,{four}\r\n");
+        for (n, image) in images.iter().enumerate() {
+            writeln!(csv, "{image},No Finding,0,{n},45,F,PA,{}\r", four_row(n)).unwrap();
+        }
+        let report = eval(&s, &out, name, csv.as_bytes());
+        assert_eq!(report["gold"]["variant"], "four-findings adjudicated", "{name}");
+        assert_eq!(report["per_label"]["Pneumothorax"]["n"].as_u64().unwrap() as usize, images.len(), "{name}");
+    }
+
+    // Both splits in one gzipped file with a `Set Id` column and image sizes, as torchxrayvision
+    // ships it (google2019_nih-chest-xray-labels.csv.gz).
+    let mut csv = format!(
+        "Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,\
+         OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y],{four},Set Id\r\n"
+    );
+    for (n, image) in images.iter().enumerate() {
+        let split = if n % 2 == 0 { "test" } else { "val" };
+        writeln!(csv, "{image},No Finding,0,{n},45,M,AP,3056,2544,0.139,0.139,{},{split}\r", four_row(n)).unwrap();
+    }
+    let report = eval(&s, &out, "four/google2019_nih-chest-xray-labels.csv.gz", &gzip(&csv));
+    assert_eq!(report["gold"]["variant"], "four-findings adjudicated");
+    assert_eq!(report["per_label"]["Nodule or mass"]["n"].as_u64().unwrap() as usize, images.len());
+
+    // Four findings, per reader: individual_readers.csv, where a reader judged a few images twice.
+    let mut csv = format!("Image ID,Reader ID,{}\n", four.replace("Nodule or mass", "Nodule/mass"));
+    for (n, image) in images.iter().enumerate() {
+        for reader in ["4343882785", "4343883593", "4343883996"] {
+            writeln!(csv, "{image},{reader},{}", four_row(n)).unwrap();
+        }
+    }
+    // The first reader again on image 0, agreeing; on image 1, disagreeing on Pneumothorax.
+    writeln!(csv, "{},4343882785,{}", images[0], four_row(0)).unwrap();
+    writeln!(csv, "{},4343882785,{},{},{},{}", images[1], yes(false), yes(true), yes(false), yes(false)).unwrap();
+    let report = eval(&s, &out, "four/individual_readers.csv", csv.as_bytes());
+    assert_eq!(report["gold"]["variant"], "four-findings individual readers (majority vote)");
+    let repeated = &report["gold"]["repeated"];
+    assert_eq!((repeated["repeated_pairs"].as_u64(), repeated["conflicting_cells"].as_u64()), (Some(2), Some(1)), "{repeated}");
+    assert!(repeated["policy"].as_str().unwrap().contains("counts once"));
+    // Image 1's Pneumothorax keeps the two other readers' NO: no image lost its verdict.
+    assert_eq!(report["per_label"]["Pneumothorax"]["n"].as_u64().unwrap() as usize, images.len());
+
+    // All findings, adjudicated: test_labels.csv, one row per image, Abnormal as YES/NO.
+    let all = "Atelectasis,Cardiomegaly,Consolidation,Edema,Effusion,Emphysema,Fibrosis,Hernia,Infiltration,Mass,\
+               Nodule,Pleural Thickening,Pneumonia,Pneumothorax";
+    let all_row = |n: usize| (0..14).map(|k| yes((n + k) % 3 == 0)).collect::<Vec<_>>().join(",");
+    let mut csv = format!("Image ID,Patient ID,Abnormal,{all},Other\n");
+    for (n, image) in images.iter().enumerate() {
+        writeln!(csv, "{image},{n},{},{},NO", yes(abnormal(image)), all_row(n)).unwrap();
+    }
+    let report = eval(&s, &out, "all/test_labels.csv", csv.as_bytes());
+    assert_eq!(report["gold"]["variant"], "all-findings");
+    assert_eq!(report["per_label"].as_object().unwrap().len(), 15, "14 findings and No Finding");
+    let no_finding = &report["per_label"]["No Finding"];
+    assert_eq!(no_finding["n"].as_u64().unwrap() as usize, images.len());
+    // The experts agree with NIH on abnormality here: no No Finding row is a mislabel.
+    let mapping = report["gold"]["mapping"].as_array().unwrap().iter().find(|m| m["gold"] == "Abnormal").unwrap().clone();
+    assert_eq!((mapping["nih"][0].as_str(), mapping["negated"].as_bool()), (Some("No Finding"), Some(true)), "{mapping}");
+
+    // All findings, per reader: test_individual_readers.csv, whose Abnormal column is 0/1.
+    let mut csv = format!("Image ID,Patient ID,Reader ID,Abnormal,{all},Other\n");
+    for (n, image) in images.iter().enumerate() {
+        for reader in 1..=5 {
+            let abnormal = if reader == 5 { !abnormal(image) } else { abnormal(image) };
+            writeln!(csv, "{image},{n},{reader},{},{},NO", u8::from(abnormal), all_row(n)).unwrap();
+        }
+    }
+    let report = eval(&s, &out, "all/test_individual_readers.csv", csv.as_bytes());
+    assert_eq!(report["gold"]["variant"], "all-findings individual readers (majority vote)");
+    assert_eq!(report["per_label"]["No Finding"]["n"].as_u64().unwrap() as usize, images.len());
+    let md = s.path("all.md");
+    bin()
+        .arg("eval")
+        .arg(&out)
+        .arg("--gold")
+        .arg(s.path("all/test_individual_readers.csv"))
+        .args(["--format", "google-nih", "--bootstrap", "20", "--markdown"])
+        .arg(&md)
+        .assert()
+        .success();
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(md.contains("| Abnormal | not No Finding | negated:"), "{md}");
+}
+
+/// "No Finding" is an NIH label like the others in a generic gold file.
+#[test]
+fn a_generic_gold_file_can_judge_no_finding() {
+    let s = Scratch::new();
+    let (out, rows) = release(&s);
+    let mut csv = String::from("image_index,label,value\n");
+    let judged: Vec<_> = rows.iter().filter(|r| r.label == "No Finding").take(30).collect();
+    for r in &judged {
+        writeln!(csv, "{},No Finding,{}", r.image_index, u8::from(r.confidence >= 0.5)).unwrap();
+    }
+    let gold = s.write("gold.csv", &csv);
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--bootstrap", "20"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(report["per_label"]["No Finding"]["n"].as_u64().unwrap() as usize, judged.len());
 }
 
 #[test]
@@ -149,6 +285,7 @@ fn bad_google_files_name_the_line_and_column() {
         ("value.csv", "Image Index,Pneumothorax\nx.png,maybe\n", "value.csv:2: column `Pneumothorax`: \"maybe\""),
         ("ragged.csv", "Image Index,Pneumothorax\nx.png,YES,NO\n", "ragged.csv:2: 3 fields, the header has 2"),
         ("twice.csv", "Image Index,Pneumothorax\nx.png,YES\nx.png,NO\n", "twice.csv:3: x.png is judged twice (first on line 2)"),
+        ("value01.csv", "Image Index,Pneumothorax\nx.png,2\n", "expected YES, NO, HEDGE, 1, 0 or empty"),
         ("empty.csv", "", "empty.csv:0: the file is empty"),
     ];
     for (name, text, expected) in cases {

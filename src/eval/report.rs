@@ -71,13 +71,23 @@ fn label_mapping(r: &EvalReport) -> String {
     if g.uncertain > 0 {
         md.push_str(&format!(" {} cells had no verdict (HEDGE or a tied reader vote) and are left out.", g.uncertain));
     }
+    if let Some(r) = &g.repeated {
+        md.push_str(&format!(
+            " {} times a reader judged an image again; {}. Their repeats disagreed on {} label cells.",
+            r.repeated_pairs, r.policy, r.conflicting_cells
+        ));
+    }
     md.push_str("\n\n");
-    if g.mapping.iter().all(|m| !m.is_composite() && m.nih[0] == m.gold) && g.unmapped.is_empty() {
+    if g.mapping.iter().all(|m| !m.is_composite() && !m.negated && m.nih[0] == m.gold) && g.unmapped.is_empty() {
         return md;
     }
     md.push_str("| gold label | scored as | note |\n|---|---|---|\n");
     for m in &g.mapping {
-        let scored = if m.is_composite() { format!("any of {}", m.nih.join(", ")) } else { m.nih[0].clone() };
+        let scored = match (m.is_composite(), m.negated) {
+            (true, _) => format!("any of {}", m.nih.join(", ")),
+            (false, true) => format!("not {}", m.nih[0]),
+            (false, false) => m.nih[0].clone(),
+        };
         md.push_str(&format!("| {} | {scored} | {} |\n", m.gold, m.note.as_deref().unwrap_or("")));
     }
     for u in &g.unmapped {

@@ -6,6 +6,7 @@
 //! tower, decoder, KV cache) builds on it behind the `vlm` feature.
 
 pub mod config;
+pub mod cpu_kernels;
 pub mod error;
 pub mod model_dir;
 pub mod preprocess;

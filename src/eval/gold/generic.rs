@@ -1,5 +1,5 @@
 //! The generic gold CSV: header `image_index,label,value`, one row per judged (image, label),
-//! value 0 or 1, labels in the NIH vocabulary.
+//! value 0 or 1, labels in the NIH vocabulary (the 14 findings and "No Finding").
 
 use std::path::Path;
 
@@ -34,8 +34,8 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
             return Err(bad(line, format!("expected 3 fields (image_index, label, value), found {}", fields.len())));
         }
         let label = fields[1];
-        if !LABELS.contains(&label) || label == NO_FINDING {
-            return Err(bad(line, format!("label {label:?} is not one of the 14 NIH findings")));
+        if !LABELS.contains(&label) {
+            return Err(bad(line, format!("label {label:?} is not an NIH label (one of the 14 findings, or {NO_FINDING:?})")));
         }
         let value = match fields[2] {
             "1" => true,
@@ -52,7 +52,8 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
     let mut labels: Vec<&str> = gold.keys().map(|(_, l)| l.as_str()).collect();
     labels.sort_unstable();
     labels.dedup();
-    let mapping = labels.into_iter().map(|l| LabelMapping { gold: l.to_string(), nih: vec![l.to_string()], note: None }).collect();
+    let mapping =
+        labels.into_iter().map(|l| LabelMapping { gold: l.to_string(), nih: vec![l.to_string()], note: None, negated: false }).collect();
     Ok(GoldSet {
         format: GoldFormat::Generic,
         variant: "image_index,label,value".into(),
@@ -60,5 +61,6 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
         mapping,
         unmapped: Vec::new(),
         uncertain: 0,
+        repeated: None,
     })
 }

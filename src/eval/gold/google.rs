@@ -3,17 +3,23 @@
 //! - four findings (Majkowska et al., Radiology 2019): `test_labels.csv` / `validation_labels.csv`
 //!   are NIH's metadata plus adjudicated `Fracture`, `Pneumothorax`, `Airspace opacity`,
 //!   `Nodule or mass` columns (YES/NO; empty when the image was not adjudicated).
-//! - all findings (Nabulsi et al., Sci Rep 2021): one YES/NO column per NIH finding plus a
-//!   normal/abnormal column and `Other`; `test_individual_readers.csv` has a `Reader ID` and five
-//!   rows per image, which this reader reduces by majority vote (ties count as uncertain).
+//!   `individual_readers.csv` has the same findings per reader.
+//! - all findings (Nabulsi et al., Sci Rep 2021): one YES/NO column per NIH finding plus an
+//!   `Abnormal` column (0/1 in the per-reader file) and `Other`; `test_individual_readers.csv`
+//!   has a `Reader ID` and five rows per image.
+//!
+//! Per-reader files are reduced by majority vote (ties count as uncertain). A reader who judged
+//! an image twice counts once (see [`REPEAT_POLICY`]). `Abnormal` is scored as the negation of
+//! NIH's "No Finding".
 //!
 //! Columns are matched by name, ignoring case, `_` versus space and `/` versus " or ". Columns
-//! that carry no expert label (patient, view, NIH's own `Finding Labels`) are ignored.
+//! that carry no expert label (patient, view, NIH's own `Finding Labels`, `Set Id`) are ignored.
+//! Cells are YES, NO, HEDGE (no verdict), 1, 0 or empty (not judged).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{csv_reader, GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
+use super::{csv_reader, GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, RepeatedJudgements, Unmapped, REPEAT_POLICY};
 use crate::vocab::{LABELS, NO_FINDING};
 
 /// NIH findings that present as airspace opacity; atelectasis (volume loss) is left out.
@@ -30,13 +36,15 @@ fn normalize(header: &str) -> String {
 }
 
 fn classify(header: &str) -> Option<Column> {
-    let mapped = |nih: &[&str], note: Option<&str>| {
+    let label = |nih: &[&str], note: Option<&str>, negated: bool| {
         Some(Column::Mapped(LabelMapping {
             gold: header.trim().to_string(),
             nih: nih.iter().map(|s| s.to_string()).collect(),
             note: note.map(str::to_string),
+            negated,
         }))
     };
+    let mapped = |nih: &[&str], note: Option<&str>| label(nih, note, false);
     match normalize(header).as_str() {
         "airspace opacity" => mapped(
             &AIRSPACE_OPACITY,
@@ -45,14 +53,10 @@ fn classify(header: &str) -> Option<Column> {
         "nodule or mass" => mapped(&["Nodule", "Mass"], None),
         "fracture" => Some(Column::Unmapped("NIH ChestX-ray14 has no fracture label")),
         "other" => Some(Column::Unmapped("findings outside the 14 NIH labels")),
-        "abnormal" | "normal" | "normal or abnormal" => {
-            Some(Column::Unmapped("a normal/abnormal verdict, not a finding; the evaluation scores the 14 findings"))
-        }
-        name => LABELS
-            .iter()
-            .filter(|l| **l != NO_FINDING)
-            .find(|l| normalize(l) == name)
-            .and_then(|l| mapped(&[l], None)),
+        "abnormal" => label(&[NO_FINDING], Some("negated: an image is abnormal exactly when NIH's No Finding is false"), true),
+        "normal" => mapped(&[NO_FINDING], None),
+        "normal or abnormal" => Some(Column::Unmapped("a normal/abnormal verdict whose values are not YES/NO")),
+        name => LABELS.iter().find(|l| normalize(l) == name).and_then(|l| mapped(&[l], None)),
     }
 }
 
@@ -77,10 +81,12 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
     }
     let four_findings = columns.iter().any(|(i, _)| normalize(&header[*i]) == "airspace opacity");
 
-    // Votes per (image, eval label): (yes, no). A file without readers gives one vote each.
-    let mut votes: BTreeMap<(String, String), (u32, u32)> = BTreeMap::new();
+    // Each reader's vote per (image, eval label); None once their repeats disagree. A file
+    // without readers has one reader, "".
+    let mut votes: BTreeMap<(String, String), BTreeMap<String, Option<bool>>> = BTreeMap::new();
     let mut unmapped_counts = vec![0usize; columns.len()];
     let mut seen_rows: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let (mut repeated_pairs, mut conflicting_cells) = (0usize, 0usize);
     let mut uncertain = 0usize;
     for record in records {
         let record = record.map_err(|e| bad(e.position().map_or(0, |p| p.line()), format!("unreadable CSV: {e}")))?;
@@ -96,37 +102,53 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
             return Err(bad(line, format!("empty `{}`", header[image_col])));
         }
         let reader = reader_col.map(|c| record[c].trim().to_string()).unwrap_or_default();
-        if let Some(first) = seen_rows.insert((image.clone(), reader.clone()), line) {
-            let who = if reader.is_empty() { String::new() } else { format!(" by reader {reader}") };
-            return Err(bad(line, format!("{image} is judged twice{who} (first on line {first})")));
-        }
+        let repeat = match seen_rows.insert((image.clone(), reader.clone()), line) {
+            // One row per image is the adjudicated files' layout: a second one is a broken file.
+            Some(first) if reader_col.is_none() => {
+                return Err(bad(line, format!("{image} is judged twice (first on line {first})")));
+            }
+            Some(_) => {
+                repeated_pairs += 1;
+                true
+            }
+            None => false,
+        };
         for (k, (i, column)) in columns.iter().enumerate() {
             let cell = record[*i].trim();
             let value = match cell.to_ascii_uppercase().as_str() {
                 "" => continue,
-                "YES" => true,
-                "NO" => false,
+                "YES" | "1" | "1.0" => true,
+                "NO" | "0" | "0.0" => false,
                 "HEDGE" => {
                     uncertain += 1;
                     continue;
                 }
-                _ => return Err(bad(line, format!("column `{}`: {cell:?}, expected YES, NO, HEDGE or empty", header[*i]))),
+                _ => return Err(bad(line, format!("column `{}`: {cell:?}, expected YES, NO, HEDGE, 1, 0 or empty", header[*i]))),
             };
             match column {
-                Column::Unmapped(_) => unmapped_counts[k] += 1,
+                Column::Unmapped(_) if !repeat => unmapped_counts[k] += 1,
+                Column::Unmapped(_) => {}
                 Column::Mapped(m) => {
-                    let v = votes.entry((image.clone(), m.eval_label().to_string())).or_default();
-                    if value {
-                        v.0 += 1;
-                    } else {
-                        v.1 += 1;
+                    let value = value != m.negated;
+                    let by_reader = votes.entry((image.clone(), m.eval_label().to_string())).or_default();
+                    match by_reader.get(&reader) {
+                        None => {
+                            by_reader.insert(reader.clone(), Some(value));
+                        }
+                        Some(Some(earlier)) if *earlier != value => {
+                            by_reader.insert(reader.clone(), None);
+                            conflicting_cells += 1;
+                        }
+                        Some(_) => {}
                     }
                 }
             }
         }
     }
     let mut labels = GoldLabels::new();
-    for (key, (yes, no)) in votes {
+    for (key, by_reader) in votes {
+        let yes = by_reader.values().filter(|v| **v == Some(true)).count();
+        let no = by_reader.values().filter(|v| **v == Some(false)).count();
         if yes == no {
             uncertain += 1;
         } else {
@@ -150,7 +172,8 @@ pub fn read(path: &Path) -> Result<GoldSet, GoldError> {
         (false, false) => "all-findings",
         (false, true) => "all-findings individual readers (majority vote)",
     };
-    Ok(GoldSet { format: GoldFormat::GoogleNih, variant: variant.into(), labels, mapping, unmapped, uncertain })
+    let repeated = (repeated_pairs > 0).then(|| RepeatedJudgements { policy: REPEAT_POLICY.into(), repeated_pairs, conflicting_cells });
+    Ok(GoldSet { format: GoldFormat::GoogleNih, variant: variant.into(), labels, mapping, unmapped, uncertain, repeated })
 }
 
 #[cfg(test)]
@@ -166,6 +189,8 @@ mod tests {
         assert!(matches!(classify("Fracture"), Some(Column::Unmapped(_))));
         assert!(classify("Patient ID").is_none());
         assert!(classify("Finding Labels").is_none());
-        assert!(classify("No Finding").is_none());
+        assert!(classify("Set Id").is_none());
+        assert!(matches!(classify("Abnormal"), Some(Column::Mapped(m)) if m.nih == ["No Finding"] && m.negated));
+        assert!(matches!(classify("No Finding"), Some(Column::Mapped(m)) if m.nih == ["No Finding"] && !m.negated));
     }
 }

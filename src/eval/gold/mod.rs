@@ -2,10 +2,15 @@
 //! (image, label), the mapping from the file's vocabulary to NIH's, and what could not be mapped.
 //!
 //! Formats:
-//! - `generic`: a CSV `image_index,label,value` (value 0 or 1) in the NIH vocabulary.
-//! - `google-nih`: Google's expert relabels of NIH images, either the four-findings adjudicated
-//!   files (`test_labels.csv`, `validation_labels.csv`) or the all-findings files
-//!   (`test_labels.csv`, or `test_individual_readers.csv`, reduced by majority vote).
+//! - `generic`: a CSV `image_index,label,value` (value 0 or 1) in the NIH vocabulary, "No
+//!   Finding" included.
+//! - `google-nih`: Google's expert relabels of NIH images: the four-findings files (adjudicated
+//!   `test_labels.csv` and `validation_labels.csv`, both in one file with a `Set Id` column as
+//!   torchxrayvision ships it, and `individual_readers.csv`) and the all-findings files
+//!   (`test_labels.csv` and `test_individual_readers.csv`); per-reader files are reduced by
+//!   majority vote.
+//!
+//! A file whose name ends in `.gz` is read through gzip.
 
 mod generic;
 mod google;
@@ -38,6 +43,10 @@ pub struct LabelMapping {
     pub nih: Vec<String>,
     /// Why the mapping is only approximate, when it is.
     pub note: Option<String>,
+    /// The gold column says the opposite of its NIH label (Google's `Abnormal` is the negation of
+    /// NIH's "No Finding"): its values are stored negated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub negated: bool,
 }
 
 impl LabelMapping {
@@ -74,7 +83,24 @@ pub struct GoldSet {
     pub unmapped: Vec<Unmapped>,
     /// Cells with no usable verdict: HEDGE, a tied reader vote.
     pub uncertain: usize,
+    /// Readers who judged the same image more than once, and what was done about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<RepeatedJudgements>,
 }
+
+/// A reader's repeated judgements of one image, as some published per-reader files hold them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RepeatedJudgements {
+    pub policy: String,
+    /// (image, reader) pairs that appear on more than one row.
+    pub repeated_pairs: usize,
+    /// Label cells on which a reader's repeats disagree (that reader's vote on them is left out).
+    pub conflicting_cells: usize,
+}
+
+/// What the evaluation does with a reader who judged an image twice.
+pub const REPEAT_POLICY: &str = "a reader who judged an image more than once counts once: repeats that agree are one vote, \
+     and where they disagree on a label that reader's vote on it is left out";
 
 impl GoldSet {
     pub fn composites(&self) -> impl Iterator<Item = &LabelMapping> {
@@ -90,7 +116,13 @@ pub fn read(path: &Path, format: GoldFormat) -> Result<GoldSet, GoldError> {
 }
 
 /// Opens a CSV reader that reports line numbers and tolerates ragged rows (checked per row).
-fn csv_reader(path: &Path) -> Result<csv::Reader<std::fs::File>, GoldError> {
+/// A `.gz` file is decompressed on the way.
+fn csv_reader(path: &Path) -> Result<csv::Reader<Box<dyn std::io::Read>>, GoldError> {
     let file = std::fs::File::open(path).map_err(|source| GoldError::Io { path: path.into(), source })?;
-    Ok(csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(file))
+    let input: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file)))
+    } else {
+        Box::new(file)
+    };
+    Ok(csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(input))
 }
