@@ -13,9 +13,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/torch-env.sh
 cargo build --locked --quiet --features vlm
-bin="${CARGO_TARGET_DIR:-$root/target}/debug/bpals-release"
 work="$(mktemp -d "${TMPDIR:-/tmp}/bpals-stress.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+# A copy: a later build in the same target dir (without the engine, say) must not swap it mid-run.
+bin="$work/bpals-release"
+cp "${CARGO_TARGET_DIR:-$root/target}/debug/bpals-release" "$bin"
 
 # The digest of a whole release: every file's sha256, build.lock included (same binary, same commit).
 digest() { (cd "$1" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16); }
@@ -31,7 +33,13 @@ for round in $(seq 1 "$rounds"); do
             --no-progress --jobs "$jobs" >"$work/r$round-$k.log" 2>&1 &
         pids+=($!)
     done
-    for pid in "${pids[@]}"; do wait "$pid"; done
+    failed=0
+    for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    if [ "$failed" -gt 0 ]; then
+        echo "round $round: $failed build(s) failed:" >&2
+        cat "$work"/r"$round"-*.log >&2
+        exit 1
+    fi
     line="round $round:"
     for k in $(seq 1 "$concurrent"); do
         d="$(digest "$work/r$round-$k")"

@@ -1,11 +1,40 @@
-//! Bad input gets a clear error naming the file, the line or key, and what was expected;
-//! and no bad input ever leaves a release directory behind.
+//! Bad input gets a clear error naming the file, the line or key, and what was expected, with
+//! each cause said once; and no bad input ever leaves a release directory behind. Every error is
+//! snapshotted (tests/snapshots/bad_inputs__*.snap), so a change to what a user reads shows in
+//! review.
 
 mod common;
 
 use common::*;
 
-/// Runs a build that must fail; returns stderr and checks no release appeared.
+/// Fails if a cause appears twice in the `error:` line (as when an error's message repeats its
+/// source: "...: No such file or directory (os error 2): No such file or directory (os error
+/// 2)"), then snapshots the whole stderr as `name`, the scratch and repository paths filtered.
+fn checked(s: &Scratch, name: &str, stderr: String) -> String {
+    let line = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no `error:` line in {stderr}"));
+    let causes: Vec<&str> = line.trim_start_matches("error: ").split(": ").map(str::trim).collect();
+    for (i, cause) in causes.iter().enumerate() {
+        assert!(!causes[i + 1..].contains(cause), "the cause {cause:?} is said more than once: {line}");
+    }
+    let scratch = regex_literal(&s.path("").display().to_string());
+    let repo = regex_literal(&repo().display().to_string());
+    insta::with_settings!({ filters => vec![(scratch.as_str(), "[SCRATCH]/"), (repo.as_str(), "[REPO]")] }, {
+        insta::assert_snapshot!(name, stderr);
+    });
+    stderr
+}
+
+fn regex_literal(text: &str) -> String {
+    text.chars().fold(String::new(), |mut out, c| {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+        out
+    })
+}
+
+/// Runs a build that must fail; returns stderr (checked) and checks no release appeared.
 fn failing_build(s: &Scratch, spec: &std::path::Path) -> String {
     let out = s.path("out");
     let a = build(spec, &out, &s.cache(), &[]).failure();
@@ -17,7 +46,8 @@ fn failing_build(s: &Scratch, spec: &std::path::Path) -> String {
         .filter(|n| n.starts_with(".out"))
         .collect();
     assert!(leftovers.is_empty(), "no staging directory is left: {leftovers:?}");
-    stderr(&a)
+    let name = spec.file_stem().unwrap().to_string_lossy().replace('.', "_");
+    checked(s, &format!("build_{name}"), stderr(&a))
 }
 
 #[test]
@@ -112,7 +142,7 @@ fn gates_refuse_before_any_work() {
     // A publishable build refuses the sample and the fixture scorer.
     let out = s.path("pub");
     let a = build(&fixture_s1a(), &out, &s.cache(), &["--publishable"]).failure();
-    let err = stderr(&a);
+    let err = checked(&s, "build_publishable", stderr(&a));
     assert!(err.contains("embedded synthetic sample") && err.contains("fixture scorer"), "{err}");
     assert!(!s.cache().exists(), "nothing was scored");
 }
@@ -144,6 +174,7 @@ fn a_qwen2vl_model_that_is_not_on_this_machine_is_refused_offline() {
         .failure();
     let err = stderr(&a);
     if cfg!(feature = "vlm") {
+        checked(&s, "build_offline_model", err.clone());
         assert!(err.contains("Qwen/Qwen2-VL-2B-Instruct@main is not in the Hugging Face cache") && err.contains("offline"), "{err}");
         assert!(err.contains("hf download Qwen/Qwen2-VL-2B-Instruct --revision main"), "{err}");
     } else {
@@ -204,6 +235,7 @@ fn truncated_and_missing_images_are_named() {
     assert!(err.contains("00000001_000.png") && err.contains("not a readable PNG"), "{err}");
 
     std::fs::remove_file(&victim).unwrap();
+    let spec = derived_spec(&s, "png-missing.yaml", &format!("source:\n  root: {}\n", sample.display()));
     let err = failing_build(&s, &spec);
     assert!(err.contains("00000001_000.png") && err.contains("cannot read"), "{err}");
 }
@@ -229,8 +261,59 @@ fn verify_rejects_a_folder_without_a_manifest() {
     let s = Scratch::new();
     std::fs::create_dir_all(s.path("empty")).unwrap();
     let a = bin().arg("verify").arg(s.path("empty")).assert().failure();
-    assert!(stderr(&a).contains("manifest.json"), "{}", stderr(&a));
+    let err = checked(&s, "verify_no_manifest", stderr(&a));
+    assert!(err.contains("manifest.json"), "{err}");
     s.write("broken/manifest.json", "{\"format\": 1");
     let a = bin().arg("verify").arg(s.path("broken")).assert().failure();
-    assert!(stderr(&a).contains("not a valid manifest"), "{}", stderr(&a));
+    let err = checked(&s, "verify_broken_manifest", stderr(&a));
+    assert!(err.contains("not a valid manifest"), "{err}");
+}
+
+/// The commands that read files a user names, each given a missing or broken one: the error
+/// names the file and says each cause once.
+#[test]
+fn every_command_names_the_file_it_could_not_use() {
+    let s = Scratch::new();
+    let release = s.path("release");
+    build(&fixture_s1a(), &release, &s.cache(), &[]).success();
+    let fails = |args: &[&std::ffi::OsStr]| {
+        let name: Vec<String> = args.iter().take(2).map(|a| a.to_string_lossy().rsplit('/').next().unwrap().to_string()).collect();
+        let name = format!("{}_{}", name.join("_"), args.len()).replace(['.', ' '], "_");
+        checked(&s, &name, stderr(&bin().args(args).assert().failure()))
+    };
+    let os = |t: &str| std::ffi::OsString::from(t);
+    let missing = s.path("missing");
+    let (release, missing) = (release.as_os_str().to_owned(), missing.as_os_str().to_owned());
+
+    let err = fails(&[&os("eval"), &release, &os("--gold"), &os("/nonexistent.csv")]);
+    assert!(err.contains("cannot read gold file /nonexistent.csv: No such file"), "{err}");
+    let gold = s.write("gold.csv", "image_index,label,value\n00000001_000.png,Effusion,1\n");
+    let err = fails(&[&os("eval"), &missing, &os("--gold"), gold.as_os_str()]);
+    assert!(err.contains("cannot read") && err.contains("manifest.json"), "{err}");
+    let broken = s.write("calibration.json", "{\"format\": \"bpals-calibration/1\"");
+    let err = fails(&[&os("eval"), &release, &os("--gold"), gold.as_os_str(), &os("--calibration"), broken.as_os_str()]);
+    assert!(err.contains("calibration.json is not a calibration file"), "{err}");
+    let err = fails(&[&os("calibrate"), &missing, &os("--gold"), gold.as_os_str(), &os("--out"), &os("/dev/null")]);
+    assert!(err.contains("manifest.json"), "{err}");
+    let err = fails(&[&os("diff"), &release, &missing]);
+    assert!(err.contains("missing/manifest.json"), "{err}");
+    let err = fails(&[&os("rebuild"), &missing, &os("--audit")]);
+    assert!(err.contains("missing/build.lock"), "{err}");
+    let err = fails(&[&os("publish"), &missing, &os("--dry-run")]);
+    assert!(err.contains("missing/manifest.json"), "{err}");
+    let err = fails(&[&os("source"), &os("--data-entry"), &missing]);
+    assert!(err.contains("cannot read") && err.contains("missing"), "{err}");
+    let err = fails(&[&os("verify"), &os("--remote"), &os("not a repo")]);
+    assert!(err.contains("\"not a repo\" is not a repo id"), "{err}");
+
+    // A spec that names a calibration file or a gold file that is not there points at its key.
+    let spec = derived_spec(&s, "calibrated.yaml", "signal:\n  calibration: nowhere.json\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("calibrated.yaml:3: key `signal.calibration`") && err.contains("nowhere.json"), "{err}");
+    let spec = derived_spec(&s, "judged.yaml", "evaluation:\n  gold: nowhere.csv\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("judged.yaml:3: key `evaluation.gold`") && err.contains("nowhere.csv"), "{err}");
+    let spec = derived_spec(&s, "badcal.yaml", "signal:\n  calibration: calibration.json\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("key `signal.calibration`") && err.contains("is not a calibration file"), "{err}");
 }
