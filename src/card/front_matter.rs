@@ -148,7 +148,7 @@ impl FrontMatter {
         }
     }
 
-    pub fn to_yaml(&self) -> Result<String, String> {
-        serde_saphyr::to_string(self).map_err(|e| e.to_string())
+    pub fn to_yaml(&self) -> Result<String, serde_saphyr::ser::Error> {
+        serde_saphyr::to_string(self)
     }
 }

@@ -23,8 +23,8 @@ use crate::trial::TrialSample;
 pub enum CardError {
     #[error("card template {}: {message}", path.display())]
     Template { path: std::path::PathBuf, message: String },
-    #[error("card front matter: {0}")]
-    FrontMatter(String),
+    #[error("card front matter")]
+    FrontMatter(#[source] serde_saphyr::ser::Error),
 }
 
 /// One table's files within a split.

@@ -59,8 +59,31 @@ pub struct ImageInput<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InferError {
-    #[error("image {}: {message}", path.display())]
-    Image { path: std::path::PathBuf, message: String },
+    #[error("image {}: cannot read", path.display())]
+    ImageRead {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("image {}: not a readable PNG (truncated or corrupt?)", path.display())]
+    ImageDecode {
+        path: std::path::PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
+    #[error("the {backend} engine: {context}")]
+    Engine {
+        backend: String,
+        context: String,
+        #[source]
+        source: crate::vlm::VlmError,
+    },
+    #[error("{}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("score cache {}", path.display())]
     Cache { path: std::path::PathBuf, source: std::io::Error },
     #[error("scorer {backend}: {message}")]

@@ -38,6 +38,11 @@ fn err(message: impl std::fmt::Display) -> InferError {
     InferError::Scorer { backend: "qwen2vl".into(), message: message.to_string() }
 }
 
+/// An engine error, with what the scorer was doing.
+fn engine_err(context: impl std::fmt::Display) -> impl FnOnce(crate::vlm::VlmError) -> InferError {
+    move |source| InferError::Engine { backend: "qwen2vl".into(), context: context.to_string(), source }
+}
+
 impl Qwen2VlScorer {
     /// `workers`: how many threads will call `score` at once (engines loaded on the CPU).
     pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache, workers: usize) -> Result<Qwen2VlScorer, InferError> {
@@ -57,7 +62,7 @@ impl Qwen2VlScorer {
             allow_cpu: false,
         };
         let open_engine = || -> Result<Loaded, InferError> {
-            let mut engine = Engine::open(dir, &options).map_err(|e| err(format!("model {}: {e}", dir.display())))?;
+            let mut engine = Engine::open(dir, &options).map_err(engine_err(format!("opening model {}", dir.display())))?;
             if let Some(min) = model.min_pixels {
                 engine.dir.preprocessor.min_pixels = min;
             }
@@ -65,8 +70,8 @@ impl Qwen2VlScorer {
         };
         let first = open_engine()?;
         let engine = &first.engine;
-        let weights_sha256 = weights_digest(&engine.dir.weights, digests).map_err(err)?;
-        let answer = engine.dir.answer_token_ids().map_err(err)?;
+        let weights_sha256 = weights_digest(&engine.dir.weights, digests)?;
+        let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
             backend: Backend::Qwen2vl,
@@ -86,7 +91,7 @@ impl Qwen2VlScorer {
                 "image_mean": p.image_mean,
                 "image_std": p.image_std,
                 "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
-                "tokenizer_sha256": crate::hashing::sha256_file(&engine.dir.path.join("tokenizer.json")).map(|(d, _)| d).map_err(err)?,
+                "tokenizer_sha256": tokenizer_sha256(&engine.dir.path.join("tokenizer.json"))?,
             }),
         };
         let replicas = if engine.model.device == tch::Device::Cpu { workers.max(1) } else { 1 };
@@ -100,10 +105,10 @@ impl Qwen2VlScorer {
 
 /// One digest over every weight file, in order (each file's own digest cached, so a
 /// multi-gigabyte checkpoint is read once, not on every build).
-fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result<String, String> {
+fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result<String, InferError> {
     let mut parts = Vec::new();
     for f in files {
-        parts.push(digests.sha256_file(f).map_err(|e| format!("{}: {e}", f.display()))?);
+        parts.push(digests.sha256_file(f).map_err(|source| InferError::File { path: f.clone(), source })?);
     }
     Ok(crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()))
 }
@@ -125,16 +130,25 @@ impl Scorer for Qwen2VlScorer {
         }
         let (pixel_values, grid) =
             pixels::pixel_values(image.image, &engine.dir.preprocessor, engine.dir.rescale_factor, engine.model.device)
-                .map_err(|e| err(format!("{}: {e}", image.name)))?;
+                .map_err(engine_err(format!("image {}", image.name)))?;
         let embeds = engine.model.image_embeds(&pixel_values, grid);
         let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
         let key = (grid, crate::hashing::stable_u64(&texts));
         let prompt_ids = match prompts.entry(key) {
             Entry::Occupied(known) => known.into_mut(),
-            Entry::Vacant(slot) => slot
-                .insert(texts.iter().map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>().map_err(err)?),
+            Entry::Vacant(slot) => slot.insert(
+                texts
+                    .iter()
+                    .map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(engine_err("the prompts"))?,
+            ),
         };
-        let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(|e| err(format!("{}: {e}", image.name)))?;
+        let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?;
         Ok(scores)
     }
+}
+
+fn tokenizer_sha256(path: &std::path::Path) -> Result<String, InferError> {
+    crate::hashing::sha256_file(path).map(|(digest, _)| digest).map_err(|source| InferError::File { path: path.into(), source })
 }

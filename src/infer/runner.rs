@@ -84,13 +84,12 @@ pub fn run(
         if !in_shard(&job.name) {
             return Ok(Outcome::Skipped);
         }
-        let image_err = |message: String| InferError::Image { path: job.path.clone(), message };
         let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
         let outcome = if let Some(scores) = cache.get(&key, &question_ids) {
             Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
         } else {
             let decoded = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
-                .map_err(|e| image_err(format!("not a readable PNG (truncated or corrupt?): {e}")))?;
+                .map_err(|source| InferError::ImageDecode { path: job.path.clone(), source })?;
             let input = ImageInput { name: &job.name, sha256: &key.image_sha256, image: &decoded };
             let scores = scorer.score(&input, questions)?;
             if scores.len() != questions.len() {
@@ -153,7 +152,7 @@ mod tests {
 
 /// An image's bytes and its cache key.
 fn read_keyed(job: &ImageJob, scorer_hash: &str, prompt_set_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
-    let bytes = std::fs::read(&job.path).map_err(|e| InferError::Image { path: job.path.clone(), message: format!("cannot read: {e}") })?;
+    let bytes = std::fs::read(&job.path).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
     let key =
         CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
     Ok((bytes, key))

@@ -48,10 +48,20 @@ pub enum BuildError {
     Plot(#[from] crate::card::plots::PlotError),
     #[error("{}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{0}")]
-    Images(String),
-    #[error("evaluation: {0}")]
-    Evaluation(String),
+    #[error("image folder {}", dir.display())]
+    ImageFolder {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("image folder {} resolves to {}, outside the source root {}", dir.display(), resolved.display(), root.display())]
+    ImagesOutsideRoot { dir: PathBuf, resolved: PathBuf, root: PathBuf },
+    #[error("evaluating against {gold_file}")]
+    Evaluation {
+        gold_file: String,
+        #[source]
+        source: crate::eval::EvalError,
+    },
     #[error("starting {0} worker threads failed")]
     Threads(usize),
 }
@@ -134,15 +144,10 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
 /// The image file of every curated image; the folder must exist and stay inside the source root.
 fn image_jobs(spec: &ReleaseSpec, selection: &Selection) -> Result<Vec<ImageJob>, BuildError> {
     let dir = spec.source.images_dir();
-    let canonical = dir.canonicalize().map_err(|e| BuildError::Images(format!("image folder {}: {e}", dir.display())))?;
+    let canonical = dir.canonicalize().map_err(|source| BuildError::ImageFolder { dir: dir.clone(), source })?;
     let root = spec.source.root.canonicalize().map_err(io_err(&spec.source.root))?;
     if !canonical.starts_with(&root) {
-        return Err(BuildError::Images(format!(
-            "image folder {} resolves to {}, outside the source root {}",
-            dir.display(),
-            canonical.display(),
-            root.display()
-        )));
+        return Err(BuildError::ImagesOutsideRoot { dir, resolved: canonical, root });
     }
     Ok(selection.images.iter().map(|i| ImageJob { name: i.image_index.clone(), path: canonical.join(&i.image_index) }).collect())
 }
@@ -234,7 +239,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
                 &crate::eval::EvalOptions::default(),
                 None,
             )
-            .map_err(|m| BuildError::Evaluation(format!("against {}: {m}", e.gold_file)))?;
+            .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
             write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;
             log(&format!("eval: {} gold judgements matched on the {} split", report.matched, report.split));
             Some(crate::eval::to_markdown(&report))

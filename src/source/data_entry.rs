@@ -55,7 +55,7 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
         if !is_image_index(&image_index) {
             return Err(bad(format!("image index {image_index:?} is not of the form 00000001_000.png")));
         }
-        let labels = parse_labels(field(1)).map_err(bad)?;
+        let labels = parse_labels(field(1)).map_err(|e| bad(e.to_string()))?;
         let int = |i: usize, name: &str| -> Result<u32, SourceError> {
             field(i).parse::<u32>().map_err(|_| bad(format!("{name} {:?} is not a whole number", field(i))))
         };
@@ -99,23 +99,36 @@ fn is_image_index(s: &str) -> bool {
     b.len() == 16 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'_' && b[9..12].iter().all(u8::is_ascii_digit) && &s[12..] == ".png"
 }
 
+/// What is wrong with a `Finding Labels` cell.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LabelsError {
+    #[error("finding labels are empty (write \"No Finding\" for none)")]
+    Empty,
+    #[error("unknown finding label {0:?}: expected one of {all}", all = LABELS.join(", "))]
+    Unknown(String),
+    #[error("finding label {0:?} is repeated")]
+    Repeated(String),
+    #[error("\"No Finding\" combined with findings in {0:?}")]
+    NoFindingWithFindings(String),
+}
+
 /// `Effusion|Mass` -> bitmask over [`LABELS`]; "No Finding" must stand alone.
-pub fn parse_labels(s: &str) -> Result<u16, String> {
+pub fn parse_labels(s: &str) -> Result<u16, LabelsError> {
     if s.is_empty() {
-        return Err("finding labels are empty (write \"No Finding\" for none)".into());
+        return Err(LabelsError::Empty);
     }
     let mut mask = 0u16;
     for part in s.split('|') {
         let part = part.trim();
-        let i = label_index(part).ok_or_else(|| format!("unknown finding label {part:?}: expected one of {}", LABELS.join(", ")))?;
+        let i = label_index(part).ok_or_else(|| LabelsError::Unknown(part.to_string()))?;
         if mask & (1 << i) != 0 {
-            return Err(format!("finding label {part:?} is repeated"));
+            return Err(LabelsError::Repeated(part.to_string()));
         }
         mask |= 1 << i;
     }
     let no_finding = 1 << label_index(NO_FINDING).expect("in vocabulary");
     if mask & no_finding != 0 && mask != no_finding {
-        return Err(format!("\"No Finding\" combined with findings in {s:?}"));
+        return Err(LabelsError::NoFindingWithFindings(s.to_string()));
     }
     Ok(mask)
 }
@@ -159,7 +172,7 @@ mod tests {
         assert_eq!(parse_labels("Atelectasis").unwrap(), 1);
         assert_eq!(parse_labels("Cardiomegaly|Effusion").unwrap(), 0b110);
         assert!(parse_labels("No Finding").is_ok());
-        assert!(parse_labels("Infiltrate").unwrap_err().contains("unknown finding label"));
+        assert!(parse_labels("Infiltrate").unwrap_err().to_string().contains("unknown finding label \"Infiltrate\""));
         assert!(parse_labels("No Finding|Mass").is_err());
         assert!(parse_labels("Mass|Mass").is_err());
         assert!(parse_labels("").is_err());

@@ -14,7 +14,7 @@ use polars::prelude::*;
 use serde::Serialize;
 
 pub use bbox::BoundingBox;
-pub use data_entry::{parse_age, parse_labels, DataEntryRow};
+pub use data_entry::{parse_age, parse_labels, DataEntryRow, LabelsError};
 pub use splits::OfficialSplit;
 pub use summary::{summarize, SourceSummary};
 
