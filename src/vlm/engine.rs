@@ -164,9 +164,12 @@ impl Engine {
     }
 
     fn load_image(&self, path: &Path) -> Result<(image::DynamicImage, tch::Tensor, ImageInfo), VlmError> {
-        let bytes = std::fs::read(path).map_err(|e| VlmError::File { path: path.into(), message: e.to_string() })?;
-        let image = image::load_from_memory(&bytes)
-            .map_err(|e| VlmError::File { path: path.into(), message: format!("not a decodable image (truncated or corrupt?): {e}") })?;
+        let bytes = std::fs::read(path).map_err(|source| VlmError::Read { path: path.into(), source })?;
+        let image = image::load_from_memory(&bytes).map_err(|e| VlmError::NotA {
+            path: path.into(),
+            what: "a decodable image (truncated or corrupt?)",
+            source: e.into(),
+        })?;
         let (pixel_values, grid) = pixels::pixel_values(&image, &self.dir.preprocessor, self.dir.rescale_factor, self.model.device)?;
         let merge = self.dir.config.vision.spatial_merge_size;
         let p = self.dir.preprocessor.patch_size;

@@ -10,6 +10,21 @@ pub enum VlmError {
     Missing { dir: PathBuf, what: String, hint: String },
     #[error("{}: {message}", path.display())]
     File { path: PathBuf, message: String },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file that was read but is not what it should be (JSON, a tokenizer, an image,
+    /// safetensors): `what` says what it should be.
+    #[error("{}: not {what}", path.display())]
+    NotA {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{}: key `{}`: {}", path.display(), error.key, error.message)]
     Config { path: PathBuf, error: ConfigError },
     #[error("chat template from {source_file}: {message}")]

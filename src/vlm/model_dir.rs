@@ -48,8 +48,8 @@ pub struct ModelDir {
 }
 
 fn read_json(path: &Path) -> Result<Value, VlmError> {
-    let text = std::fs::read_to_string(path).map_err(|e| VlmError::File { path: path.into(), message: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| VlmError::File { path: path.into(), message: format!("not valid JSON: {e}") })
+    let text = std::fs::read_to_string(path).map_err(|source| VlmError::Read { path: path.into(), source })?;
+    serde_json::from_str(&text).map_err(|e| VlmError::NotA { path: path.into(), what: "valid JSON", source: e.into() })
 }
 
 fn require(dir: &Path, name: &str, hint: &str) -> Result<PathBuf, VlmError> {
@@ -81,8 +81,11 @@ impl ModelDir {
             });
         }
         let tokenizer_path = require(dir, "tokenizer.json", "the fast tokenizer file")?;
-        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
-            .map_err(|e| VlmError::File { path: tokenizer_path.clone(), message: format!("not a tokenizer: {e}") })?;
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|source| VlmError::NotA {
+            path: tokenizer_path.clone(),
+            what: "a tokenizer",
+            source,
+        })?;
         let vocab = tokenizer.get_vocab_size(true);
         if vocab > config.text.vocab_size {
             return Err(VlmError::File {
@@ -138,7 +141,7 @@ fn eos_ids(dir: &Path) -> Result<Vec<u32>, VlmError> {
 fn chat_template(dir: &Path) -> Result<(String, ChatTemplateSource), VlmError> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
-        let text = std::fs::read_to_string(&jinja).map_err(|e| VlmError::File { path: jinja, message: e.to_string() })?;
+        let text = std::fs::read_to_string(&jinja).map_err(|source| VlmError::Read { path: jinja, source })?;
         return Ok((text, ChatTemplateSource::ChatTemplateJinja));
     }
     for source in [ChatTemplateSource::ChatTemplateJson, ChatTemplateSource::TokenizerConfig] {

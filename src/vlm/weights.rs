@@ -28,8 +28,11 @@ impl Weights {
     pub fn load(files: &[PathBuf], device: Device, kind: Kind) -> Result<Weights, VlmError> {
         let mut tensors = HashMap::new();
         for file in files {
-            let read = Tensor::read_safetensors(file)
-                .map_err(|e| VlmError::File { path: file.clone(), message: format!("not readable safetensors: {e}") })?;
+            let read = Tensor::read_safetensors(file).map_err(|e| VlmError::NotA {
+                path: file.clone(),
+                what: "readable safetensors",
+                source: e.into(),
+            })?;
             for (name, tensor) in read {
                 let kind = if tensor.is_floating_point() { kind } else { tensor.kind() };
                 tensors.insert(normalize(&name), tensor.to_device(device).to_kind(kind));
