@@ -30,6 +30,6 @@ impl ResolvedSpec {
 
     /// The `evaluation` section, its gold file's digest in place (null without one).
     pub fn evaluation_json(&self) -> Value {
-        serde_json::to_value(&self.evaluation).expect("in-memory JSON serialization cannot fail")
+        serde_json::to_value(&self.gold).expect("in-memory JSON serialization cannot fail")
     }
 }

@@ -26,8 +26,9 @@ pub struct ResolvedSpec {
     spec: ReleaseSpec,
     /// The table `signal.calibration` names, if any.
     pub calibration: Option<CalibrationRef>,
-    /// The gold labels `evaluation.gold` names, if any.
-    pub evaluation: Option<Evaluation>,
+    /// The gold labels `evaluation.gold` names, if any. (Not `evaluation`: that is the spec's
+    /// own section, which this struct dereferences to.)
+    pub gold: Option<Evaluation>,
 }
 
 impl Deref for ResolvedSpec {
@@ -104,22 +105,14 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
     }
     locate_local_model(&mut spec)?;
     let calibration = spec.signal.calibration.as_deref().map(|file| read_calibration(&spec, file)).transpose()?;
-    let evaluation = spec.evaluation.as_ref().map(|e| read_gold(&spec, &e.gold_file, e.format)).transpose()?;
-    Ok(ResolvedSpec { spec, calibration, evaluation })
+    let gold = spec.evaluation.as_ref().map(|e| read_gold(&spec, &e.gold_file, e.format)).transpose()?;
+    Ok(ResolvedSpec { spec, calibration, gold })
 }
 
 impl ResolvedSpec {
-    /// The plain spec, for the stages that need nothing it names.
-    pub fn spec(&self) -> &ReleaseSpec {
-        &self.spec
-    }
     /// The calibration table, if the spec names one.
     pub fn calibration_table(&self) -> Option<&Calibration> {
         self.calibration.as_ref().map(|c| &c.table)
-    }
-    /// The spec with its model located (see `infer::locate_model`).
-    pub fn with_model(&self, model: release_spec::ModelSpec) -> ResolvedSpec {
-        ResolvedSpec { spec: ReleaseSpec { model, ..self.spec.clone() }, ..self.clone() }
     }
 }
 

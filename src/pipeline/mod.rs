@@ -224,9 +224,9 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     // The evaluation and the plots cover the full split when there is one (as `eval` does on shards).
     let main_split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
     let main_rows = split_rows(main_split, &selection, trial.as_ref());
-    let gold = spec.evaluation.as_ref().map(|e| &e.gold.labels);
+    let gold = spec.gold.as_ref().map(|e| &e.gold.labels);
     let plots = card::plots::render(&dir, main_split.name(), &table_rows.plot_rows(&main_rows, gold))?;
-    let evaluation = match &spec.evaluation {
+    let evaluation = match &spec.gold {
         None => None,
         Some(e) => {
             let (split, rows) = (main_split, &main_rows);
