@@ -123,6 +123,52 @@ fn sharded_inference_merges_into_the_same_bytes() {
     assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("merged")));
 }
 
+/// An array job: four processes at once, each told its index only by the scheduler's variable
+/// (a Kubernetes Indexed Job's JOB_COMPLETION_INDEX), then the one merge build.
+#[test]
+fn array_job_tasks_take_their_index_from_the_scheduler() {
+    let s = Scratch::new();
+    build(&fixture_s1a(), &s.path("plain"), &s.path("cache-plain"), &[]).success();
+    let task = |k: usize| {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
+            .arg("infer")
+            .arg(fixture_s1a())
+            .args(["--shard-count", "4", "--no-progress", "--jobs", "1", "--cache-dir"])
+            .arg(s.path("cache-shared"))
+            .env("JOB_COMPLETION_INDEX", k.to_string())
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("AWS_BATCH_JOB_ARRAY_INDEX")
+            .output()
+            .unwrap()
+    };
+    let task = &task;
+    let outputs = std::thread::scope(|scope| {
+        let tasks: Vec<_> = (0..4).map(|k| scope.spawn(move || task(k))).collect();
+        tasks.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+    });
+    for (k, out) in outputs.into_iter().enumerate() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "task {k}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains(&format!("shard {k}/4 (index from JOB_COMPLETION_INDEX={k})")), "{text}");
+    }
+    let a = build(&fixture_s1a(), &s.path("merged"), &s.path("cache-shared"), &[]).success();
+    assert!(stderr(&a).contains(", 0 scored"), "the merge build scores nothing: {}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("merged")));
+
+    // Outside a scheduler, --shard-count says what it looked for.
+    let a = bin()
+        .arg("infer")
+        .arg(fixture_s1a())
+        .args(["--shard-count", "4", "--cache-dir"])
+        .arg(s.path("cache-none"))
+        .env_remove("JOB_COMPLETION_INDEX")
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("AWS_BATCH_JOB_ARRAY_INDEX")
+        .assert()
+        .failure();
+    assert!(stderr(&a).contains("no array-job index in the environment"), "{}", stderr(&a));
+}
+
 #[test]
 fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
     let s = Scratch::new();

@@ -6,13 +6,15 @@ mod fixture;
 #[cfg(feature = "vlm")]
 mod qwen2vl;
 mod runner;
+mod shard;
 
 use image::DynamicImage;
 use serde::Serialize;
 
 pub use cache::{CacheKey, ScoreCache};
 pub use fixture::FixtureScorer;
-pub use runner::{count_cached, parse_shard, run, shard_of, ImageJob, InferReport, RunOptions, ShardSpec};
+pub use runner::{count_cached, run, ImageJob, InferReport, RunOptions};
+pub use shard::{parse_shard, shard_from_scheduler, shard_of, ShardSpec, SCHEDULER_INDEX_VARS};
 
 use crate::hashing::sha256_json;
 use crate::release_spec::{Backend, ModelSpec, Question};

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
+use super::shard::{shard_of, ShardSpec};
 use super::{CacheKey, ImageInput, ImageScores, InferError, ScoreCache, Scorer};
-use crate::hashing::{sha256_hex, stable_u64};
+use crate::hashing::sha256_hex;
 use crate::release_spec::Question;
 
 /// One image to score.
@@ -15,30 +16,6 @@ use crate::release_spec::Question;
 pub struct ImageJob {
     pub name: String,
     pub path: PathBuf,
-}
-
-/// `K/N`: this run scores the images whose shard is K (0-based) of N.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardSpec {
-    pub index: usize,
-    pub count: usize,
-}
-
-pub fn parse_shard(s: &str) -> Result<ShardSpec, InferError> {
-    let bad = || InferError::Shard(format!("--shard {s:?}: expected K/N with 0 <= K < N, e.g. 0/3"));
-    let (k, n) = s.split_once('/').ok_or_else(bad)?;
-    let index: usize = k.trim().parse().map_err(|_| bad())?;
-    let count: usize = n.trim().parse().map_err(|_| bad())?;
-    if count == 0 || index >= count {
-        return Err(bad());
-    }
-    Ok(ShardSpec { index, count })
-}
-
-/// The shard an image belongs to: a hash of its name, so membership never depends on which
-/// other images are selected or in what order.
-pub fn shard_of(image: &str, count: usize) -> usize {
-    (stable_u64(&["shard", image]) % count as u64) as usize
 }
 
 pub struct RunOptions {
@@ -127,27 +104,6 @@ pub fn run(
         });
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shard_specs_parse_and_partition() {
-        assert_eq!(parse_shard("0/3").unwrap(), ShardSpec { index: 0, count: 3 });
-        assert!(parse_shard("3/3").is_err());
-        assert!(parse_shard("1").is_err());
-        assert!(parse_shard("a/b").is_err());
-        assert!(parse_shard("0/0").is_err());
-        let names: Vec<String> = (0..300).map(|i| format!("{i:08}_000.png")).collect();
-        let mut sizes = [0usize; 3];
-        for n in &names {
-            sizes[shard_of(n, 3)] += 1;
-        }
-        assert_eq!(sizes.iter().sum::<usize>(), 300);
-        assert!(sizes.iter().all(|&s| s > 70), "shards are balanced: {sizes:?}");
-    }
 }
 
 /// An image's bytes and its cache key.

@@ -161,6 +161,7 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     Ok(InferShardReport {
         release_id: spec.release.id.clone(),
         shard,
+        shard_source: None,
         images: report.scores.iter().filter(|s| s.is_some()).count(),
         computed: report.computed,
         cached: report.cached,

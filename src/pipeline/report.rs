@@ -63,6 +63,8 @@ pub struct InferShardReport {
     pub release_id: String,
     #[serde(skip)]
     pub shard: Option<ShardSpec>,
+    /// Where the shard's index came from, when a scheduler gave it (`JOB_COMPLETION_INDEX=2`).
+    pub shard_source: Option<String>,
     /// Images in this run's shard.
     pub images: usize,
     pub computed: usize,
@@ -72,7 +74,8 @@ pub struct InferShardReport {
 
 impl fmt::Display for InferShardReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shard = self.shard.map(|s| format!(" shard {}/{}", s.index, s.count)).unwrap_or_default();
+        let from = self.shard_source.as_ref().map(|s| format!(" (index from {s})")).unwrap_or_default();
+        let shard = self.shard.map(|s| format!(" shard {}/{}{from}", s.index, s.count)).unwrap_or_default();
         writeln!(
             f,
             "infer {}{shard}: {} images, {} scored, {} already cached (cache: {})",
