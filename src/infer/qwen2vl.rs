@@ -21,6 +21,16 @@ pub struct Qwen2VlScorer {
     engines: Vec<Mutex<Loaded>>,
     /// The token ids of "Yes" and "No", read once from the tokenizer.
     answer: (u32, u32),
+    /// What resizing and normalising an image needs, kept outside the engines so that it runs
+    /// before one is taken: on a GPU, where one engine serves every worker, the engine then
+    /// never waits for another image's CPU work.
+    pixels: PixelSettings,
+}
+
+struct PixelSettings {
+    preprocessor: crate::vlm::PreprocessorConfig,
+    rescale_factor: f64,
+    device: tch::Device,
 }
 
 struct Loaded {
@@ -94,12 +104,13 @@ impl Qwen2VlScorer {
                 "tokenizer_sha256": tokenizer_sha256(&engine.dir.path.join("tokenizer.json"))?,
             }),
         };
+        let pixels = PixelSettings { preprocessor: p.clone(), rescale_factor: engine.dir.rescale_factor, device: engine.model.device };
         let replicas = if engine.model.device == tch::Device::Cpu { workers.max(1) } else { 1 };
         let mut engines = vec![Mutex::new(first)];
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(Qwen2VlScorer { identity, engines, answer })
+        Ok(Qwen2VlScorer { identity, engines, answer, pixels })
     }
 }
 
@@ -119,18 +130,18 @@ impl Scorer for Qwen2VlScorer {
     }
 
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
-        // Each pool thread has its own engine; a caller outside the pool shares the first.
+        // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
+        // change the last bits of a sum: pin it to one on every worker.
+        if self.pixels.device == tch::Device::Cpu {
+            tch::set_num_threads(1);
+        }
+        let PixelSettings { preprocessor, rescale_factor, device } = &self.pixels;
+        let (pixel_values, grid) = pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device)
+            .map_err(engine_err(format!("image {}", image.name)))?;
+        // Each pool thread has its own engine on the CPU; on a GPU all share the one.
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
-        // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
-        // change the last bits of a sum: pin it to one on every worker.
-        if engine.model.device == tch::Device::Cpu {
-            tch::set_num_threads(1);
-        }
-        let (pixel_values, grid) =
-            pixels::pixel_values(image.image, &engine.dir.preprocessor, engine.dir.rescale_factor, engine.model.device)
-                .map_err(engine_err(format!("image {}", image.name)))?;
         let embeds = engine.model.image_embeds(&pixel_values, grid);
         let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
         let key = (grid, crate::hashing::stable_u64(&texts));
