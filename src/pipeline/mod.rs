@@ -247,9 +247,11 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         }
     };
     let series = load_series_lenient(spec, &mut notes);
+    // The spec as the lock records it; the card's templates see the same.
+    let spec_json = spec.to_json();
     let card_input = CardInput {
         spec,
-        spec_json: spec.to_json(),
+        spec_json: spec_json.clone(),
         demo_reasons: &demo_reasons,
         scorer: scorer.identity(),
         series: &series,
@@ -269,8 +271,8 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         format: manifest::LOCK_FORMAT.into(),
         tool: ToolInfo::current(),
         spec_file: spec.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-        spec_sha256: spec.hash(),
-        spec: spec.to_json(),
+        spec_sha256: sha256_json(&spec_json),
+        spec: spec_json,
         inputs: serde_json::to_value(&table.inputs).expect("plain data"),
         images: selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.clone(), s.image_sha256.clone())).collect(),
         scorer: serde_json::to_value(scorer.identity()).expect("plain data"),
