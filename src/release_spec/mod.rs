@@ -28,6 +28,13 @@ pub struct KeyLocation {
     pub key: String,
 }
 
+impl KeyLocation {
+    /// The folder of the file: relative paths set there resolve against it.
+    pub fn dir(&self) -> PathBuf {
+        self.file.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+}
+
 impl fmt::Display for KeyLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.line {

@@ -26,8 +26,7 @@ impl Resolver<'_> {
     }
     /// The folder of the file that set `key`: relative paths resolve against it.
     fn base_dir(&self, key: &str) -> PathBuf {
-        let file = locate(self.chain, key).file;
-        file.parent().map(Path::to_path_buf).unwrap_or_default()
+        locate(self.chain, key).dir()
     }
     fn expand(&self, key: &str, value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, SpecError> {
         expand(value, env).map_err(|e| match e {

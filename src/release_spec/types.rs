@@ -50,7 +50,7 @@ impl ReleaseSpec {
     }
     /// The folder of the file that set `key`: relative paths resolve against it.
     pub fn base_dir(&self, key: &str) -> PathBuf {
-        self.locate(key).file.parent().map(std::path::Path::to_path_buf).unwrap_or_default()
+        self.locate(key).dir()
     }
 }
 
