@@ -326,7 +326,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
 /// The roadmap comes from the specs beside the chain's root spec. A sibling spec that does not
 /// parse is left out of the roadmap with a note, rather than failing this build.
 fn load_series_lenient(spec: &ReleaseSpec, notes: &mut Vec<String>) -> Vec<series::SeriesEntry> {
-    let root = spec.chain.last().unwrap_or(&spec.path);
+    let root = spec.layers.last().map_or(&spec.path, |layer| &layer.path);
     let dir = root.parent().unwrap_or(Path::new("."));
     match series::load_series(dir) {
         Ok(s) => s,

@@ -101,7 +101,6 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     };
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
-        chain: chain.iter().map(|l| l.path.clone()).collect(),
         layers: chain.to_vec(),
         release,
         source,

@@ -17,10 +17,8 @@ use crate::vocab::{LABELS, SUPPORT_DEVICES};
 pub struct ReleaseSpec {
     #[serde(skip)]
     pub path: PathBuf,
-    #[serde(skip)]
-    pub chain: Vec<PathBuf>,
-    /// The parsed files of the `extends` chain, child first, kept so that later stages can point
-    /// their errors at the file and line that set a key.
+    /// The parsed files of the `extends` chain, child first (the first is `path`), kept so that
+    /// later stages can point their errors at the file and line that set a key.
     #[serde(skip)]
     pub layers: Vec<super::LoadedLayer>,
     pub release: ReleaseInfo,
