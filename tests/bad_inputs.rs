@@ -202,6 +202,11 @@ fn wrong_input_checksums_are_errors() {
     let spec = derived_spec(&s, "sum.yaml", &format!("source:\n  root: {}\n", sample.display()));
     let err = failing_build(&s, &spec);
     assert!(err.contains("BBox_List_2017.csv") && err.contains("sha256 mismatch"), "{err}");
+    // A marker that is not JSON names the key that points at it, the file and the parse error.
+    std::fs::write(&marker, "{\"embedded_sample\": tru").unwrap();
+    let spec = derived_spec(&s, "marker.yaml", &format!("source:\n  root: {}\n", sample.display()));
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("key `source.root`") && err.contains("sample.json is not a sample marker: EOF while parsing"), "{err}");
 }
 
 #[test]

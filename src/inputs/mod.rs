@@ -78,6 +78,13 @@ pub enum InputsError {
     },
     #[error("{at}: {}: {message}", path.display())]
     Invalid { at: KeyLocation, path: PathBuf, message: String },
+    #[error("{at}: {} is not a sample marker", path.display())]
+    SampleMarker {
+        at: KeyLocation,
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{at}: cannot use the gold labels")]
     Gold {
         at: KeyLocation,
@@ -169,7 +176,11 @@ fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<BTreeMap<String
     let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.to_path_buf(), message };
     let text =
         std::fs::read_to_string(path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
-    let marker: Marker = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let marker: Marker = serde_json::from_str(&text).map_err(|source| InputsError::SampleMarker {
+        at: spec.locate(key),
+        path: path.to_path_buf(),
+        source,
+    })?;
     if !marker.embedded_sample {
         return Err(invalid("`embedded_sample` must be true".into()));
     }
