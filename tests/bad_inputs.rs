@@ -16,22 +16,12 @@ fn checked(s: &Scratch, name: &str, stderr: String) -> String {
     for (i, cause) in causes.iter().enumerate() {
         assert!(!causes[i + 1..].contains(cause), "the cause {cause:?} is said more than once: {line}");
     }
-    let scratch = regex_literal(&s.path("").display().to_string());
-    let repo = regex_literal(&repo().display().to_string());
-    insta::with_settings!({ filters => vec![(scratch.as_str(), "[SCRATCH]/"), (repo.as_str(), "[REPO]")] }, {
-        insta::assert_snapshot!(name, stderr);
-    });
+    let mut settings = insta::Settings::clone_current();
+    for (pattern, replacement) in path_filters(s) {
+        settings.add_filter(&pattern, replacement);
+    }
+    settings.bind(|| insta::assert_snapshot!(name, stderr));
     stderr
-}
-
-fn regex_literal(text: &str) -> String {
-    text.chars().fold(String::new(), |mut out, c| {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-        out
-    })
 }
 
 /// Runs a build that must fail; returns stderr (checked) and checks no release appeared.

@@ -11,17 +11,6 @@ use common::*;
 
 const TOKEN: &str = "hf_fakeTOKENvalue0123456789";
 
-/// A regex matching `text` literally.
-fn literal(text: &str) -> String {
-    text.chars().fold(String::new(), |mut out, c| {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-        out
-    })
-}
-
 /// stdout, then stderr under a marker when there is any.
 fn output(a: &assert_cmd::assert::Assert) -> String {
     let (out, err) = (stdout(a), stderr(a));
@@ -36,8 +25,9 @@ fn output(a: &assert_cmd::assert::Assert) -> String {
 fn each_command_says_what_it_did() {
     let s = Scratch::new();
     let mut settings = insta::Settings::clone_current();
-    settings.add_filter(&literal(&s.path("").display().to_string()), "[SCRATCH]/");
-    settings.add_filter(&literal(&repo().display().to_string()), "[REPO]");
+    for (pattern, replacement) in path_filters(&s) {
+        settings.add_filter(&pattern, replacement);
+    }
     settings.add_filter(r"http://127\.0\.0\.1:\d+", "[HUB]");
     // build.lock names the tool's commit, and manifest.json lists build.lock's digest.
     settings.add_filter(r"(?m)^.*(build\.lock|manifest\.json).*$", "  [$1: depends on the tool's commit]");

@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use sha2::{Digest, Sha256};
 
+/// insta filters that replace the scratch folder and the repository's path in a snapshot.
+pub fn path_filters(scratch: &Scratch) -> [(String, &'static str); 2] {
+    [(regex::escape(&scratch.path("").display().to_string()), "[SCRATCH]/"), (regex::escape(&repo().display().to_string()), "[REPO]")]
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
