@@ -8,6 +8,7 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::error::VlmError;
+use super::grounding::{self, Grounding, ImageGeometry};
 use super::model::VlModel;
 use super::model_dir::ModelDir;
 use super::pixels;
@@ -109,6 +110,8 @@ pub struct DescribeReport {
     /// The `<think>` and `<answer>` sections, when the model writes them (NV-Reason-CXR style).
     pub think: Option<String>,
     pub answer: Option<String>,
+    /// Boxes in the family's grounding format, mapped to the original image's pixels.
+    pub grounding: Grounding,
     pub new_tokens: usize,
     pub truncated_by_max_new_tokens: bool,
     pub timing_ms: Timing,
@@ -217,13 +220,16 @@ impl Engine {
         let (tokens, truncated) = self.model.generate(&p.input_ids, &embeds, info.grid_thw, max_new_tokens, &stop)?;
         timing.text = ms(start);
         let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
-        let response = self.dir.tokenizer.decode(&content, true).map_err(|e| VlmError::Input(format!("decoding the response: {e}")))?;
+        // Special tokens stay: Qwen2-VL's box markers are special tokens.
+        let response = self.dir.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the response: {e}")))?;
+        let geometry = ImageGeometry { original: (info.width, info.height), resized: info.resized };
         Ok(DescribeReport {
             model: self.model_info(),
             image: info,
             prompt: prompt.to_string(),
             think: section(&response, "think"),
             answer: section(&response, "answer"),
+            grounding: grounding::parse(self.dir.config.family, &response, geometry),
             response,
             new_tokens: tokens.len(),
             truncated_by_max_new_tokens: truncated,

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod cpu_kernels;
 pub mod error;
+pub mod grounding;
 pub mod model_dir;
 pub mod preprocess;
 pub mod prompt;
