@@ -20,6 +20,7 @@ pub use release_rows::{read as read_release_rows, ReleaseRow};
 pub use report::to_markdown;
 
 use crate::signal::calibration;
+use crate::vocab::TrustClass;
 use metrics::*;
 
 /// How intervals and calibration are computed; recorded in the report.
@@ -57,6 +58,21 @@ pub struct MislabelMetrics {
     pub ap_ci95: Option<(f64, f64)>,
     /// (K, precision@K, Lift@K) for K = the number of mislabeled rows and 10% of rows.
     pub at_k: Vec<(usize, Option<f64>, Option<f64>)>,
+    /// The flagging trust classes taken as a verdict "mislabeled": how many of the rows they
+    /// hold are, and how many of the mislabeled rows they catch.
+    pub by_class: Vec<ClassDetection>,
+}
+
+/// One trust class (or the union of the flagging ones) against the mislabeled rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassDetection {
+    /// `likely_mislabeled`, `suspect`, or `likely_mislabeled+suspect`.
+    pub classes: String,
+    pub flagged: usize,
+    /// Mislabeled rows among the flagged; None when nothing is flagged.
+    pub precision: Option<f64>,
+    /// Flagged rows among the mislabeled; None when nothing is mislabeled.
+    pub recall: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,6 +86,8 @@ pub struct StratumMetrics {
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
     pub release_id: String,
+    /// What the gold is ("expert labels", or what the spec's `evaluation.against` says).
+    pub against: String,
     pub split: String,
     pub gold_file: String,
     /// The gold's format and variant, how its labels map onto NIH's, and what was left out.
@@ -206,6 +224,7 @@ pub fn evaluate_rows(
     }
     Ok(EvalReport {
         release_id: release_id.to_string(),
+        against: crate::release_spec::EXPERT_LABELS.to_string(),
         split: split.to_string(),
         gold_file: gold_file.to_string(),
         gold: gold.clone(),
@@ -303,5 +322,22 @@ fn mislabel_metrics(judged: &[&Judged<'_>], o: &EvalOptions) -> MislabelMetrics 
         ap: average_precision(&doubt, &wrong),
         ap_ci95: bootstrap_ci95(&doubt, &wrong, o.bootstrap_resamples, o.seed, average_precision),
         at_k: ks.into_iter().map(|k| (k, precision_at_k(&doubt, &wrong, k), lift_at_k(&doubt, &wrong, k))).collect(),
+        by_class: [&[TrustClass::LikelyMislabeled][..], &[TrustClass::Suspect], &[TrustClass::LikelyMislabeled, TrustClass::Suspect]]
+            .into_iter()
+            .map(|classes| class_detection(judged, classes, mislabeled))
+            .collect(),
+    }
+}
+
+fn class_detection(judged: &[&Judged<'_>], classes: &[TrustClass], mislabeled: usize) -> ClassDetection {
+    let flagged: Vec<&&Judged<'_>> =
+        judged.iter().filter(|j| TrustClass::parse(&j.row.trust_class).is_some_and(|c| classes.contains(&c))).collect();
+    let caught = flagged.iter().filter(|j| j.row.nih_label != j.gold).count();
+    let ratio = |n: usize, d: usize| (d > 0).then(|| n as f64 / d as f64);
+    ClassDetection {
+        classes: classes.iter().map(|c| c.name()).collect::<Vec<_>>().join("+"),
+        flagged: flagged.len(),
+        precision: ratio(caught, flagged.len()),
+        recall: ratio(caught, mislabeled),
     }
 }

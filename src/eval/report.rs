@@ -13,8 +13,9 @@ fn ci(v: Option<(f64, f64)>) -> String {
 pub fn to_markdown(r: &EvalReport) -> String {
     let mut md = String::new();
     md.push_str(&format!(
-        "## Evaluation against expert labels\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}. \
+        "## Evaluation against {}\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}. \
          Intervals are 95% percentile bootstraps ({} resamples, seed {}); ECE uses {} equal-width bins.\n\n",
+        r.against,
         r.gold_file, r.gold_judgements, r.matched, r.split, r.release_id, r.options.bootstrap_resamples, r.options.seed, r.options.ece_bins
     ));
     md.push_str(&label_mapping(r));
@@ -43,6 +44,10 @@ pub fn to_markdown(r: &EvalReport) -> String {
     ));
     for (k, p, l) in &d.at_k {
         md.push_str(&format!("| {k} | {} | {} |\n", num(*p), num(*l)));
+    }
+    md.push_str("\nThe flagging trust classes read as a verdict \"mislabeled\":\n\n| trust class | rows | precision | recall |\n|---|---:|---:|---:|\n");
+    for c in &d.by_class {
+        md.push_str(&format!("| `{}` | {} | {} | {} |\n", c.classes, c.flagged, num(c.precision), num(c.recall)));
     }
     md.push_str(&format!(
         "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {}",

@@ -231,7 +231,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         None => None,
         Some(e) => {
             let (split, rows) = (main_split, &main_rows);
-            let report = crate::eval::evaluate_rows(
+            let mut report = crate::eval::evaluate_rows(
                 &spec.release.id,
                 split.name(),
                 &table_rows.release_rows(rows),
@@ -241,6 +241,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
                 None,
             )
             .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
+            report.against = e.against.clone();
             write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;
             log(&format!("eval: {} gold judgements matched on the {} split", report.matched, report.split));
             Some(crate::eval::to_markdown(&report))
@@ -253,6 +254,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         spec,
         spec_json: spec_json.clone(),
         demo_reasons: &demo_reasons,
+        demo_weights: spec.model.demo_weights.map(|w| w.describe()),
         scorer: scorer.identity(),
         series: &series,
         images: selection.images.len(),
