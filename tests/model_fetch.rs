@@ -37,7 +37,7 @@ fn hub_spec(s: &Scratch, revision: &str) -> std::path::PathBuf {
         s,
         &format!("hub-{revision}.yaml"),
         &format!(
-            "selection:\n  curated_images: 12\n  expected_rows: 16\nmodel:\n  backend: qwen2vl\n  id: {MODEL}\n  revision: {revision}\n  weight_license: apache-2.0\n  random_weights: true\n"
+            "selection:\n  curated_images: 12\n  expected_rows: 16\nmodel:\n  backend: qwen2vl\n  id: {MODEL}\n  revision: {revision}\n  weight_license: apache-2.0\n  demo_weights: random\n"
         ),
     )
 }
@@ -119,7 +119,7 @@ fn a_missing_model_or_revision_is_a_clear_error() {
     let spec = derived_spec(
         &s,
         "nobody.yaml",
-        "model:\n  backend: qwen2vl\n  id: nobody/nothing\n  revision: main\n  weight_license: apache-2.0\n  random_weights: true\n",
+        "model:\n  backend: qwen2vl\n  id: nobody/nothing\n  revision: main\n  weight_license: apache-2.0\n  demo_weights: random\n",
     );
     let a = hub_build(&s, &hub, &spec, "out", &[]).failure();
     assert!(stderr(&a).contains("fetching model nobody/nothing@main"), "{}", stderr(&a));

@@ -63,6 +63,8 @@ pub struct CardInput<'a> {
     #[serde(rename = "spec")]
     pub spec_json: serde_json::Value,
     pub demo_reasons: &'a [String],
+    /// What demo weights are, when the model has them ("random weights", ...).
+    pub demo_weights: Option<&'static str>,
     pub scorer: &'a ScorerIdentity,
     pub series: &'a [SeriesEntry],
     pub images: usize,

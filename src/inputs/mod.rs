@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::eval::{GoldError, GoldSet};
 use crate::hashing::sha256_hex;
-use crate::release_spec::{self, Backend, GoldFormat, KeyLocation, ReleaseSpec, SpecError};
+use crate::release_spec::{self, Backend, EvaluationSpec, GoldFormat, KeyLocation, ReleaseSpec, SpecError};
 use crate::signal::calibration::{Calibration, CalibrationError};
 
 /// A release spec with the files it names read: what every stage after it works from.
@@ -54,6 +54,8 @@ pub struct Evaluation {
     /// The path as the spec wrote it.
     pub gold_file: String,
     pub format: GoldFormat,
+    /// What the gold is, as the card names it.
+    pub against: String,
     pub sha256: String,
     #[serde(skip)]
     pub gold: GoldSet,
@@ -103,16 +105,23 @@ pub fn load(path: &Path) -> Result<ResolvedSpec, InputsError> {
 /// Reads the files `spec` names. Nothing is fetched: a Hub model missing from the Hugging Face
 /// cache keeps `model.dir` empty, and the build fetches it (`infer::locate_model`).
 pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
-    let marker = spec.source.root.join("sample.json");
-    if marker.is_file() {
+    let marker_path = spec.source.root.join("sample.json");
+    let mut sample_truth = None;
+    if marker_path.is_file() {
         spec.source.embedded_sample = true;
-        for (name, digest) in read_sample_marker(&spec, &marker)? {
+        let marker = read_sample_marker(&spec, &marker_path)?;
+        for (name, digest) in marker.sha256 {
             spec.source.expected_sha256.entry(name).or_insert(digest);
         }
+        sample_truth = marker.truth;
     }
     locate_local_model(&mut spec)?;
     let calibration = spec.signal.calibration.as_deref().map(|file| read_calibration(&spec, file)).transpose()?;
-    let gold = spec.evaluation.as_ref().map(|e| read_gold(&spec, &e.gold_file, e.format)).transpose()?;
+    let gold = match (&spec.evaluation, sample_truth) {
+        (Some(e), _) => Some(read_gold(&spec, e)?),
+        (None, Some(truth)) => Some(read_sample_truth(&spec, &truth)?),
+        (None, None) => None,
+    };
     Ok(ResolvedSpec { spec, calibration, gold })
 }
 
@@ -150,12 +159,31 @@ fn read_file(spec: &ReleaseSpec, key: &str, file: &str) -> Result<(PathBuf, Vec<
 }
 
 /// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
-fn read_gold(spec: &ReleaseSpec, file: &str, format: GoldFormat) -> Result<Evaluation, InputsError> {
+fn read_gold(spec: &ReleaseSpec, e: &EvaluationSpec) -> Result<Evaluation, InputsError> {
     let key = "evaluation.gold";
-    let (path, bytes) = read_file(spec, key, file)?;
-    let gold = crate::eval::gold::read(&path, format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
-    Ok(Evaluation { gold_file: file.to_string(), format, sha256: sha256_hex(&bytes), gold })
+    let (path, bytes) = read_file(spec, key, &e.gold_file)?;
+    let gold = crate::eval::gold::read(&path, e.format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
+    Ok(Evaluation { gold_file: e.gold_file.clone(), format: e.format, against: e.against.clone(), sha256: sha256_hex(&bytes), gold })
 }
+
+/// What the embedded sample draws (its marker's `truth`): a build on the sample evaluates
+/// against it unless the spec names gold labels of its own.
+fn read_sample_truth(spec: &ReleaseSpec, file: &str) -> Result<Evaluation, InputsError> {
+    let key = "source.root";
+    let path = spec.source.root.join(file);
+    let bytes = std::fs::read(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    let gold = crate::eval::gold::read(&path, GoldFormat::Generic).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
+    Ok(Evaluation {
+        gold_file: file.to_string(),
+        format: GoldFormat::Generic,
+        against: SAMPLE_TRUTH.to_string(),
+        sha256: sha256_hex(&bytes),
+        gold,
+    })
+}
+
+/// How a card names the embedded sample's truth.
+pub const SAMPLE_TRUTH: &str = "the synthetic sample's planted truth";
 
 /// Reads a calibration file written by `bpals-release calibrate`, relative to the spec that names it.
 fn read_calibration(spec: &ReleaseSpec, file: &str) -> Result<CalibrationRef, InputsError> {
@@ -165,18 +193,24 @@ fn read_calibration(spec: &ReleaseSpec, file: &str) -> Result<CalibrationRef, In
     Ok(CalibrationRef { file: file.to_string(), sha256: sha256_hex(&bytes), table })
 }
 
-/// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}}`.
-fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<BTreeMap<String, String>, InputsError> {
-    #[derive(serde::Deserialize)]
-    struct Marker {
-        embedded_sample: bool,
-        sha256: BTreeMap<String, String>,
-    }
+/// The embedded sample's marker, `sample.json`.
+#[derive(serde::Deserialize)]
+struct SampleMarker {
+    embedded_sample: bool,
+    /// Pins of the metadata files.
+    sha256: BTreeMap<String, String>,
+    /// The file of what each image draws (`truth.csv`), when the sample has one.
+    #[serde(default)]
+    truth: Option<String>,
+}
+
+/// Reads the embedded sample's marker: `{"embedded_sample": true, "sha256": {file: digest}, "truth": file}`.
+fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<SampleMarker, InputsError> {
     let key = "source.root";
     let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.to_path_buf(), message };
     let text =
         std::fs::read_to_string(path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
-    let marker: Marker = serde_json::from_str(&text).map_err(|source| InputsError::SampleMarker {
+    let marker: SampleMarker = serde_json::from_str(&text).map_err(|source| InputsError::SampleMarker {
         at: spec.locate(key),
         path: path.to_path_buf(),
         source,
@@ -184,5 +218,5 @@ fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<BTreeMap<String
     if !marker.embedded_sample {
         return Err(invalid("`embedded_sample` must be true".into()));
     }
-    Ok(marker.sha256)
+    Ok(marker)
 }

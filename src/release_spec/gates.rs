@@ -75,8 +75,8 @@ pub fn demo_reasons(spec: &ReleaseSpec) -> Vec<String> {
     if spec.model.backend == Backend::Fixture {
         reasons.push("scores come from the fixture scorer, not a vision-language model".into());
     }
-    if spec.model.random_weights {
-        reasons.push(format!("model {} has random weights", spec.model.id));
+    if let Some(weights) = spec.model.demo_weights {
+        reasons.push(format!("model {} {}", spec.model.id, weights.demo_reason()));
     }
     if spec.model.backend == Backend::Qwen2vl && spec.model.path.is_none() && !crate::hashing::is_commit(&spec.model.revision) {
         reasons.push(format!(

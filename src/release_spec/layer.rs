@@ -196,6 +196,35 @@ pub enum Dtype {
     F16,
 }
 
+/// Why a model's weights carry no medical information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemoWeights {
+    /// Random initialisation: exercises the engine, answers nothing.
+    Random,
+    /// A tiny model trained on the synthetic sample's generator (fixtures/vlm/train_tiny.py):
+    /// its answers depend on the image, but only on synthetic drawings.
+    Synthetic,
+}
+
+impl DemoWeights {
+    /// What the weights are, as the card's model line says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            DemoWeights::Random => "random weights",
+            DemoWeights::Synthetic => "a tiny model trained on synthetic images",
+        }
+    }
+
+    /// The demo reason: "model X {this}".
+    pub fn demo_reason(self) -> &'static str {
+        match self {
+            DemoWeights::Random => "has random weights",
+            DemoWeights::Synthetic => "is a tiny model trained on synthetic images, not a real model",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DevicePolicy {
@@ -214,7 +243,8 @@ pub struct ModelLayer {
     pub id: Option<String>,
     pub revision: Option<String>,
     pub weight_license: Option<String>,
-    pub random_weights: Option<bool>,
+    /// `random` or `synthetic` for demo weights (see [`super::DemoWeights`]).
+    pub demo_weights: Option<DemoWeights>,
     pub dtype: Option<Dtype>,
     pub device: Option<DevicePolicy>,
     pub max_pixels: Option<u64>,
@@ -223,7 +253,7 @@ pub struct ModelLayer {
 
 impl Merge for ModelLayer {
     /// A layer that sets `id` or `path` names a different model: its identity (path, id,
-    /// revision, weight license, random weights) starts afresh instead of inheriting, so a
+    /// revision, weight license, demo weights) starts afresh instead of inheriting, so a
     /// spec that swaps in a hub model never keeps the parent's local `path` by accident.
     fn merge(&mut self, c: Self) {
         if c.id.is_some() || c.path.is_some() {
@@ -231,9 +261,9 @@ impl Merge for ModelLayer {
             self.id = None;
             self.revision = None;
             self.weight_license = None;
-            self.random_weights = None;
+            self.demo_weights = None;
         }
-        merge_options!(self, c; backend, path, id, revision, weight_license, random_weights, dtype, device,
+        merge_options!(self, c; backend, path, id, revision, weight_license, demo_weights, dtype, device,
             max_pixels, min_pixels);
     }
 }
@@ -368,11 +398,14 @@ pub struct EvaluationLayer {
     pub gold: Option<String>,
     /// `generic` (CSV image_index,label,value; the default) or `google-nih`.
     pub format: Option<GoldFormat>,
+    /// What the gold file is, as the card's evaluation heading names it ("expert labels" by
+    /// default; the sample's spec says "the synthetic sample's planted truth").
+    pub against: Option<String>,
 }
 
 impl Merge for EvaluationLayer {
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; gold, format);
+        merge_options!(self, c; gold, format, against);
     }
 }
 

@@ -17,7 +17,7 @@ mod types;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use layer::{Addition, Backend, Compression, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
+pub use layer::{Addition, Backend, Compression, DemoWeights, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
 pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.

@@ -93,9 +93,14 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
     let evaluation = match merged.evaluation {
-        Some(EvaluationLayer { gold: Some(gold_file), format }) => Some(EvaluationSpec { gold_file, format: format.unwrap_or_default() }),
-        Some(EvaluationLayer { gold: None, format: Some(_) }) => {
-            return Err(r.invalid("evaluation.format", "is set but evaluation.gold names no gold file"))
+        Some(EvaluationLayer { gold: Some(gold_file), format, against }) => Some(EvaluationSpec {
+            gold_file,
+            format: format.unwrap_or_default(),
+            against: against.unwrap_or_else(|| EXPERT_LABELS.to_string()),
+        }),
+        Some(EvaluationLayer { gold: None, format, against }) if format.is_some() || against.is_some() => {
+            let key = if format.is_some() { "evaluation.format" } else { "evaluation.against" };
+            return Err(r.invalid(key, "is set but evaluation.gold names no gold file"));
         }
         _ => None,
     };
@@ -234,7 +239,7 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         id,
         revision,
         weight_license: r.req(m.weight_license, "model.weight_license")?,
-        random_weights: m.random_weights.unwrap_or(false),
+        demo_weights: m.demo_weights,
         dtype: m.dtype.unwrap_or(Dtype::Auto),
         device: m.device.unwrap_or(DevicePolicy::Auto),
         max_pixels: m.max_pixels,

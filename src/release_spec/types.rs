@@ -135,7 +135,9 @@ pub struct ModelSpec {
     pub id: String,
     pub revision: String,
     pub weight_license: String,
-    pub random_weights: bool,
+    /// Set when the weights are a demo's, not a real model's: the build says so, and publish
+    /// refuses it.
+    pub demo_weights: Option<DemoWeights>,
     pub dtype: Dtype,
     pub device: DevicePolicy,
     pub max_pixels: Option<u64>,
@@ -196,12 +198,17 @@ pub struct SignalSpec {
     pub calibration: Option<String>,
 }
 
+/// What a gold file is unless the spec says otherwise (`evaluation.against`).
+pub const EXPERT_LABELS: &str = "expert labels";
+
 /// A gold file the build evaluates against, as the spec names it. [`crate::inputs`] reads it.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvaluationSpec {
     /// The path as the spec wrote it, relative to the spec that names it.
     pub gold_file: String,
     pub format: GoldFormat,
+    /// What the gold is, for the card's heading ("expert labels").
+    pub against: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
