@@ -3,7 +3,7 @@
 #
 #   benches/scale.sh [IMAGES] [TASKS]      (defaults: 112120 images, 8 tasks)
 #
-# Generates NIH-format metadata for IMAGES images with a tiny PNG each (fixtures/gen_sample.py;
+# Generates NIH-format metadata for IMAGES images with a flat 16x16 PNG each (fixtures/gen_sample.py;
 # not timed), then builds the release with the fixture scorer twice:
 #   1. one process (`build --jobs $(nproc)`), in its own cache;
 #   2. TASKS concurrent `infer --shard-count TASKS` processes, each given its index only through
@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 bin="$work/bpals-release"
 cp "${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release" "$bin"
 
-python3 fixtures/gen_sample.py --out "$work/nih" --images "$images" >/dev/null
+python3 fixtures/gen_sample.py --out "$work/nih" --images "$images" --placeholder-images >/dev/null
 # One row per label NIH asserts ("No Finding" included), as the spec's row policy takes them.
 expected_rows=$(python3 -c "import csv,sys; r=csv.reader(open(sys.argv[1])); next(r); print(sum(len(row[1].split('|')) for row in r))" \
     "$work/nih/Data_Entry_2017_v2020.csv")
