@@ -86,8 +86,9 @@ fn a_spec_that_names_a_gold_file_puts_the_evaluation_in_the_card() {
     let card = std::fs::read_to_string(second.join("README.md")).unwrap();
     assert!(card.contains("## Evaluation against expert labels"), "the card carries the evaluation");
     assert!(!card.contains("No evaluation against expert relabels has been run"));
-    // The reliability diagram gains the gold curve: its caption says so and its pixels change.
-    assert!(card.contains("expert judgements (orange)"), "{card}");
+    // The reliability diagram draws this gold's curve (a build on the sample draws the sample's
+    // truth): its caption names the gold and its pixels change.
+    assert!(card.contains("and against expert labels (") && card.contains(" judgements, orange)"), "{card}");
     let plot = "plots/full-reliability.png";
     assert_ne!(std::fs::read(second.join(plot)).unwrap(), std::fs::read(out.join(plot)).unwrap());
     // The same numbers as `eval` on the published files, and eval.json is in the manifest.

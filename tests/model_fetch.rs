@@ -37,7 +37,7 @@ fn hub_spec(s: &Scratch, revision: &str) -> std::path::PathBuf {
         s,
         &format!("hub-{revision}.yaml"),
         &format!(
-            "selection:\n  curated_images: 12\n  expected_rows: 16\nmodel:\n  backend: qwen2vl\n  id: {MODEL}\n  revision: {revision}\n  weight_license: apache-2.0\n  demo_weights: random\n"
+            "selection:\n  curated_images: 12\n  expected_rows: 15\nmodel:\n  backend: qwen2vl\n  id: {MODEL}\n  revision: {revision}\n  weight_license: apache-2.0\n  demo_weights: random\n"
         ),
     )
 }

@@ -77,8 +77,8 @@ fn the_spec_hash_ignores_the_machine_but_not_the_content() {
 fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity() {
     let s = Scratch::new();
     let base = release_spec::load_with_env(&spec("s1a.yaml"), |_| None).unwrap();
-    assert_eq!(base.model.path.as_deref(), Some("../fixtures/vlm/qwen2_vl"));
-    assert!(base.model.random_weights);
+    assert_eq!(base.model.path.as_deref(), Some("../fixtures/vlm/trained/qwen2_vl"));
+    assert_eq!(base.model.demo_weights, Some(release_spec::DemoWeights::Synthetic));
     // Swapping in a hub model drops the local path (and so the tiny fixture) and needs its own revision.
     let byo = s.write(
         "byo.yaml",
@@ -89,5 +89,5 @@ fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity()
     // Keys that are not the model's identity are still inherited.
     let dtype = s.write("dtype.yaml", &format!("extends: {}\nmodel:\n  dtype: f32\n", spec("s1a.yaml").display()));
     let m = release_spec::load_with_env(&dtype, |_| None).unwrap().model;
-    assert_eq!((m.id.as_str(), m.path.is_some(), m.random_weights), ("bpals/tiny-qwen2-vl", true, true));
+    assert_eq!((m.id.as_str(), m.path.is_some(), m.demo_weights), ("bpals/tiny-qwen2-vl-synthetic", true, Some(release_spec::DemoWeights::Synthetic)));
 }

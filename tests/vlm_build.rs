@@ -1,5 +1,7 @@
-//! A release built by the native engine (the tiny random-weight fixture model) on part of the
-//! embedded sample: it says so, it is deterministic, and its shipped logits are the engine's.
+//! Releases built by the native engine on the embedded sample: on part of it with the tiny
+//! random-weight model (it says so, it is deterministic, its shipped logits are the engine's),
+//! and on all of it with the tiny trained model of the README's main job, which finds the
+//! sample's planted label errors.
 #![cfg(feature = "vlm")]
 
 mod common;
@@ -12,7 +14,7 @@ fn vlm_spec(s: &Scratch) -> std::path::PathBuf {
         s,
         "vlm.yaml",
         &format!(
-            "selection:\n  curated_images: 24\n  expected_rows: 31\nmodel:\n  backend: qwen2vl\n  path: {}\n  id: bpals/tiny-qwen2-vl\n  revision: fixture-v1\n  weight_license: apache-2.0\n  random_weights: true\n",
+            "selection:\n  curated_images: 24\n  expected_rows: 33\nmodel:\n  backend: qwen2vl\n  path: {}\n  id: bpals/tiny-qwen2-vl\n  revision: fixture-v1\n  weight_license: apache-2.0\n  demo_weights: random\n",
             model.display()
         ),
     )
@@ -59,23 +61,70 @@ fn the_engine_builds_a_labelled_deterministic_release() {
 }
 
 /// The README's main job: `build specs/s1a.yaml` on a fresh clone runs the engine on the tiny
-/// random-weight model over the whole embedded sample, says so, verifies, and publish refuses it.
+/// trained model over the whole embedded sample, finds the planted label errors, says it is a
+/// demo, verifies, and publish refuses it.
 #[test]
-fn the_sample_build_runs_the_engine_and_is_refused_by_publish() {
+fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     let s = Scratch::new();
     let out = s.path("s1a");
     let a = build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
     let text = stdout(&a) + &stderr(&a);
     assert!(text.contains("640 scored by the qwen2vl engine"), "{text}");
-    assert!(text.contains("DEMO BUILD") && text.contains("bpals/tiny-qwen2-vl has random weights"), "{text}");
+    assert!(text.contains("DEMO BUILD") && text.contains("bpals/tiny-qwen2-vl-synthetic is a tiny model trained on synthetic images"), "{text}");
     bin().arg("verify").arg(&out).assert().success();
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     insta::assert_snapshot!("s1a_card", card);
+    assert!(card.contains("## Evaluation against the synthetic sample's planted truth"), "{card}");
+    assert!(card.contains("a tiny model trained on synthetic images, no medical information"), "{card}");
+
+    // The planted errors, found: `eval --gold truth.csv` (a generic gold file), and the same
+    // figures in the card's own evaluation.
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(repo().join("fixtures/sample/truth.csv")).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let in_card: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(report["per_label"], in_card["per_label"]);
+    assert_eq!(report["mislabel_detection"], in_card["mislabel_detection"]);
+    let aurocs: Vec<f64> = report["per_label"].as_object().unwrap().values().filter_map(|m| m["auroc"].as_f64()).collect();
+    let mean_auroc = aurocs.iter().sum::<f64>() / aurocs.len() as f64;
+    let class = |name: &str| report["mislabel_detection"]["by_class"].as_array().unwrap().iter().find(|c| c["classes"] == name).unwrap().clone();
+    let likely = class("likely_mislabeled");
+    let (precision, recall) = (likely["precision"].as_f64().unwrap(), likely["recall"].as_f64().unwrap());
+    eprintln!(
+        "s1a on the sample: mean per-label AUROC {mean_auroc:.3} over {} labels; likely_mislabeled precision {precision:.3}, recall {recall:.3} ({} of {} rows mislabeled)",
+        aurocs.len(),
+        report["mislabel_detection"]["mislabeled"],
+        report["mislabel_detection"]["n"]
+    );
+    assert!(aurocs.len() >= 5, "{report}");
+    assert!(mean_auroc >= 0.9, "mean per-label AUROC {mean_auroc:.3}");
+    assert!(precision >= 0.6 && recall >= 0.5, "likely_mislabeled precision {precision:.3}, recall {recall:.3}");
+
+    // Not degenerate: `trusted` is the largest class, and every class and flag has rows.
+    let counts = signal_summary(&card, "trial");
+    let rows_of = |name: &str| counts.get(name).copied().unwrap_or(0);
+    for name in ["trusted", "review", "suspect", "likely_mislabeled", "hard_case", "low_consistency", "support_device_confounder"] {
+        assert!(rows_of(name) > 0, "no `{name}` rows: {counts:?}");
+    }
+    assert!(["review", "suspect", "likely_mislabeled"].iter().all(|c| rows_of("trusted") > rows_of(c)), "{counts:?}");
 
     // The auditor's rebuild finds the spec from the lock (specs/s1a.yaml, from the repo root).
     let a = bin().current_dir(repo()).arg("rebuild").arg(&out).args(["--audit", "--scratch"]).arg(s.path("audit")).assert().success();
     assert!(stdout(&a).contains("max |diff| 0.000e0") && stdout(&a).contains("PASS"), "{}", stdout(&a));
 
     let a = bin().env("HF_TOKEN", "hf_unused").args(["publish", "--dry-run"]).arg(&out).assert().failure();
-    assert!(stderr(&a).contains("refusing to publish: this is a demo build") && stderr(&a).contains("random weights"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("refusing to publish: this is a demo build") && stderr(&a).contains("trained on synthetic images"), "{}", stderr(&a));
+}
+
+/// Rows per trust class and flag in the card's signal summary of one split.
+fn signal_summary(card: &str, split: &str) -> std::collections::BTreeMap<String, usize> {
+    let section = card.split(&format!("### Signal summary: `{split}` split")).nth(1).expect("the split's summary");
+    let section = section.split("| label |").next().unwrap();
+    section
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_string(), cells.get(2)?.parse().ok()?))
+        })
+        .collect()
 }

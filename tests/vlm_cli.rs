@@ -122,6 +122,6 @@ fn doctor_reports_the_machine_and_never_the_token() {
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));
     assert_eq!(r["model"]["backend"], "qwen2vl");
-    assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/qwen2_vl"), "{r}");
+    assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/trained/qwen2_vl"), "{r}");
     assert!(r["next_step"].as_str().unwrap().len() > 10);
 }

@@ -59,8 +59,9 @@ fn register_font() {
     });
 }
 
-/// Draws every plot for `split` into `dir/plots/`.
-pub fn render(dir: &Path, split: &str, rows: &[PlotRow<'_>]) -> Result<Vec<PlotFile>, PlotError> {
+/// Draws every plot for `split` into `dir/plots/`. `gold_name` says what the rows' gold
+/// verdicts are ("expert labels", "the synthetic sample's planted truth").
+pub fn render(dir: &Path, split: &str, rows: &[PlotRow<'_>], gold_name: &str) -> Result<Vec<PlotFile>, PlotError> {
     register_font();
     std::fs::create_dir_all(dir.join("plots")).map_err(|e| PlotError { path: "plots".into(), message: e.to_string() })?;
     let labels: Vec<&str> = LABELS.iter().copied().filter(|l| rows.iter().any(|r| r.label == *l)).collect();
@@ -85,7 +86,7 @@ pub fn render(dir: &Path, split: &str, rows: &[PlotRow<'_>]) -> Result<Vec<PlotF
                 caption: if with_gold > 0 {
                     format!(
                         "Mean confidence against the observed positive rate per bin, pooled over labels: against NIH's labels \
-                         (blue) and against the {with_gold} expert judgements (orange); the diagonal is perfect calibration."
+                         (blue) and against {gold_name} ({with_gold} judgements, orange); the diagonal is perfect calibration."
                     )
                 } else if rows.iter().all(|r| r.nih_label) {
                     "Mean confidence against the rate at which NIH asserts the label, per bin, pooled over labels. Every row \
@@ -217,7 +218,7 @@ fn reliability(area: &Area<'_>, rows: &[PlotRow<'_>]) -> Result<(), String> {
     chart.draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.4))).map_err(|e| e.to_string())?;
     let series = [
         ("NIH labels", NEGATIVE, reliability_points(rows.iter().map(|r| (r.confidence, r.nih_label)))),
-        ("expert gold", GOLD, reliability_points(rows.iter().filter_map(|r| r.gold.map(|g| (r.confidence, g))))),
+        ("gold", GOLD, reliability_points(rows.iter().filter_map(|r| r.gold.map(|g| (r.confidence, g))))),
     ];
     for (name, color, points) in series {
         if points.is_empty() {

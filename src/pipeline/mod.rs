@@ -226,7 +226,8 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let main_split = if spec.output.splits.contains(&Split::Full) { Split::Full } else { Split::Trial };
     let main_rows = split_rows(main_split, &selection, trial.as_ref());
     let gold = spec.gold.as_ref().map(|e| &e.gold.labels);
-    let plots = card::plots::render(&dir, main_split.name(), &table_rows.plot_rows(&main_rows, gold))?;
+    let gold_name = spec.gold.as_ref().map_or(crate::release_spec::EXPERT_LABELS, |e| e.against.as_str());
+    let plots = card::plots::render(&dir, main_split.name(), &table_rows.plot_rows(&main_rows, gold), gold_name)?;
     let evaluation = match &spec.gold {
         None => None,
         Some(e) => {

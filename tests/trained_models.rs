@@ -1,0 +1,139 @@
+//! The tiny models trained on synthetic images (fixtures/vlm/train_tiny.py) do what the demo
+//! needs, through the native engine: they reason in `<think>`/`<answer>` form, and their boxes,
+//! in each family's native format, land on the findings the sample draws.
+#![cfg(feature = "vlm")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use bpals_release::vlm::grounding::{BoxStatus, ImageBox};
+use common::*;
+
+fn trained(family: &str) -> PathBuf {
+    repo().join("fixtures/vlm/trained").join(family)
+}
+
+fn engine(family: &str) -> Engine {
+    let options = EngineOptions { device: DeviceChoice::Cpu, dtype: DtypeChoice::F32, max_pixels: None, allow_cpu: false };
+    Engine::open(&trained(family), &options).unwrap()
+}
+
+/// The task prompts the model was trained on (its training.json).
+fn training(family: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(trained(family).join("training.json")).unwrap()).unwrap()
+}
+
+/// (image, label) -> drawn box, from the sample's truth_boxes.csv.
+fn drawn_boxes() -> BTreeMap<(String, String), ImageBox> {
+    let text = std::fs::read_to_string(repo().join("fixtures/sample/truth_boxes.csv")).unwrap();
+    let mut boxes = BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f[2].is_empty() {
+            continue; // a support device: no box
+        }
+        let v: Vec<f64> = f[2..6].iter().map(|x| x.parse().unwrap()).collect();
+        boxes.insert((f[0].to_string(), f[1].to_string()), ImageBox { label: None, x1: v[0], y1: v[1], x2: v[0] + v[2], y2: v[1] + v[3] });
+    }
+    boxes
+}
+
+fn grounding_lands_on_the_drawn_findings(family: &str) {
+    let engine = engine(family);
+    let t = training(family);
+    let prompt = t["prompts"]["ground"][family].as_str().unwrap();
+    let boxes = drawn_boxes();
+    // Images with exactly one drawn finding, so the question has one right answer.
+    let mut per_image: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (image, label) in boxes.keys() {
+        per_image.entry(image).or_default().push(label);
+    }
+    let cases: Vec<(&str, &str)> = per_image.iter().filter(|(_, l)| l.len() == 1).map(|(i, l)| (*i, l[0])).take(24).collect();
+    assert!(cases.len() >= 20, "{} single-finding images", cases.len());
+    // A box that is missing, malformed or outside the image counts as IoU 0.
+    let (mut ious, mut ok) = (Vec::new(), 0);
+    for (image, label) in cases {
+        let words = t["finding_words"][label].as_str().unwrap();
+        let path = repo().join("fixtures/sample/images").join(image);
+        let report = engine.describe(&path, &prompt.replace("{finding}", words), 64).unwrap();
+        let native = match family {
+            "qwen2_vl" => report.response.contains("<|box_start|>("),
+            _ => report.response.contains("\"bbox_2d\": ["),
+        };
+        assert!(native, "{image} {label}: not the family's format: {:?}", report.response);
+        let drawn = &boxes[&(image.to_string(), label.to_string())];
+        if report.grounding.status == BoxStatus::Ok {
+            ok += 1;
+            ious.push(report.grounding.boxes[0].iou(drawn));
+        } else {
+            ious.push(0.0);
+        }
+    }
+    let mean = ious.iter().sum::<f64>() / ious.len() as f64;
+    eprintln!("{family}: mean IoU {mean:.3} of the model's box with the drawn one over {} images ({ok} boxes ok)", ious.len());
+    assert!(ok * 10 >= ious.len() * 8, "{family}: only {ok} of {} answers hold a box inside the image", ious.len());
+    assert!(mean >= 0.5, "{family}: mean IoU {mean:.3}: {ious:?}");
+}
+
+#[test]
+fn qwen2_vl_boxes_land_on_the_drawn_findings() {
+    grounding_lands_on_the_drawn_findings("qwen2_vl");
+}
+
+#[test]
+fn qwen2_5_vl_boxes_land_on_the_drawn_findings() {
+    grounding_lands_on_the_drawn_findings("qwen2_5_vl");
+}
+
+/// `describe` from the CLI: a well-formed reasoning answer that names what the image draws, and a
+/// report paragraph, for both families.
+#[test]
+fn describe_reasons_and_reports_about_the_image() {
+    let truth = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
+    let findings_of = |image: &str| -> Vec<String> {
+        truth
+            .lines()
+            .filter(|l| l.starts_with(image) && l.split(',').nth(2) == Some("1"))
+            .map(|l| l.split(',').nth(1).unwrap().to_string())
+            .collect()
+    };
+    for family in ["qwen2_vl", "qwen2_5_vl"] {
+        let t = training(family);
+        let mut right = 0;
+        let images = ["00000001_000.png", "00000001_001.png", "00000001_002.png", "00000002_000.png", "00000003_000.png"];
+        for image in images {
+            let a = bin()
+                .args(["describe", "--model"])
+                .arg(trained(family))
+                .args(["--prompt", t["prompts"]["reason"].as_str().unwrap(), "--image"])
+                .arg(repo().join("fixtures/sample/images").join(image))
+                .assert()
+                .success();
+            let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+            let response = r["response"].as_str().unwrap();
+            assert!(response.starts_with("<think>") && response.contains("</think><answer>") && response.ends_with("</answer>"), "{response}");
+            assert!(!r["think"].as_str().unwrap().is_empty(), "{r}");
+            let mut said: Vec<String> = r["answer"].as_str().unwrap().split(", ").map(str::to_string).collect();
+            let mut truth = findings_of(image);
+            said.sort();
+            truth.sort();
+            right += usize::from(said == truth);
+        }
+        assert!(right >= 4, "{family}: {right} of {} answers name exactly the drawn findings", images.len());
+
+        let a = bin()
+            .args(["describe", "--model"])
+            .arg(trained(family))
+            .args(["--prompt", t["prompts"]["report"].as_str().unwrap(), "--image"])
+            .arg(repo().join("fixtures/sample/images/00000001_001.png"))
+            .assert()
+            .success();
+        let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+        let response = r["response"].as_str().unwrap();
+        assert!(response.starts_with("FINDINGS: ") && response.contains(" IMPRESSION: "), "{response}");
+        assert_eq!(r["truncated_by_max_new_tokens"], false, "{r}");
+    }
+}
