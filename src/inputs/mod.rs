@@ -152,34 +152,26 @@ fn locate_local_model(spec: &mut ReleaseSpec) -> Result<(), InputsError> {
     }
 }
 
-fn read_file(spec: &ReleaseSpec, key: &str, file: &str) -> Result<(PathBuf, Vec<u8>), InputsError> {
-    let path = spec.base_dir(key).join(file);
-    let bytes = std::fs::read(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
-    Ok((path, bytes))
-}
-
 /// Reads the gold file named by `evaluation.gold`, relative to the spec that names it.
 fn read_gold(spec: &ReleaseSpec, e: &EvaluationSpec) -> Result<Evaluation, InputsError> {
     let key = "evaluation.gold";
-    let (path, bytes) = read_file(spec, key, &e.gold_file)?;
-    let gold = crate::eval::gold::read(&path, e.format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
-    Ok(Evaluation { gold_file: e.gold_file.clone(), format: e.format, against: e.against.clone(), sha256: sha256_hex(&bytes), gold })
+    let path = spec.base_dir(key).join(&e.gold_file);
+    read_evaluation(spec, key, &path, e.clone())
 }
 
 /// What the embedded sample draws (its marker's `truth`): a build on the sample evaluates
 /// against it unless the spec names gold labels of its own.
 fn read_sample_truth(spec: &ReleaseSpec, file: &str) -> Result<Evaluation, InputsError> {
-    let key = "source.root";
     let path = spec.source.root.join(file);
-    let bytes = std::fs::read(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
-    let gold = crate::eval::gold::read(&path, GoldFormat::Generic).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
-    Ok(Evaluation {
-        gold_file: file.to_string(),
-        format: GoldFormat::Generic,
-        against: SAMPLE_TRUTH.to_string(),
-        sha256: sha256_hex(&bytes),
-        gold,
-    })
+    let truth = EvaluationSpec { gold_file: file.to_string(), format: GoldFormat::Generic, against: SAMPLE_TRUTH.to_string() };
+    read_evaluation(spec, "source.root", &path, truth)
+}
+
+/// Reads and digests the gold file at `path`, which `key` of the spec names; errors point there.
+fn read_evaluation(spec: &ReleaseSpec, key: &str, path: &Path, e: EvaluationSpec) -> Result<Evaluation, InputsError> {
+    let bytes = std::fs::read(path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
+    let gold = crate::eval::gold::read(path, e.format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
+    Ok(Evaluation { gold_file: e.gold_file, format: e.format, against: e.against, sha256: sha256_hex(&bytes), gold })
 }
 
 /// How a card names the embedded sample's truth.
