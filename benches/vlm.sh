@@ -2,7 +2,8 @@
 # Benchmark of the native VLM engine, printed as ratios measured in the same run:
 #   (a) this engine against transformers scoring one question on the same "mid" random Qwen2-VL
 #       (text 512 x 8, vision 512 x 8, a 448x448 image, 2 CPU threads); target <= 1.0;
-#   (b) 45 questions on one image against 1 question (the image prefix runs once); target <= 2.5.
+#   (b) 45 questions on one image against 1 question (the image prefix runs once); target <= 2.5;
+#   (c) 32 sequences of 64 new tokens decoded as one batch against one at a time; target <= 0.3.
 # Each side keeps its best of three. Needs the venv of fixtures/vlm/requirements.txt:
 #
 #   VLM_VENV=/path/to/venv benches/vlm.sh
@@ -42,4 +43,12 @@ print(f"mid Qwen2-VL, {ref['parameters']:,} parameters, 448x448 image, 2 threads
 print(f"  transformers, 1 question: {t:8.1f} ms")
 print(f"  this engine,  1 question: {one:8.1f} ms   ratio {one / t:.2f} (target <= 1.0)")
 print(f"  this engine, 45 questions: {many:8.1f} ms   ratio to 1 question {many / one:.2f} (target <= 2.5)")
+PY
+# (c) greedy decoding, batched against one at a time, both in this binary on 2 threads.
+generation="$("$bin" bench-generation --model "$work" --image "$work/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
+"$venv/bin/python" - "$generation" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"  decoding {r['sequences']} sequences x {r['new_tokens']} new tokens: batched {r['batched_ms']:.0f} ms, one at a time {r['one_at_a_time_ms']:.0f} ms")
+print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']}")
 PY

@@ -46,6 +46,8 @@ enum Command {
     Calibrate(cli::calibrate::CalibrateArgs),
     /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
     Bench(cli::bench::BenchArgs),
+    /// Time batched against one-at-a-time greedy decoding on one model (see benches/vlm.sh).
+    BenchGeneration(cli::bench_generation::BenchGenerationArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cli::eval::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Bench(a) => cli::bench::run(a),
+        Command::BenchGeneration(a) => cli::bench_generation::run(a),
     };
     result.unwrap_or_else(|e| {
         // Each cause once, outermost first. Errors can carry a server's text: the Hub token never

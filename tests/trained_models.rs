@@ -149,3 +149,55 @@ fn describe_prints_reasoning_boxes_and_reports() {
         assert_eq!(r["truncated_by_max_new_tokens"], false, "{r}");
     }
 }
+
+/// Batched decoding (several images, several prompts each, mixed lengths) gives the same tokens
+/// as decoding each prompt alone, in f32 on the CPU.
+fn batched_generation_equals_one_at_a_time(family: &str) {
+    use bpals_release::vlm::generate::{GenerationImage, GenerationPrompt};
+    use bpals_release::vlm::pixels;
+    let engine = engine(family);
+    let (dir, model) = (&engine.dir, &engine.model);
+    let t = training(family);
+    let ground = t["prompts"]["ground"][family].as_str().unwrap();
+    let texts = [
+        ground.replace("{finding}", "pleural effusion"),
+        ground.replace("{finding}", "nodule"),
+        t["prompts"]["reason"].as_str().unwrap().to_string(),
+        "Is the heart enlarged?".to_string(),
+    ];
+    let images = ["00000001_000.png", "00000002_000.png", "00000005_000.png"];
+    let mut encoded = Vec::new();
+    for name in images {
+        let image = image::open(repo().join("fixtures/sample/images").join(name)).unwrap();
+        let (pixel_values, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, model.device).unwrap();
+        encoded.push((model.image_embeds(&pixel_values, grid), grid));
+    }
+    let batch: Vec<GenerationImage> = encoded.iter().map(|(e, g)| GenerationImage { embeds: e, grid: *g }).collect();
+    // Every image gets a different subset of the prompts, so prefixes and suffixes are ragged.
+    let mut ids = Vec::new();
+    for (i, (_, grid)) in encoded.iter().enumerate() {
+        for text in texts.iter().skip(i % 2) {
+            ids.push((i, dir.prompt(text, *grid).unwrap().input_ids));
+        }
+    }
+    let prompts: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();
+    let stop = dir.stop_token_ids();
+    let together = model.generate_batch(&batch, &prompts, 40, &stop).unwrap();
+    assert_eq!(together.len(), prompts.len());
+    for (prompt, batched) in prompts.iter().zip(&together) {
+        let one = GenerationPrompt { image: 0, ids: prompt.ids };
+        let alone = model.generate_batch(&batch[prompt.image..=prompt.image], &[one], 40, &stop).unwrap().remove(0);
+        assert_eq!(batched, &alone, "image {} prompt of {} tokens", prompt.image, prompt.ids.len());
+    }
+    assert!(together.iter().any(|g| !g.truncated) && together.iter().any(|g| g.tokens.len() > 10), "{together:?}");
+}
+
+#[test]
+fn batched_generation_equals_one_at_a_time_qwen2_vl() {
+    batched_generation_equals_one_at_a_time("qwen2_vl");
+}
+
+#[test]
+fn batched_generation_equals_one_at_a_time_qwen2_5_vl() {
+    batched_generation_equals_one_at_a_time("qwen2_5_vl");
+}

@@ -8,6 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use bpals_release::vlm::generate::{GenerationImage, GenerationPrompt, Generated};
 use bpals_release::vlm::model::VlModel;
 use bpals_release::vlm::{pixels, ModelDir};
 use common::*;
@@ -78,7 +79,9 @@ fn parity(family: &str) {
 
         // transformers stops at the end of the turn and keeps that token; so does the engine.
         let max_new = case["max_new_tokens"].as_u64().unwrap_or(8) as usize;
-        let (tokens, truncated) = model.generate(&prompt, &embeds, grid, max_new, &dir.stop_token_ids()).unwrap();
+        let image = GenerationImage { embeds: &embeds, grid };
+        let one = GenerationPrompt { image: 0, ids: &prompt };
+        let Generated { tokens, truncated } = model.generate_batch(&[image], &[one], max_new, &dir.stop_token_ids()).unwrap().remove(0);
         let expected = ids(&case["greedy_tokens"]);
         assert_eq!(tokens, expected, "{name}: greedy tokens");
         assert_eq!(truncated, !expected.last().is_some_and(|t| dir.stop_token_ids().contains(t)), "{name}: truncation");

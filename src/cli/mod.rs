@@ -3,6 +3,7 @@
 //! environment variable) wherever it appears.
 
 pub mod bench;
+pub mod bench_generation;
 pub mod build;
 pub mod calibrate;
 pub mod describe;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::error::VlmError;
+use super::generate::{GenerationImage, GenerationPrompt, Generated};
 use super::grounding::{self, Grounding, ImageGeometry};
 use super::model::VlModel;
 use super::model_dir::ModelDir;
@@ -217,7 +218,10 @@ impl Engine {
         let start = Instant::now();
         let p = self.dir.prompt(prompt, info.grid_thw)?;
         let stop = self.dir.stop_token_ids();
-        let (tokens, truncated) = self.model.generate(&p.input_ids, &embeds, info.grid_thw, max_new_tokens, &stop)?;
+        let image = GenerationImage { embeds: &embeds, grid: info.grid_thw };
+        let request = GenerationPrompt { image: 0, ids: &p.input_ids };
+        let Generated { tokens, truncated } =
+            self.model.generate_batch(&[image], &[request], max_new_tokens, &stop)?.pop().expect("one prompt, one answer");
         timing.text = ms(start);
         let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
         // Special tokens stay: Qwen2-VL's box markers are special tokens.
@@ -234,6 +238,59 @@ impl Engine {
             new_tokens: tokens.len(),
             truncated_by_max_new_tokens: truncated,
             timing_ms: timing,
+        })
+    }
+}
+
+/// Batched against one-at-a-time greedy decoding of the same prompts (`bench-generation`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerationBench {
+    pub model: ModelInfo,
+    pub image: ImageInfo,
+    pub sequences: usize,
+    pub new_tokens: usize,
+    /// Both runs decode exactly `new_tokens` per sequence (stop tokens ignored).
+    pub batched_ms: f64,
+    pub one_at_a_time_ms: f64,
+    /// batched / one at a time, each the best of `runs`.
+    pub ratio: f64,
+    pub runs: usize,
+    pub same_tokens: bool,
+}
+
+impl Engine {
+    /// `sequences` different questions about one image, `new_tokens` each, decoded as one batch
+    /// and one at a time; each side keeps its best of `runs`.
+    pub fn bench_generation(&self, image_path: &Path, sequences: usize, new_tokens: usize, runs: usize) -> Result<GenerationBench, VlmError> {
+        let (info, embeds, _) = self.encode_image(image_path)?;
+        let ids = (0..sequences)
+            .map(|i| self.dir.prompt(&format!("Question {i}: describe finding number {i} in this chest X-ray."), info.grid_thw).map(|p| p.input_ids))
+            .collect::<Result<Vec<_>, _>>()?;
+        let image = [GenerationImage { embeds: &embeds, grid: info.grid_thw }];
+        let prompts: Vec<GenerationPrompt> = ids.iter().map(|p| GenerationPrompt { image: 0, ids: p }).collect();
+        let (mut batched_ms, mut one_ms) = (f64::INFINITY, f64::INFINITY);
+        let (mut batched, mut alone) = (Vec::new(), Vec::new());
+        for _ in 0..runs.max(1) {
+            let start = Instant::now();
+            batched = self.model.generate_batch(&image, &prompts, new_tokens, &[])?;
+            batched_ms = batched_ms.min(ms(start));
+            let start = Instant::now();
+            alone = prompts
+                .iter()
+                .map(|p| self.model.generate_batch(&image, std::slice::from_ref(p), new_tokens, &[]).map(|mut g| g.remove(0)))
+                .collect::<Result<Vec<_>, _>>()?;
+            one_ms = one_ms.min(ms(start));
+        }
+        Ok(GenerationBench {
+            model: self.model_info(),
+            image: info,
+            sequences,
+            new_tokens,
+            batched_ms,
+            one_at_a_time_ms: one_ms,
+            ratio: batched_ms / one_ms,
+            runs: runs.max(1),
+            same_tokens: batched == alone,
         })
     }
 }

@@ -18,6 +18,8 @@ mod yes_no;
 #[cfg(feature = "vlm")]
 pub mod engine;
 #[cfg(feature = "vlm")]
+pub mod generate;
+#[cfg(feature = "vlm")]
 mod layers;
 #[cfg(feature = "vlm")]
 pub mod model;

@@ -1,6 +1,6 @@
 //! A whole vision-language model on one device: image embeddings, the prompt with the image
-//! scattered in, last-position logits, yes/no scoring of many questions over one shared image
-//! prefix, and greedy generation.
+//! scattered in, last-position logits, and yes/no scoring of many questions over one shared image
+//! prefix. Greedy generation is in [`super::generate`].
 
 use tch::{Device, Kind, Tensor};
 
@@ -60,7 +60,7 @@ impl VlModel {
 
     /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
     /// the image embeddings.
-    fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
+    pub(super) fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
         let t = Tensor::from_slice(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>()).to_device(self.device).unsqueeze(0);
         let embeds = self.text.embed(&t);
         let Some(start) = ids.iter().position(|&i| i == self.image_token_id) else { return Ok(embeds) };
@@ -76,12 +76,12 @@ impl VlModel {
         ))
     }
 
-    fn positions(&self, ids: &[u32], grid: (usize, usize, usize)) -> Result<([Vec<i64>; 3], i64), VlmError> {
+    pub(super) fn positions(&self, ids: &[u32], grid: (usize, usize, usize)) -> Result<([Vec<i64>; 3], i64), VlmError> {
         let grids = if ids.contains(&self.image_token_id) { vec![grid] } else { Vec::new() };
         rope::position_ids(ids, self.image_token_id, &grids, self.merge)
     }
 
-    fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
+    pub(super) fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
         let flat: Vec<i64> = axes.iter().flat_map(|a| a[from..to].iter().copied()).collect();
         Tensor::from_slice(&flat).to_device(self.device).view([3, 1, (to - from) as i64])
     }
@@ -147,37 +147,6 @@ impl VlModel {
             let values = Vec::<f32>::try_from(pair.view([-1])).map_err(|e| VlmError::Input(format!("reading the answer logits: {e}")))?;
             let out = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] }).collect();
             Ok(out)
-        })
-    }
-
-    /// Greedy decoding with the KV cache: the new tokens, and whether `max_new_tokens` cut it.
-    pub fn generate(
-        &self,
-        ids: &[u32],
-        image_embeds: &Tensor,
-        grid: (usize, usize, usize),
-        max_new_tokens: usize,
-        stop: &[u32],
-    ) -> Result<(Vec<u32>, bool), VlmError> {
-        tch::no_grad(|| {
-            let (axes, delta) = self.positions(ids, grid)?;
-            let mut cache = KvCache::default();
-            let hidden = self.text.forward(&self.embed(ids, Some(image_embeds))?, &self.positions_tensor(&axes, 0, ids.len()), &mut cache);
-            let mut logits = self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1));
-            let mut out = Vec::new();
-            for step in 0..max_new_tokens {
-                let next = logits.view([-1]).argmax(0, false).int64_value(&[]) as u32;
-                out.push(next);
-                if stop.contains(&next) {
-                    return Ok((out, false));
-                }
-                let position = (ids.len() + step) as i64 + delta;
-                let pos = Tensor::from_slice(&[position, position, position]).to_device(self.device).view([3, 1, 1]);
-                let embeds = self.text.embed(&Tensor::from_slice(&[i64::from(next)]).to_device(self.device).view([1, 1]));
-                let hidden = self.text.forward(&embeds, &pos, &mut cache);
-                logits = self.text.logits(&hidden);
-            }
-            Ok((out, true))
         })
     }
 }

@@ -37,7 +37,7 @@ impl SelfAttention {
     }
 
     /// `x` (batch, seq, hidden) -> (batch, seq, hidden).
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>, path: AttentionPath) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
         let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
         let q = rotary.apply(&split_heads(self.q.forward(x), self.heads));
@@ -50,11 +50,30 @@ impl SelfAttention {
         *slot = Some((k.shallow_clone(), v.shallow_clone()));
         // Each key/value head serves `groups` query heads.
         let groups = self.heads / self.kv_heads;
-        let k = k.repeat_interleave_self_int(groups, 1, None);
-        let v = v.repeat_interleave_self_int(groups, 1, None);
-        let out = attention(&q, &k, &v, Some(mask), (self.head_dim as f64).powf(-0.5));
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let out = if path == AttentionPath::FoldedGroups && s == 1 {
+            // One new token: a key/value head's query heads become its queries, so the cache is
+            // read in place instead of copied `groups` times (decoding is memory-bound).
+            let q = q.view([b, self.kv_heads, groups, self.head_dim]);
+            attention(&q, &k, &v, Some(mask), scale).view([b, self.heads, 1, self.head_dim])
+        } else {
+            let k = k.repeat_interleave_self_int(groups, 1, None);
+            let v = v.repeat_interleave_self_int(groups, 1, None);
+            attention(&q, &k, &v, Some(mask), scale)
+        };
         self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
     }
+}
+
+/// How grouped-query attention meets its shared key/value heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// Each key/value head repeated for its query heads, as transformers does: the scoring path,
+    /// whose logits the release records.
+    Repeated,
+    /// For one new token per row, the query heads folded onto their key/value head: the same
+    /// arithmetic without copying the cache (decoding).
+    FoldedGroups,
 }
 
 /// One Qwen2 decoder layer: pre-norm attention and pre-norm gated MLP, each added back.
@@ -77,8 +96,8 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
-        let x = x + self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot);
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>, path: AttentionPath) -> Tensor {
+        let x = x + self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot, path);
         &x + self.mlp.forward(&self.post_norm.forward(&x))
     }
 }
@@ -117,6 +136,41 @@ impl KvCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Applies `f` to every layer's keys and values.
+    fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> KvCache {
+        KvCache { layers: self.layers.iter().map(|l| l.as_ref().map(|(k, v)| (f(k), f(v)))).collect() }
+    }
+
+    /// The cache zero-padded along the sequence to `len` positions (a key mask must hide them).
+    pub fn padded(&self, len: i64) -> KvCache {
+        let extra = len - self.len();
+        if extra <= 0 {
+            return self.map(Tensor::shallow_clone);
+        }
+        self.map(|t| t.constant_pad_nd([0, 0, 0, extra]))
+    }
+
+    /// Only the batch rows at `rows` (a 1-d int64 tensor), in that order.
+    pub fn select_rows(&self, rows: &Tensor) -> KvCache {
+        self.map(|t| t.index_select(0, rows))
+    }
+
+    /// Caches of the same length stacked along the batch.
+    pub fn concat(caches: &[KvCache]) -> KvCache {
+        let depth = caches.first().map_or(0, |c| c.layers.len());
+        let layers = (0..depth)
+            .map(|l| {
+                let parts: Option<Vec<&(Tensor, Tensor)>> = caches.iter().map(|c| c.layers[l].as_ref()).collect();
+                parts.map(|parts| {
+                    let keys: Vec<&Tensor> = parts.iter().map(|(k, _)| k).collect();
+                    let values: Vec<&Tensor> = parts.iter().map(|(_, v)| v).collect();
+                    (Tensor::cat(&keys, 0), Tensor::cat(&values, 0))
+                })
+            })
+            .collect();
+        KvCache { layers }
     }
 
     /// The same cache repeated `n` times along the batch (one copy per question).
@@ -183,14 +237,20 @@ impl TextModel {
     /// Runs `embeds` (batch, seq, hidden) at `positions` (3, batch, seq) after what `cache` holds,
     /// causally, and returns the final hidden states (batch, seq, hidden).
     pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache) -> Tensor {
-        let rotary = self.rotary(positions);
         let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
+        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated)
+    }
+
+    /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
+    /// batched decoder hides each row's padding with it.
+    pub fn forward_masked(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache, mask: &Tensor, path: AttentionPath) -> Tensor {
+        let rotary = self.rotary(positions);
         if cache.layers.len() < self.layers.len() {
             cache.layers.resize_with(self.layers.len(), || None);
         }
         let mut x = embeds.shallow_clone();
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
-            x = layer.forward(&x, &rotary, &mask, slot);
+            x = layer.forward(&x, &rotary, mask, slot, path);
         }
         self.norm.forward(&x)
     }
