@@ -8,7 +8,8 @@
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
 //! 3. [`manifest`], [`hub`], [`vlm`]: the release's file contract, the Hub client, the engine.
 //! 4. The stages, in order: [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores and
-//!    cache) -> [`signal`] -> [`trial`] -> [`eval`] -> [`shard`] (Parquet) -> [`card`].
+//!    and answers, cached) -> [`signal`] -> [`diagnose`] (S2: location and signs) -> [`trial`]
+//!    -> [`eval`] -> [`shard`] (Parquet) -> [`card`].
 //! 5. [`inputs`] resolves the files a spec names (calibration, gold labels, the embedded sample's
 //!    pins, the model directory); [`pipeline`] wires the stages into `build`, `build --dry-run`
 //!    and `infer`.
@@ -19,6 +20,7 @@
 pub mod audit;
 pub mod bench;
 pub mod card;
+pub mod diagnose;
 pub mod diff;
 pub mod doctor;
 pub mod eval;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 21] = [
+const LAYERS: [&str; 22] = [
     "vocab",
     "hashing",
     "release_spec",
@@ -17,6 +17,7 @@ const LAYERS: [&str; 21] = [
     "select",
     "infer",
     "signal",
+    "diagnose",
     "trial",
     "eval",
     "shard",

@@ -2,6 +2,7 @@
 //! rendered by minijinja from the templates folder. License texts come from the same folder.
 
 mod front_matter;
+pub mod location_plots;
 pub mod plots;
 
 use std::path::Path;
@@ -76,6 +77,33 @@ pub struct CardInput<'a> {
     pub evaluation: Option<String>,
     /// The plots written into the release, in the order the card shows them.
     pub plots: Vec<plots::PlotFile>,
+    /// S2's section: location and signs.
+    pub diagnose: Option<DiagnoseCard>,
+}
+
+/// What the card's S2 section shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiagnoseCard {
+    pub split: String,
+    /// Rows of the split whose finding was asked for a box, and what the answers held.
+    pub boxed_rows: usize,
+    pub box_status: Vec<(String, usize)>,
+    pub truncated: usize,
+    /// Per finding with signs: its asserted rows and those where the model sees none.
+    pub signs: Vec<SignSummary>,
+    /// Location tuples (error category 3) over the split's images.
+    pub location_tuples: u32,
+    /// The location evaluation's Markdown table, when the source has reference boxes.
+    pub location_eval: Option<String>,
+    pub figures: Vec<plots::PlotFile>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SignSummary {
+    pub finding: String,
+    pub signs: Vec<String>,
+    pub asserted_rows: usize,
+    pub no_sign_seen: usize,
 }
 
 /// Renders the card and the license text for the spec's tier: (README.md, LICENSE.md).

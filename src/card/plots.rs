@@ -44,13 +44,13 @@ pub struct PlotFile {
     pub caption: String,
 }
 
-const FONT: &str = "sans-serif";
-const POSITIVE: RGBColor = RGBColor(200, 60, 40);
-const NEGATIVE: RGBColor = RGBColor(40, 90, 170);
+pub(super) const FONT: &str = "sans-serif";
+pub(super) const POSITIVE: RGBColor = RGBColor(200, 60, 40);
+pub(super) const NEGATIVE: RGBColor = RGBColor(40, 90, 170);
 const GOLD: RGBColor = RGBColor(230, 150, 20);
 const FLAG_COLORS: [RGBColor; 3] = [RGBColor(200, 60, 40), RGBColor(40, 90, 170), RGBColor(90, 150, 60)];
 
-fn register_font() {
+pub(super) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         if plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_err() {
@@ -140,14 +140,14 @@ enum Plot<'a> {
     FlagRates(&'a [&'a str]),
 }
 
-type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+pub(super) type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
 fn bin_of(confidence: f64) -> usize {
     ((confidence * BINS as f64) as usize).min(BINS - 1)
 }
 
 /// Shares per bin, summing to 1 (all zero when there are no values).
-fn histogram(values: impl Iterator<Item = f64>) -> [f64; BINS] {
+pub(super) fn histogram(values: impl Iterator<Item = f64>) -> [f64; BINS] {
     let mut counts = [0f64; BINS];
     for v in values {
         counts[bin_of(v)] += 1.0;
@@ -302,7 +302,7 @@ fn legend<'a>(chart: &mut Chart<'a, 'a>, position: SeriesLabelPosition) -> Resul
 }
 
 /// PNG with fixed settings: RGB8, best compression, adaptive filtering.
-fn write_png(path: &Path, rgb: &[u8], (w, h): (u32, u32)) -> Result<(), String> {
+pub(super) fn write_png(path: &Path, rgb: &[u8], (w, h): (u32, u32)) -> Result<(), String> {
     use image::codecs::png::{CompressionType, FilterType, PngEncoder};
     use image::ImageEncoder;
     let mut bytes = Vec::new();

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod gold;
+pub mod location;
 pub mod metrics;
 mod release_rows;
 mod report;

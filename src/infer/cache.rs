@@ -68,32 +68,14 @@ impl ScoreCache {
         valid.then_some(entry.scores)
     }
 
-    /// Removes temp files older than `max_age` that killed runs left behind. Younger ones may
-    /// belong to a run writing right now (sharded `infer` jobs share the cache), so they stay.
-    /// Returns how many were removed.
+    /// Removes temp files older than `max_age` that killed runs left behind (see [`sweep_stale_temp_files`]).
     pub fn sweep_stale_temp_files(&self, max_age: std::time::Duration) -> usize {
-        let Ok(dirs) = std::fs::read_dir(&self.dir) else { return 0 };
-        let now = std::time::SystemTime::now();
-        let mut removed = 0;
-        for dir in dirs.flatten().filter(|d| d.path().is_dir()) {
-            let Ok(files) = std::fs::read_dir(dir.path()) else { continue };
-            for file in files.flatten() {
-                let stale = file.file_name().to_string_lossy().starts_with(".tmp")
-                    && file.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > max_age));
-                if stale && std::fs::remove_file(file.path()).is_ok() {
-                    removed += 1;
-                }
-            }
-        }
-        removed
+        sweep_stale_temp_files(&self.dir, max_age)
     }
 
     pub fn put(&self, key: &CacheKey, image: &str, question_ids: &[String], scores: &[YesNo]) -> Result<(), InferError> {
         let digest = key.digest();
         let path = self.path(&digest);
-        let dir = path.parent().expect("cache paths have a parent");
-        let io = |source| InferError::Cache { path: path.clone(), source };
-        std::fs::create_dir_all(dir).map_err(io)?;
         let entry = Entry {
             key: digest.clone(),
             image: image.to_string(),
@@ -101,12 +83,41 @@ impl ScoreCache {
             question_ids: question_ids.to_vec(),
             scores: scores.to_vec(),
         };
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-        serde_json::to_writer(&mut tmp, &entry).map_err(|e| io(e.into()))?;
-        tmp.flush().map_err(io)?;
-        tmp.persist(&path).map_err(|e| io(e.error))?;
-        Ok(())
+        write_entry(&path, &entry)
     }
+}
+
+/// Writes one cache entry atomically (a temp file in the same folder, then a rename), so a
+/// killed run or a concurrent shard never leaves a half-written entry.
+pub(super) fn write_entry(path: &Path, entry: &impl Serialize) -> Result<(), InferError> {
+    let dir = path.parent().expect("cache paths have a parent");
+    let io = |source| InferError::Cache { path: path.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    serde_json::to_writer(&mut tmp, entry).map_err(|e| io(e.into()))?;
+    tmp.flush().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// Removes temp files older than `max_age` from a cache's folders. Younger ones may belong to a
+/// run writing right now (sharded `infer` jobs share the cache), so they stay. Returns how many
+/// were removed.
+pub(super) fn sweep_stale_temp_files(root: &Path, max_age: std::time::Duration) -> usize {
+    let Ok(dirs) = std::fs::read_dir(root) else { return 0 };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for dir in dirs.flatten().filter(|d| d.path().is_dir()) {
+        let Ok(files) = std::fs::read_dir(dir.path()) else { continue };
+        for file in files.flatten() {
+            let stale = file.file_name().to_string_lossy().starts_with(".tmp")
+                && file.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > max_age));
+            if stale && std::fs::remove_file(file.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! and benchmarked without weights. Its scores carry no medical information: they are a hash of
 //! the image bytes and the question. Builds that use it are demos, and publish refuses them.
 
-use super::{ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::stable_u64;
 use crate::release_spec::{Backend, ModelSpec, Question};
 
@@ -63,5 +63,33 @@ impl Scorer for FixtureScorer {
 
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
         Ok(Self::score_digest(image.sha256, &Self::question_keys(questions)))
+    }
+
+    /// A box in Qwen2-VL's format (0-1000 scale) drawn from a hash of the image and the prompt:
+    /// it exercises the parser and the columns, and locates nothing.
+    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], _max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+        Ok(images
+            .iter()
+            .zip(prompts)
+            .map(|(image, prompts)| {
+                let answers = prompts
+                    .iter()
+                    .map(|p| {
+                        let h = splitmix(stable_u64(&["fixture-box", image.sha256, p]));
+                        let at = |shift: u32, span: u64| (h >> shift) % span;
+                        let (x1, y1) = (100 + at(0, 500), 100 + at(16, 500));
+                        let (x2, y2) = (x1 + 60 + at(32, 300), y1 + 60 + at(48, 300));
+                        let text = format!("<|box_start|>({x1},{y1}),({x2},{y2})<|box_end|>");
+                        Answer { text, new_tokens: 12, truncated: false }
+                    })
+                    .collect();
+                let (w, h) = (image.image.width(), image.image.height());
+                ImageAnswers { original: (w, h), resized: (h as usize, w as usize), answers }
+            })
+            .collect())
+    }
+
+    fn family(&self) -> &'static str {
+        "qwen2_vl"
     }
 }

@@ -3,6 +3,7 @@
 
 mod cache;
 mod fixture;
+mod generation;
 #[cfg(feature = "vlm")]
 mod qwen2vl;
 mod runner;
@@ -13,6 +14,7 @@ use serde::Serialize;
 
 pub use cache::{CacheKey, ScoreCache};
 pub use fixture::FixtureScorer;
+pub use generation::{run_generation, Answer, DecodingSettings, GenerationCache, GenerationJob, GenerationReport, ImageAnswers, BATCH_IMAGES};
 pub use runner::{count_cached, run, ImageJob, InferReport, RunOptions};
 pub use shard::{parse_shard, shard_from_scheduler, shard_of, ShardSpec, SCHEDULER_INDEX_VARS};
 
@@ -103,6 +105,11 @@ pub trait Scorer: Sync {
     fn identity(&self) -> &ScorerIdentity;
     /// One score per question, in the order given.
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError>;
+    /// Greedy answers to each image's prompts (`prompts[i]` for `images[i]`), decoded together.
+    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError>;
+    /// The model family, as `prompts.location.ground` names it: which grounding prompt and box
+    /// format apply.
+    fn family(&self) -> &'static str;
 }
 
 /// What a libtorch-free binary says when asked to run the VLM engine.

@@ -10,7 +10,8 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use crate::vlm::generate::{GenerationImage, GenerationPrompt};
 use crate::hashing::DigestCache;
 use crate::release_spec::{Backend, ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
@@ -25,6 +26,7 @@ pub struct Qwen2VlScorer {
     /// before one is taken: on a GPU, where one engine serves every worker, the engine then
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
+    family: crate::vlm::Family,
 }
 
 struct PixelSettings {
@@ -105,12 +107,13 @@ impl Qwen2VlScorer {
             }),
         };
         let pixels = PixelSettings { preprocessor: p.clone(), rescale_factor: engine.dir.rescale_factor, device: engine.model.device };
+        let family = engine.dir.config.family;
         let replicas = if engine.model.device == tch::Device::Cpu { workers.max(1) } else { 1 };
         let mut engines = vec![Mutex::new(first)];
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(Qwen2VlScorer { identity, engines, answer, pixels })
+        Ok(Qwen2VlScorer { identity, engines, answer, pixels, family })
     }
 }
 
@@ -157,6 +160,53 @@ impl Scorer for Qwen2VlScorer {
         };
         let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?;
         Ok(scores)
+    }
+
+    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+        if self.pixels.device == tch::Device::Cpu {
+            tch::set_num_threads(1);
+        }
+        let PixelSettings { preprocessor, rescale_factor, device } = &self.pixels;
+        let pixel_values = images
+            .iter()
+            .map(|image| pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device).map_err(engine_err(format!("image {}", image.name))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
+        let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let engine = &loaded.engine;
+        let embeds: Vec<tch::Tensor> = pixel_values.iter().map(|(values, grid)| engine.model.image_embeds(values, *grid)).collect();
+        let mut ids = Vec::new();
+        for (i, ((_, grid), texts)) in pixel_values.iter().zip(prompts).enumerate() {
+            for text in texts.iter() {
+                ids.push((i, engine.dir.prompt(text, *grid).map_err(engine_err("the grounding prompts"))?.input_ids));
+            }
+        }
+        let batch: Vec<GenerationImage> = embeds.iter().zip(&pixel_values).map(|(e, (_, grid))| GenerationImage { embeds: e, grid: *grid }).collect();
+        let requests: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();
+        let names: Vec<&str> = images.iter().map(|i| i.name).collect();
+        let generated = engine
+            .model
+            .generate_batch(&batch, &requests, max_new_tokens, &engine.dir.stop_token_ids())
+            .map_err(engine_err(format!("generating for {}", names.join(", "))))?;
+        let mut generated = generated.into_iter();
+        let patch = engine.dir.preprocessor.patch_size;
+        let mut out = Vec::with_capacity(images.len());
+        for ((image, (_, grid)), texts) in images.iter().zip(&pixel_values).zip(prompts) {
+            let mut answers = Vec::with_capacity(texts.len());
+            for g in generated.by_ref().take(texts.len()) {
+                let text = engine.dir.answer_text(&g.tokens).map_err(engine_err(format!("image {}", image.name)))?;
+                answers.push(Answer { text, new_tokens: g.tokens.len(), truncated: g.truncated });
+            }
+            out.push(ImageAnswers { original: (image.image.width(), image.image.height()), resized: (grid.1 * patch, grid.2 * patch), answers });
+        }
+        Ok(out)
+    }
+
+    fn family(&self) -> &'static str {
+        match self.family {
+            crate::vlm::Family::Qwen2Vl => "qwen2_vl",
+            crate::vlm::Family::Qwen25Vl => "qwen2_5_vl",
+        }
     }
 }
 

@@ -39,7 +39,7 @@ enum Outcome {
 }
 
 /// Cache temp files older than this were left by a killed run.
-const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(super) const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 pub fn run(
     images: &[ImageJob],
@@ -106,11 +106,17 @@ pub fn run(
     Ok(report)
 }
 
+/// An image's bytes and their sha256.
+pub(super) fn read_image(job: &ImageJob) -> Result<(Vec<u8>, String), InferError> {
+    let bytes = std::fs::read(&job.path).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
+    let sha = sha256_hex(&bytes);
+    Ok((bytes, sha))
+}
+
 /// An image's bytes and its cache key.
 fn read_keyed(job: &ImageJob, scorer_hash: &str, prompt_set_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
-    let bytes = std::fs::read(&job.path).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
-    let key =
-        CacheKey { image_sha256: sha256_hex(&bytes), scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
+    let (bytes, image_sha256) = read_image(job)?;
+    let key = CacheKey { image_sha256, scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
     Ok((bytes, key))
 }
 

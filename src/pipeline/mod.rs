@@ -5,6 +5,7 @@
 //! ```
 //! Each stage takes typed input and returns typed output; this module only wires them together.
 
+mod diagnosis;
 pub mod output;
 mod plan;
 pub(crate) mod records;
@@ -18,7 +19,11 @@ pub use report::{demo_banner, BuildReport, InferShardReport};
 
 use crate::card::{self, CardError, CardInput, SplitFacts, TableFacts};
 use crate::hashing::{sha256_json, sha256_parts};
-use crate::infer::{self, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer, ShardSpec};
+use crate::diagnose::{self, DiagnoseError};
+use crate::infer::{
+    self, DecodingSettings, GenerationCache, GenerationReport, ImageAnswers, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer,
+    ShardSpec,
+};
 use crate::inputs::{InputsError, ResolvedSpec};
 use crate::manifest::{self, BuildLock, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::release_spec::{gates, series, ReleaseSpec, SpecError, Split};
@@ -40,6 +45,8 @@ pub enum BuildError {
     Select(#[from] SelectError),
     #[error(transparent)]
     Infer(#[from] InferError),
+    #[error(transparent)]
+    Diagnose(#[from] DiagnoseError),
     #[error(transparent)]
     Shard(#[from] ShardError),
     #[error(transparent)]
@@ -91,6 +98,8 @@ pub struct Prepared {
     pub scorer: Box<dyn Scorer>,
     pub questions: Vec<crate::release_spec::Question>,
     pub prompt_set_hash: String,
+    /// S2's grounding prompts per image (empty before S2).
+    pub grounding: diagnose::GroundingPlan,
     pub demo_reasons: Vec<String>,
     pub notes: Vec<String>,
     pub stage_keys: BTreeMap<String, String>,
@@ -122,6 +131,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let scorer = infer::scorer_for(&model, &options.cache_dir, options.jobs)?;
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
+    let grounding = diagnose::grounding_plan(&selection, &spec.prompts, scorer.family(), &jobs)?;
 
     let tool = ToolInfo::current();
     let mut stage_keys = BTreeMap::new();
@@ -138,7 +148,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     {
         stage_keys.insert(name.to_string(), key);
     }
-    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, notes, stage_keys })
+    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, notes, stage_keys })
 }
 
 /// The image file of every curated image; the folder must exist and stay inside the source root.
@@ -158,6 +168,7 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let cache = ScoreCache::new(&options.cache_dir);
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    let answered = generate(spec, &prepared, options, shard)?;
     Ok(InferShardReport {
         release_id: spec.release.id.clone(),
         shard,
@@ -165,13 +176,24 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
         images: report.scores.iter().filter(|s| s.is_some()).count(),
         computed: report.computed,
         cached: report.cached,
+        generated: answered.computed,
+        generated_cached: answered.cached,
         cache_dir: options.cache_dir.clone(),
     })
 }
 
+/// The generation stage: S2's grounding answers, from the cache or decoded in batches.
+fn generate(spec: &ResolvedSpec, prepared: &Prepared, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<GenerationReport, BuildError> {
+    let settings = DecodingSettings::greedy(spec.prompts.location.as_ref().map_or(0, |l| l.max_new_tokens));
+    let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
+    let cache = GenerationCache::new(&options.cache_dir);
+    Ok(infer::run_generation(&prepared.grounding.jobs, prepared.scorer.as_ref(), &settings, &cache, &run)?)
+}
+
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
-    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, demo_reasons, mut notes, stage_keys } =
-        prepare(spec, options)?;
+    let prepared = prepare(spec, options)?;
+    let answered = generate(spec, &prepared, options, None)?;
+    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, mut notes, stage_keys } = prepared;
     log(&format!(
         "ingest: {} images from {}{}",
         table.images(),
@@ -185,10 +207,35 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
     log(&format!("infer: {} images from the cache, {} scored by {}", report.cached, report.computed, scorer.identity().backend));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
+    if !grounding.jobs.is_empty() {
+        log(&format!(
+            "generate: grounding answers for {} images, {} from the cache, {} decoded by {}",
+            grounding.jobs.len(),
+            answered.cached,
+            answered.computed,
+            scorer.identity().backend
+        ));
+    }
+    let answers: Vec<ImageAnswers> = answered.answers.into_iter().map(|a| a.expect("every image is in the unsharded run")).collect();
 
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
-    let sig = pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
+    let mut sig = pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
+    let sizes = if spec.prompts.location.is_some() { diagnosis::reference_image_sizes(spec, &table.boxes)? } else { Default::default() };
+    let diagnosis = spec.prompts.diagnoses().then(|| {
+        let input = diagnose::DiagnoseInput {
+            selection: &selection,
+            scores: &scores,
+            questions: &questions,
+            prompts: &spec.prompts,
+            plan: &grounding,
+            answers: &answers,
+            boxes: &table.boxes,
+            sizes: &sizes,
+            tau: spec.signal.tau,
+        };
+        diagnose::derive(&input, &mut sig.traces)
+    });
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
     let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
@@ -198,12 +245,13 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         release_version: spec.release.version.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions);
+    let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions).with_diagnosis(diagnosis.as_ref());
+    let pair_layout = if diagnosis.is_some() { shard::pairs::diagnose_layout() } else { shard::pairs::layout() };
     let mut splits = Vec::new();
     for split in &spec.output.splits {
         let rows = split_rows(*split, &selection, trial.as_ref());
         let records = table_rows.records(&rows);
-        let files = pool.install(|| shard::write_split(&dir, &shard::pairs::layout(), split.name(), &records, &spec.output, &meta))?;
+        let files = pool.install(|| shard::write_split(&dir, &pair_layout, split.name(), &records, &spec.output, &meta))?;
         let images = table_rows.images_of(&rows);
         let image_records = table_rows.image_records(&images);
         let image_files =
@@ -228,6 +276,22 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let gold = spec.gold.as_ref().map(|e| &e.gold.labels);
     let gold_name = spec.gold.as_ref().map_or(crate::release_spec::EXPERT_LABELS, |e| e.against.as_str());
     let plots = card::plots::render(&dir, main_split.name(), &table_rows.plot_rows(&main_rows, gold), gold_name)?;
+    let diagnose_card = match &diagnosis {
+        None => None,
+        Some(d) => {
+            let context = diagnosis::DiagnoseContext {
+                spec,
+                sizes: &sizes,
+                table: &table,
+                selection: &selection,
+                diagnosis: d,
+                traces: &sig.traces,
+                split: main_split.name(),
+                rows: &main_rows,
+            };
+            Some(diagnosis::card_section(&dir, &context, log)?)
+        }
+    };
     let evaluation = match &spec.gold {
         None => None,
         Some(e) => {
@@ -265,6 +329,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         trial: trial.as_ref(),
         evaluation,
         plots,
+        diagnose: diagnose_card,
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;

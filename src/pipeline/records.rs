@@ -1,5 +1,6 @@
 //! Joins the selection, the scores and the signal into shard records.
 
+use crate::diagnose::Diagnosis;
 use crate::infer::ImageScores;
 use crate::release_spec::Question;
 use crate::select::Selection;
@@ -16,6 +17,7 @@ pub struct RecordTable<'a> {
     label_question_ids: Vec<Vec<String>>,
     device_question_ids: Vec<String>,
     device_logits: Vec<(Vec<f32>, Vec<f32>)>,
+    diagnosis: Option<&'a Diagnosis>,
 }
 
 impl<'a> RecordTable<'a> {
@@ -33,7 +35,12 @@ impl<'a> RecordTable<'a> {
                 (device_idx.iter().map(|&i| s.scores[i].logit_yes).collect(), device_idx.iter().map(|&i| s.scores[i].logit_no).collect())
             })
             .collect();
-        RecordTable { selection, signal, scores, label_questions, label_question_ids, device_question_ids, device_logits }
+        RecordTable { selection, signal, scores, label_questions, label_question_ids, device_question_ids, device_logits, diagnosis: None }
+    }
+
+    /// Adds S2's per-row location and signs to the records.
+    pub fn with_diagnosis(self, diagnosis: Option<&'a Diagnosis>) -> Self {
+        RecordTable { diagnosis, ..self }
     }
 
     /// Records for the given selection rows, in the order given.
@@ -59,6 +66,7 @@ impl<'a> RecordTable<'a> {
                     question_ids: &self.label_question_ids[row.label],
                     scores: &self.scores[row.image].scores,
                     positions: &self.label_questions[row.label],
+                    diagnosis: self.diagnosis.map(|d| &d.rows[i]),
                 }
             })
             .collect()

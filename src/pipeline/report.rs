@@ -69,6 +69,9 @@ pub struct InferShardReport {
     pub images: usize,
     pub computed: usize,
     pub cached: usize,
+    /// S2: images whose grounding answers were decoded, and those already cached.
+    pub generated: usize,
+    pub generated_cached: usize,
     pub cache_dir: PathBuf,
 }
 
@@ -84,6 +87,10 @@ impl fmt::Display for InferShardReport {
             self.computed,
             self.cached,
             self.cache_dir.display()
-        )
+        )?;
+        if self.generated + self.generated_cached > 0 {
+            writeln!(f, "  grounding answers: {} images decoded, {} already cached", self.generated, self.generated_cached)?;
+        }
+        Ok(())
     }
 }

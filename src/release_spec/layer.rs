@@ -274,12 +274,16 @@ pub struct PromptsLayer {
     pub version: Option<String>,
     pub labels: Option<BTreeMap<String, Vec<String>>>,
     pub support_devices: Option<BTreeMap<String, Vec<String>>>,
+    /// S2: side, zone and grounding prompts (a child replaces the whole section).
+    pub location: Option<super::diagnose::LocationLayer>,
+    /// S2: the radiographic signs of each finding (a child replaces the whole section).
+    pub signs: Option<super::diagnose::SignsLayer>,
 }
 
 impl Merge for PromptsLayer {
     /// Question lists merge per label: a child may reword one label and keep the rest.
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; version);
+        merge_options!(self, c; version, location, signs);
         for (mine, theirs) in [(&mut self.labels, c.labels), (&mut self.support_devices, c.support_devices)] {
             match (mine.as_mut(), theirs) {
                 (Some(m), Some(t)) => m.extend(t),
@@ -437,9 +441,10 @@ pub enum Addition {
 }
 
 impl Addition {
-    /// Whether this tool can build the addition. S1b's are terms and card content only.
+    /// Whether this tool can build the addition. S1b's are terms and card content only; S2's
+    /// are built from `prompts.location` and `prompts.signs`.
     pub fn implemented(self) -> bool {
-        matches!(self, Addition::PaymentActivation | Addition::GivingPledge)
+        !matches!(self, Addition::Reasoning | Addition::ReportText)
     }
     pub fn describe(self) -> &'static str {
         match self {

@@ -2,6 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::diagnose;
 use super::expand::{expand, ExpandError};
 use super::layer::*;
 use super::types::*;
@@ -104,6 +105,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         }
         _ => None,
     };
+    let additions = check_additions(&r, merged.additions.unwrap_or_default(), &prompts)?;
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
         layers: chain.to_vec(),
@@ -118,8 +120,23 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         publish,
         evaluation,
         audit: resolve_audit(&r, merged.audit)?,
-        additions: merged.additions.unwrap_or_default(),
+        additions,
     })
+}
+
+/// S2's additions and their prompt sections come together: one without the other is a spec error.
+fn check_additions(r: &Resolver<'_>, additions: Vec<Addition>, prompts: &PromptSet) -> Result<Vec<Addition>, SpecError> {
+    for (addition, present, key) in [
+        (Addition::LesionLocation, prompts.location.is_some(), "prompts.location"),
+        (Addition::ObservableSigns, prompts.signs.is_some(), "prompts.signs"),
+    ] {
+        match (additions.contains(&addition), present) {
+            (true, false) => return Err(r.invalid("additions", format!("{} needs a {key} section", addition.describe()))),
+            (false, true) => return Err(r.invalid(key, format!("is set but additions does not list {}", addition.describe()))),
+            _ => {}
+        }
+    }
+    Ok(additions)
 }
 
 fn resolve_release(r: &Resolver<'_>, layer: Option<ReleaseLayer>) -> Result<ReleaseInfo, SpecError> {
@@ -273,7 +290,9 @@ fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<Prom
             return Err(r.invalid("prompts.support_devices", format!("{device}: needs at least one question")));
         }
     }
-    let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices };
+    let location = p.location.map(diagnose::resolve_location).transpose().map_err(|(key, message)| r.invalid(key, message))?;
+    let signs = p.signs.map(diagnose::resolve_signs).transpose().map_err(|(key, message)| r.invalid(key, message))?;
+    let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices, location, signs };
     Ok(prompts)
 }
 

@@ -15,6 +15,9 @@ pub struct SeriesEntry {
     pub adds: String,
     pub date: String,
     pub status: Status,
+    /// Whether this tool builds every addition the spec lists (S3 and S4 are refused until
+    /// their stages land).
+    pub built: bool,
 }
 
 /// Every `*.yaml` directly in `dir` that has a complete release section, ordered by date.
@@ -27,15 +30,20 @@ pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
     for path in paths {
         let chain = load_chain(&path)?;
         let mut release = ReleaseLayer::default();
+        let mut additions = Vec::new();
         for loaded in chain.iter().rev() {
             if let Some(r) = loaded.layer.release.clone() {
                 release.merge(r);
+            }
+            if let Some(a) = &loaded.layer.additions {
+                additions.clone_from(a);
             }
         }
         if let (Some(id), Some(name), Some(adds), Some(date), Some(status)) =
             (release.id, release.name, release.adds, release.date, release.status)
         {
-            out.push(SeriesEntry { id, name, adds, date, status });
+            let built = additions.iter().all(|a: &super::Addition| a.implemented());
+            out.push(SeriesEntry { id, name, adds, date, status, built });
         }
     }
     out.sort_by(|a, b| a.date.cmp(&b.date).then(a.id.cmp(&b.id)));

@@ -158,10 +158,16 @@ pub struct PromptSet {
     pub version: String,
     pub labels: BTreeMap<String, Vec<String>>,
     pub support_devices: BTreeMap<String, Vec<String>>,
+    /// S2: left out of the hash of a prompt set without it, so S1 hashes stay as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<super::diagnose::LocationPrompts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signs: Option<super::diagnose::SignPrompts>,
 }
 
 impl PromptSet {
-    /// All questions in a fixed order: labels in vocabulary order, then devices.
+    /// All yes/no questions in a fixed order: labels in vocabulary order, then devices, then
+    /// (S2) the side and zone questions, then the signs.
     pub fn questions(&self) -> Vec<Question> {
         let mut out = Vec::new();
         for label in LABELS {
@@ -174,10 +180,16 @@ impl PromptSet {
                 out.push(Question { id: format!("{device}#{i}"), target: device.to_string(), text: text.clone() });
             }
         }
+        out.extend(self.location.iter().flat_map(|l| l.questions()));
+        out.extend(self.signs.iter().flat_map(|s| s.questions()));
         out
     }
     pub fn hash(&self) -> String {
         sha256_json(self)
+    }
+    /// Whether the release carries S2's location or signs columns.
+    pub fn diagnoses(&self) -> bool {
+        self.location.is_some() || self.signs.is_some()
     }
 }
 

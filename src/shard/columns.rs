@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float32Builder, Float64Builder, Int32Builder, ListBuilder, StringBuilder, UInt32Builder};
+use arrow_array::builder::{BooleanBuilder, Float32Builder, Float64Builder, Int32Builder, ListBuilder, StringBuilder, UInt32Builder};
 use arrow_array::ArrayRef;
 
 pub fn strings<'a, R>(rows: &[R], f: impl Fn(&R) -> &'a str) -> ArrayRef {
@@ -55,5 +55,17 @@ pub fn int_lists<R>(rows: &[R], f: impl Fn(&R) -> Vec<i32>) -> ArrayRef {
         b.values().append_slice(&f(r));
         b.append(true);
     }
+    Arc::new(b.finish())
+}
+
+pub fn optional_floats<R>(rows: &[R], f: impl Fn(&R) -> Option<f64>) -> ArrayRef {
+    let mut b = Float64Builder::with_capacity(rows.len());
+    rows.iter().for_each(|r| b.append_option(f(r)));
+    Arc::new(b.finish())
+}
+
+pub fn optional_bools<R>(rows: &[R], f: impl Fn(&R) -> Option<bool>) -> ArrayRef {
+    let mut b = BooleanBuilder::with_capacity(rows.len());
+    rows.iter().for_each(|r| b.append_option(f(r)));
     Arc::new(b.finish())
 }

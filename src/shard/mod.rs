@@ -9,5 +9,5 @@ mod writer;
 
 pub use images::ImageRecord;
 pub use pairs::PairRecord;
-pub use schema::{image_schema, pair_schema, IMAGE_COLUMNS, PAIR_COLUMNS, SCHEMA_VERSION};
+pub use schema::{image_schema, pair_columns, pair_schema, DIAGNOSE_COLUMNS, IMAGE_COLUMNS, PAIR_COLUMNS, SCHEMA_VERSION};
 pub use writer::{shard_name, write_split, ShardError, ShardFile, ShardMeta, TableLayout};

@@ -6,7 +6,9 @@ use arrow_array::builder::BooleanBuilder;
 use arrow_array::{ArrayRef, RecordBatch};
 
 use super::columns::*;
-use super::schema::pair_schema;
+use super::schema::{diagnose_pair_schema, pair_schema};
+use crate::diagnose::RowDiagnosis;
+use crate::vlm::grounding::ImageBox;
 use super::writer::TableLayout;
 use crate::infer::YesNo;
 
@@ -30,13 +32,54 @@ pub struct PairRecord<'a> {
     /// the logits are read in place rather than copied per row.
     pub scores: &'a [YesNo],
     pub positions: &'a [usize],
+    /// S2's location and signs; None in an S1 release.
+    pub diagnosis: Option<&'a RowDiagnosis>,
 }
 
 pub fn layout<'a>() -> TableLayout<PairRecord<'a>> {
     TableLayout { folder: "data", schema: pair_schema(), to_batch }
 }
 
+/// The pair table with S2's columns after S1's.
+pub fn diagnose_layout<'a>() -> TableLayout<PairRecord<'a>> {
+    TableLayout { folder: "data", schema: diagnose_pair_schema(), to_batch: to_diagnose_batch }
+}
+
 fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    RecordBatch::try_new(pair_schema(), s1_columns(rows))
+}
+
+fn to_diagnose_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let empty = RowDiagnosis::default();
+    let d: Vec<&RowDiagnosis> = rows.iter().map(|r| r.diagnosis.unwrap_or(&empty)).collect();
+    let first_box = |d: &RowDiagnosis| d.grounding.as_ref().and_then(|g| g.grounding.boxes.first().cloned());
+    let boxes: Vec<Option<ImageBox>> = d.iter().map(|d| first_box(d)).collect();
+    let mut columns = s1_columns(rows);
+    columns.extend([
+        optional_strings(&d, |d| d.side()),
+        optional_floats(&d, |d| d.side_p.map(|p| p[0])),
+        optional_floats(&d, |d| d.side_p.map(|p| p[1])),
+        optional_strings(&d, |d| d.zone()),
+        optional_floats(&d, |d| d.zone_p.map(|p| p[0])),
+        optional_floats(&d, |d| d.zone_p.map(|p| p[1])),
+        optional_floats(&d, |d| d.zone_p.map(|p| p[2])),
+        optional_strings(&d, |d| d.grounding.as_ref().map(|g| g.grounding.status.name())),
+        optional_floats(&boxes, |b| b.as_ref().map(|b| b.x1)),
+        optional_floats(&boxes, |b| b.as_ref().map(|b| b.y1)),
+        optional_floats(&boxes, |b| b.as_ref().map(|b| b.x2)),
+        optional_floats(&boxes, |b| b.as_ref().map(|b| b.y2)),
+        optional_strings(&d, |d| d.grounding.as_ref().map(|g| g.answer.as_str())),
+        optional_bools(&d, |d| d.grounding.as_ref().map(|g| g.truncated)),
+        string_lists(&d, |d| d.signs.as_slice()),
+        float_lists(&d, |d| d.sign_scores.iter().map(|s| s.logit_yes)),
+        float_lists(&d, |d| d.sign_scores.iter().map(|s| s.logit_no)),
+        string_lists(&d, |d| d.signs_seen.as_slice()),
+        optional_bools(&d, |d| d.no_sign_seen),
+    ]);
+    RecordBatch::try_new(diagnose_pair_schema(), columns)
+}
+
+fn s1_columns(rows: &[PairRecord<'_>]) -> Vec<ArrayRef> {
     let mut nih = BooleanBuilder::with_capacity(rows.len());
     rows.iter().for_each(|r| nih.append_value(r.nih_label));
     let columns: Vec<ArrayRef> = vec![
@@ -56,5 +99,5 @@ fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowE
         float_lists(rows, |r| r.positions.iter().map(|&q| r.scores[q].logit_yes)),
         float_lists(rows, |r| r.positions.iter().map(|&q| r.scores[q].logit_no)),
     ];
-    RecordBatch::try_new(pair_schema(), columns)
+    columns
 }

@@ -128,7 +128,7 @@ pub const IMAGE_COLUMNS: [ColumnDoc; 18] = [
     column(
         "error_category",
         ColumnType::ListInt32,
-        "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out).",
+        "Per tuple: 1 = false prediction (NIH asserts, the model rejects), 2 = omission (the model finds, NIH left out), 3 = location (S2: the model places the finding where NIH's box of it cannot be).",
     ),
     column("error_anatomy", ColumnType::ListInt32, "Per tuple: anatomy region, 0-8 (see the anatomy table)."),
     column(
@@ -141,9 +141,43 @@ pub const IMAGE_COLUMNS: [ColumnDoc; 18] = [
     column(
         "per_category",
         ColumnType::ListInt32,
-        "Tuple counts per category 1-5 (false prediction, omission, location, severity, comparison).",
+        "Tuple counts per category 1-5 (false prediction, omission, location, severity, comparison); location tuples come with S2.",
     ),
 ];
+
+const fn nullable(name: &'static str, kind: ColumnType, description: &'static str) -> ColumnDoc {
+    ColumnDoc { name, kind, nullable: true, description }
+}
+
+/// S2 (Diagnose): appended to the pair table after every S1 column, which keeps its name, type
+/// and meaning, so an S1 reader reads an S2 release unchanged.
+pub const DIAGNOSE_COLUMNS: [ColumnDoc; 19] = [
+    nullable("location_side", ColumnType::Utf8, "`right` or `left`: the patient's side the model states, the one side it answers yes to (null when it says yes to both or to neither, and for findings asked no side: No Finding and the whole-chest findings)."),
+    nullable("side_p_right", ColumnType::Float64, "p_yes of the question whether the finding is in the patient's right lung."),
+    nullable("side_p_left", ColumnType::Float64, "p_yes of the question whether the finding is in the patient's left lung."),
+    nullable("location_zone", ColumnType::Utf8, "`upper`, `middle` or `lower`: the lung zone the model states, the one zone it answers yes to (null when it says yes to several or to none, or no zone is asked)."),
+    nullable("zone_p_upper", ColumnType::Float64, "p_yes of the upper-zone question."),
+    nullable("zone_p_middle", ColumnType::Float64, "p_yes of the middle-zone question."),
+    nullable("zone_p_lower", ColumnType::Float64, "p_yes of the lower-zone question."),
+    nullable("box_status", ColumnType::Utf8, "What the grounding answer held: `ok`, `no_box`, `unparseable` or `outside_image` (clipped to the image). Null where no box was asked: NIH does not assert the finding, or the spec does not box it."),
+    nullable("box_x1", ColumnType::Float64, "The model's box (its first, when it gave several), left edge, in the original image's pixels (NIH's frame)."),
+    nullable("box_y1", ColumnType::Float64, "Top edge of the model's box, original pixels."),
+    nullable("box_x2", ColumnType::Float64, "Right edge of the model's box, original pixels."),
+    nullable("box_y2", ColumnType::Float64, "Bottom edge of the model's box, original pixels."),
+    nullable("box_answer", ColumnType::Utf8, "The grounding answer as the model wrote it (greedy decoding, special tokens kept), for rereading every box."),
+    nullable("box_truncated", ColumnType::Bool, "True when the answer hit the spec's `max_new_tokens` before its end."),
+    column("signs", ColumnType::ListUtf8, "The finding's radiographic signs in the spec's vocabulary (empty when it has none)."),
+    column("sign_logit_yes", ColumnType::ListFloat32, "Raw \"Yes\" logit per sign question, aligned with `signs`."),
+    column("sign_logit_no", ColumnType::ListFloat32, "Raw \"No\" logit per sign question, aligned with `signs`."),
+    column("signs_seen", ColumnType::ListUtf8, "The signs whose p_yes reaches the spec's `seen_min`."),
+    nullable("no_sign_seen", ColumnType::Bool, "True when NIH asserts the finding and the model sees none of its signs; null where the finding has no signs or NIH does not assert it."),
+];
+
+/// The pair table's columns: S1's, then S2's when the release diagnoses.
+pub fn pair_columns(diagnose: bool) -> Vec<ColumnDoc> {
+    let extra: &[ColumnDoc] = if diagnose { &DIAGNOSE_COLUMNS } else { &[] };
+    PAIR_COLUMNS.iter().chain(extra).copied().collect()
+}
 
 fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {
     Arc::new(Schema::new(columns.iter().map(|c| Field::new(c.name, c.kind.arrow(), c.nullable)).collect::<Vec<_>>()))
@@ -151,6 +185,11 @@ fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {
 
 pub fn pair_schema() -> SchemaRef {
     schema_of(&PAIR_COLUMNS)
+}
+
+/// The pair table with S2's columns.
+pub fn diagnose_pair_schema() -> SchemaRef {
+    schema_of(&pair_columns(true))
 }
 
 pub fn image_schema() -> SchemaRef {

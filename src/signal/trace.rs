@@ -4,7 +4,7 @@
 //! Here the reference is NIH's label list and the candidate is the model's: a *false
 //! prediction* is a finding NIH asserts and the model rejects; an *omission* is a finding the
 //! model sees and NIH left out. ("No Finding" is the absence of findings, not a concept.)
-//! Location, severity and comparison (categories 3-5) arrive with the S2 additions.
+//! S2 adds location tuples (category 3); severity and comparison (4-5) have no source yet.
 
 use serde::Serialize;
 
@@ -14,6 +14,8 @@ use crate::vocab::{LABELS, NO_FINDING};
 pub const CATEGORIES: [&str; 5] = ["false_prediction", "omission", "location", "severity", "comparison"];
 pub const FALSE_PREDICTION: u8 = 1;
 pub const OMISSION: u8 = 2;
+/// S2: the model places a finding where NIH's box of it cannot be ([`crate::diagnose`]).
+pub const LOCATION: u8 = 3;
 
 /// chest2err's anatomy regions, 0-based in tuples.
 pub const ANATOMY: [&str; 9] = [

@@ -223,9 +223,7 @@ impl Engine {
         let Generated { tokens, truncated } =
             self.model.generate_batch(&[image], &[request], max_new_tokens, &stop)?.pop().expect("one prompt, one answer");
         timing.text = ms(start);
-        let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
-        // Special tokens stay: Qwen2-VL's box markers are special tokens.
-        let response = self.dir.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the response: {e}")))?;
+        let response = self.dir.answer_text(&tokens)?;
         let geometry = ImageGeometry { original: (info.width, info.height), resized: info.resized };
         Ok(DescribeReport {
             model: self.model_info(),

@@ -27,6 +27,18 @@ pub enum BoxStatus {
     OutsideImage,
 }
 
+impl BoxStatus {
+    /// The status as the release's `box_status` column writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BoxStatus::Ok => "ok",
+            BoxStatus::NoBox => "no_box",
+            BoxStatus::Unparseable => "unparseable",
+            BoxStatus::OutsideImage => "outside_image",
+        }
+    }
+}
+
 /// One box in the original image's pixels: (x1, y1) top left, (x2, y2) bottom right.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ImageBox {

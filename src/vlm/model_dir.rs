@@ -217,6 +217,14 @@ impl ModelDir {
     }
 
     /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
+    /// The text of generated tokens: stop tokens left out, special tokens kept (Qwen2-VL's box
+    /// markers are special tokens).
+    pub fn answer_text(&self, tokens: &[u32]) -> Result<String, VlmError> {
+        let stop = self.stop_token_ids();
+        let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
+        self.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the answer: {e}")))
+    }
+
     pub fn answer_token_ids(&self) -> Result<(u32, u32), VlmError> {
         let first = |word: &str| -> Result<u32, VlmError> {
             let encoding = self.tokenizer.encode(word, false).map_err(|e| VlmError::Input(format!("tokenizing {word:?}: {e}")))?;

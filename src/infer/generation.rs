@@ -1,0 +1,198 @@
+//! The generation stage: greedy free-form answers (S2's grounding prompts) per image, with the
+//! guarantees of the scoring stage. Each image's answers are cached under a content key (image
+//! bytes, scorer, prompts, decoding settings), so killed runs resume and `infer --shard` runs on
+//! many machines merge into the next build. Images decode in batches: several images, each
+//! with several prompts over its shared prefix, in one batch of the engine.
+
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::cache::{sweep_stale_temp_files, write_entry};
+use super::runner::{read_image, STALE_TEMP_AGE};
+use super::shard::shard_of;
+use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
+use crate::hashing::{sha256_json, sha256_parts};
+
+/// Images decoded together in one batch. On the CPU each worker runs its own batch; the batch
+/// mostly saves per-step overhead, which a few images already amortise.
+pub const BATCH_IMAGES: usize = 8;
+
+/// One greedy answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The answer's text, special tokens kept (Qwen2-VL's box markers are special tokens), the
+    /// stop token left out.
+    pub text: String,
+    pub new_tokens: usize,
+    /// True when `max_new_tokens` cut the answer before a stop token.
+    pub truncated: bool,
+}
+
+/// An image's answers, in prompt order, with the geometry their coordinates refer to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageAnswers {
+    /// The original image (width, height) in pixels.
+    pub original: (u32, u32),
+    /// The resized image the model saw (height, width).
+    pub resized: (usize, usize),
+    pub answers: Vec<Answer>,
+}
+
+/// One image and the prompts to answer about it.
+#[derive(Debug, Clone)]
+pub struct GenerationJob {
+    pub image: ImageJob,
+    pub prompts: Vec<String>,
+}
+
+/// Everything about decoding that changes an answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodingSettings {
+    pub strategy: &'static str,
+    pub max_new_tokens: usize,
+}
+
+impl DecodingSettings {
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        DecodingSettings { strategy: "greedy", max_new_tokens }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    image: String,
+    image_sha256: String,
+    prompts: Vec<String>,
+    answers: ImageAnswers,
+}
+
+/// One small JSON file per (image, scorer, prompts, decoding settings), written atomically.
+#[derive(Debug, Clone)]
+pub struct GenerationCache {
+    dir: PathBuf,
+}
+
+impl GenerationCache {
+    pub fn new(root: &Path) -> Self {
+        GenerationCache { dir: root.join("generations-v1") }
+    }
+
+    fn key(image_sha256: &str, scorer_hash: &str, prompts: &[String], settings: &DecodingSettings) -> String {
+        sha256_parts(&["bpals-generations/1", image_sha256, scorer_hash, &sha256_json(&(prompts, settings))])
+    }
+
+    fn path(&self, digest: &str) -> PathBuf {
+        self.dir.join(&digest[..2]).join(format!("{digest}.json"))
+    }
+
+    /// The cached answers, or None on a miss; an entry that does not parse or match is a miss.
+    fn get(&self, digest: &str, image_sha256: &str, prompts: &[String]) -> Option<ImageAnswers> {
+        let entry: Entry = serde_json::from_slice(&std::fs::read(self.path(digest)).ok()?).ok()?;
+        let valid = entry.key == digest
+            && entry.image_sha256 == image_sha256
+            && entry.prompts == prompts
+            && entry.answers.answers.len() == prompts.len();
+        valid.then_some(entry.answers)
+    }
+
+    fn put(&self, digest: &str, job: &GenerationJob, image_sha256: &str, answers: &ImageAnswers) -> Result<(), InferError> {
+        let entry = Entry {
+            key: digest.to_string(),
+            image: job.image.name.clone(),
+            image_sha256: image_sha256.to_string(),
+            prompts: job.prompts.clone(),
+            answers: answers.clone(),
+        };
+        write_entry(&self.path(digest), &entry)
+    }
+}
+
+#[derive(Debug)]
+pub struct GenerationReport {
+    /// Answers per job, None for images outside this run's shard.
+    pub answers: Vec<Option<ImageAnswers>>,
+    pub cached: usize,
+    pub computed: usize,
+}
+
+/// Answers every job's prompts: from the cache, or decoded in batches of [`BATCH_IMAGES`].
+/// Results come back in job order whatever the thread count.
+pub fn run_generation(
+    jobs: &[GenerationJob],
+    scorer: &dyn Scorer,
+    settings: &DecodingSettings,
+    cache: &GenerationCache,
+    options: &RunOptions,
+) -> Result<GenerationReport, InferError> {
+    let scorer_hash = scorer.identity().hash();
+    sweep_stale_temp_files(&cache.dir, STALE_TEMP_AGE);
+    let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
+    let mine: Vec<usize> = (0..jobs.len()).filter(|&j| in_shard(&jobs[j].image.name)).collect();
+    let bar = if options.progress { ProgressBar::new(mine.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("generating {bar:30} {pos}/{len} images  {per_sec}  eta {eta}").expect("static template"));
+
+    // Per batch: (job, answers, computed) for each of its jobs.
+    let run_batch = |batch: &[usize]| -> Result<Vec<(usize, ImageAnswers, bool)>, InferError> {
+        let mut done = Vec::with_capacity(batch.len());
+        let mut misses = Vec::new();
+        for &j in batch {
+            let job = &jobs[j];
+            let (bytes, sha) = read_image(&job.image)?;
+            let digest = GenerationCache::key(&sha, &scorer_hash, &job.prompts, settings);
+            match cache.get(&digest, &sha, &job.prompts) {
+                Some(answers) => done.push((j, answers, false)),
+                None => misses.push((j, bytes, sha, digest)),
+            }
+        }
+        if !misses.is_empty() {
+            let decoded = misses
+                .iter()
+                .map(|(j, bytes, _, _)| {
+                    image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
+                        .map_err(|source| InferError::ImageDecode { path: jobs[*j].image.path.clone(), source })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let inputs: Vec<ImageInput> = misses
+                .iter()
+                .zip(&decoded)
+                .map(|((j, _, sha, _), image)| ImageInput { name: &jobs[*j].image.name, sha256: sha, image })
+                .collect();
+            let prompts: Vec<&[String]> = misses.iter().map(|(j, _, _, _)| jobs[*j].prompts.as_slice()).collect();
+            let answered = scorer.generate(&inputs, &prompts, settings.max_new_tokens)?;
+            if answered.len() != misses.len() || answered.iter().zip(&prompts).any(|(a, p)| a.answers.len() != p.len()) {
+                return Err(InferError::Scorer {
+                    backend: format!("{:?}", scorer.identity().backend),
+                    message: "returned answers that do not match the prompts".into(),
+                });
+            }
+            for ((j, _, sha, digest), answers) in misses.iter().zip(answered) {
+                cache.put(digest, &jobs[*j], sha, &answers)?;
+                done.push((*j, answers, true));
+            }
+        }
+        bar.inc(batch.len() as u64);
+        Ok(done)
+    };
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(options.jobs.max(1))
+        .build()
+        .map_err(|e| InferError::Scorer { backend: "runner".into(), message: e.to_string() })?;
+    let batches: Vec<Vec<(usize, ImageAnswers, bool)>> = pool.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
+    bar.finish_and_clear();
+
+    let mut report = GenerationReport { answers: vec![None; jobs.len()], cached: 0, computed: 0 };
+    for (j, answers, computed) in batches.into_iter().flatten() {
+        if computed {
+            report.computed += 1;
+        } else {
+            report.cached += 1;
+        }
+        report.answers[j] = Some(answers);
+    }
+    Ok(report)
+}
