@@ -126,9 +126,9 @@ fn gates_refuse_before_any_work() {
     let spec = derived_spec(&s, "nc.yaml", "release:\n  tier: standard\nmodel:\n  backend: fixture\n  weight_license: qwen-research\n");
     let err = failing_build(&s, &spec);
     assert!(err.contains("tier-license") && err.contains("qwen-research"), "{err}");
-    // S2 additions are not built yet: refused at resolve, never an S1 build under the S2 name.
-    let err = failing_build(&s, &spec_path("s2.yaml"));
-    assert!(err.contains("not-implemented") && err.contains("lesion location"), "{err}");
+    // S3 additions are not built yet: refused at resolve, never an S2 build under the S3 name.
+    let err = failing_build(&s, &spec_path("s3.yaml"));
+    assert!(err.contains("not-implemented") && err.contains("reasoning"), "{err}");
     // A publishable build refuses the sample and the fixture scorer.
     let out = s.path("pub");
     let a = build(&fixture_s1a(), &out, &s.cache(), &["--publishable"]).failure();
@@ -311,4 +311,29 @@ fn every_command_names_the_file_it_could_not_use() {
     let spec = derived_spec(&s, "badcal.yaml", "signal:\n  calibration: calibration.json\n");
     let err = failing_build(&s, &spec);
     assert!(err.contains("key `signal.calibration`") && err.contains("is not a calibration file"), "{err}");
+}
+
+/// S2's prompt sections are checked at resolve: each error names the file, the key and what was
+/// expected, and an addition without its section (or the reverse) is refused.
+#[test]
+fn s2_prompt_sections_name_the_key_at_fault() {
+    let s = Scratch::new();
+    let s2 = |name: &str, yaml: &str| s.write(name, &format!("extends: {}\n{yaml}", fixture_s2().display()));
+    let cases = [
+        ("s2_unknown_finding.yaml", "prompts:\n  location:\n    findings: {Nodul: nodule}\n", "unknown finding \"Nodul\""),
+        ("s2_no_placeholder.yaml", "prompts:\n  signs:\n    question: Is there a sign?\n    vocabulary: {Nodule: [a round opacity]}\n", "no {sign} placeholder"),
+        ("s2_unknown_family.yaml", "prompts:\n  location:\n    findings: {Nodule: nodule}\n    side: \"{finding} {side}\"\n    zone: \"{finding} {zone}\"\n    ground: {llava: \"Find the {finding}.\"}\n", "unknown model family \"llava\""),
+        ("s2_bad_bounds.yaml", "prompts:\n  location:\n    findings: {Nodule: nodule}\n    side: \"{finding} {side}\"\n    zone: \"{finding} {zone}\"\n    ground: {qwen2_vl: \"Find the {finding}.\"}\n    zone_bounds: [0.6, 0.3]\n", "expected two fractions"),
+    ];
+    for (name, yaml, expected) in cases {
+        let err = failing_build(&s, &s2(name, yaml));
+        assert!(err.contains(name) && err.contains(expected), "{name}: {err}");
+    }
+    // An addition without its section, and a section without its addition.
+    let bare = s.write("s2_no_section.yaml", &format!("extends: {}\nadditions: [lesion_location]\n", fixture_s1b().display()));
+    let err = failing_build(&s, &bare);
+    assert!(err.contains("lesion location (S2) needs a prompts.location section"), "{err}");
+    let stray = derived_spec(&s, "s2_stray_location.yaml", "prompts:\n  signs:\n    question: \"Is there {sign}?\"\n    vocabulary: {Nodule: [a round opacity]}\n");
+    let err = failing_build(&s, &stray);
+    assert!(err.contains("prompts.signs") && err.contains("additions does not list observable signs"), "{err}");
 }

@@ -128,3 +128,31 @@ fn signal_summary(card: &str, split: &str) -> std::collections::BTreeMap<String,
         })
         .collect()
 }
+
+/// `build specs/s2.yaml` on the sample: the trained model's boxes, decoded in batches and mapped
+/// back through the resize grid, beat the finding's mean box against the drawn boxes, and its
+/// zones are mostly right; the release verifies and its card shows the S2 section.
+#[test]
+fn the_s2_sample_build_locates_findings_better_than_the_mean_box() {
+    let s = Scratch::new();
+    let out = s.path("s2");
+    let a = build(&spec("s2.yaml"), &out, &s.cache(), &["--jobs", "2"]).success();
+    let log = stderr(&a);
+    assert!(log.contains("decoded by the qwen2vl engine"), "{log}");
+    bin().arg("verify").arg(&out).assert().success();
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("location_eval.json")).unwrap()).unwrap();
+    let all = &eval["overall"];
+    let (model, baseline) = (&all["model"], &all["baseline"]);
+    let at = |s: &serde_json::Value, key: &str, k: usize| s[key][k].as_f64().unwrap();
+    eprintln!(
+        "s2 on the sample: {} reference boxes; IoU > 0.5 model {:.2} vs mean box {:.2}; mean IoU {:.3} vs {:.3}; side accuracy {}, zone accuracy {}",
+        all["boxes"], at(model, "iou_above", 2), at(baseline, "iou_above", 2), model["mean_iou"], baseline["mean_iou"], all["side_accuracy"], all["zone_accuracy"]
+    );
+    assert!(all["boxes"].as_u64().unwrap() >= 80, "{all}");
+    assert!(at(model, "iou_above", 2) >= at(baseline, "iou_above", 2) + 0.25, "{all}");
+    assert!(model["mean_iou"].as_f64().unwrap() >= baseline["mean_iou"].as_f64().unwrap() + 0.15, "{all}");
+    assert!(all["model_boxed"].as_u64().unwrap() * 10 >= all["boxes"].as_u64().unwrap() * 9, "nearly every answer holds a box: {all}");
+    assert!(all["zone_accuracy"].as_f64().unwrap() >= 0.5, "{all}");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains("## Diagnose (S2)") && card.contains("![Boxes on sample images](plots/full-sample-boxes.png)"), "{card}");
+}

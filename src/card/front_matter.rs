@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::{CardInput, SplitFacts, TableFacts};
 use crate::release_spec::{Tier, Visibility};
 use crate::shard::schema::ColumnDoc;
-use crate::shard::{IMAGE_COLUMNS, PAIR_COLUMNS};
+use crate::shard::{pair_columns, IMAGE_COLUMNS};
 
 #[derive(Debug, Serialize)]
 pub struct FrontMatter {
@@ -91,8 +91,9 @@ impl FrontMatter {
         let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
         // The pair table is the default config; the image table (error traces) is `images`.
+        let pair_columns = pair_columns(spec.prompts.diagnoses());
         let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] =
-            [("default", "data", &PAIR_COLUMNS, |s| &s.pairs), ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images)];
+            [("default", "data", &pair_columns, |s| &s.pairs), ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images)];
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,

@@ -15,7 +15,7 @@ pub use front_matter::{size_category, FrontMatter};
 use crate::infer::ScorerIdentity;
 use crate::release_spec::series::SeriesEntry;
 use crate::release_spec::ReleaseSpec;
-use crate::shard::{ShardFile, IMAGE_COLUMNS, PAIR_COLUMNS};
+use crate::shard::{pair_columns, ShardFile, IMAGE_COLUMNS};
 use crate::signal::trace::{TraceStats, ANATOMY, CATEGORIES};
 use crate::signal::SignalStats;
 use crate::trial::TrialSample;
@@ -146,7 +146,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
             t.render(minijinja::context! {
                 card => input,
                 front_matter => front,
-                columns => describe(&PAIR_COLUMNS),
+                columns => describe(&pair_columns(input.spec.prompts.diagnoses())),
                 image_columns => describe(&IMAGE_COLUMNS),
                 anatomy => ANATOMY,
                 categories => CATEGORIES,

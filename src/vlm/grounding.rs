@@ -198,6 +198,11 @@ mod tests {
             (r#"[{"bbox_2d": [100, 200, 300"#, BoxStatus::Unparseable, 0),
             (r#"[{"bbox_2d": [100, 200, 1100, 400]}]"#, BoxStatus::OutsideImage, 1),
             (r#"[{"bbox_2d": [300, 200, 100, 400]}]"#, BoxStatus::OutsideImage, 1),
+            // The resized image's edges are inside; one pixel past them is not.
+            (r#"[{"bbox_2d": [0, 0, 1036, 1036]}]"#, BoxStatus::Ok, 1),
+            (r#"[{"bbox_2d": [0, 0, 1037, 1036]}]"#, BoxStatus::OutsideImage, 1),
+            (r#"[{"bbox_2d": [-1, 0, 10, 10]}]"#, BoxStatus::OutsideImage, 1),
+            (r#"[{"bbox_2d": [1, 2, 30]}]"#, BoxStatus::Unparseable, 0),
         ];
         for (answer, want, n) in table {
             let g = parse(Family::Qwen25Vl, answer, NIH);
@@ -215,6 +220,9 @@ mod tests {
             ("<|box_start|>(100,200),(300", BoxStatus::Unparseable, 0),
             ("<|box_start|>(100,200)<|box_end|>", BoxStatus::Unparseable, 0),
             ("<|box_start|>(100,200),(1001,400)<|box_end|>", BoxStatus::OutsideImage, 1),
+            ("<|box_start|>(-1,0),(10,10)<|box_end|>", BoxStatus::OutsideImage, 1),
+            ("<|box_start|>(1000,1000),(1000,1000)<|box_end|>", BoxStatus::OutsideImage, 1),
+            ("<|box_start|>(a,b),(c,d)<|box_end|>", BoxStatus::Unparseable, 0),
         ];
         for (answer, want, n) in table {
             let g = parse(Family::Qwen2Vl, answer, NIH);

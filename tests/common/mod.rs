@@ -132,3 +132,8 @@ pub fn copy_tree(from: &Path, to: &Path) {
         std::fs::copy(from.join(&rel), target).unwrap();
     }
 }
+
+/// S2 with the fixture scorer (see [`fixture_s1a`]).
+pub fn fixture_s2() -> PathBuf {
+    repo().join("tests/specs/s2-fixture-scorer.yaml")
+}

@@ -1,6 +1,7 @@
 """A built release, read the way buyers read it: pyarrow, polars, DuckDB, and the Hub's YAML.
 
-Builds the embedded-sample S1b release once (full + trial splits) with the project's binary.
+Builds the embedded-sample S1b and S2 releases once each (full + trial splits) with the
+project's binary; every reader test runs on both.
 """
 import fnmatch
 import hashlib
@@ -20,15 +21,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("release")
-    out = tmp / "s1b"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
-    subprocess.run([BIN, "build", os.path.join(ROOT, "specs", "s1b.yaml"), "--out", str(out),
-                    "--cache-dir", str(tmp / "cache"), "--no-progress"], check=True, env=env,
-                   capture_output=True)
-    return out
+BUILT = {}
+
+
+def built(name, tmp_path_factory):
+    """The embedded-sample release of specs/NAME.yaml, built once per test run."""
+    if name not in BUILT:
+        tmp = tmp_path_factory.mktemp(name)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
+        subprocess.run([BIN, "build", os.path.join(ROOT, "specs", f"{name}.yaml"), "--out", str(tmp / name),
+                        "--cache-dir", str(tmp / "cache"), "--no-progress"], check=True, env=env,
+                       capture_output=True)
+        BUILT[name] = tmp / name
+    return BUILT[name]
+
+
+@pytest.fixture(scope="module", params=["s1b", "s2"])
+def release(request, tmp_path_factory):
+    return built(request.param, tmp_path_factory)
 
 
 def manifest(release):
@@ -69,7 +79,7 @@ def test_readers_agree_on_schema_and_rows(release):
         assert table.column_names == columns
         assert table.num_rows == f["rows"]
         meta = pq.read_metadata(path).metadata
-        assert meta[b"bpals.release_id"] == b"s1b"
+        assert meta[b"bpals.release_id"] == release.name.encode()
         assert meta[b"bpals.schema_version"] == b"1"
         df = pl.read_parquet(path)
         assert df.columns == columns and df.height == f["rows"]
@@ -95,7 +105,7 @@ def test_signal_columns_are_consistent(release):
 
 def test_front_matter_matches_the_shards(release):
     front, _ = card_parts(release)
-    assert front["pretty_name"].startswith("CXR14-BPALS S1b")
+    assert front["pretty_name"].lower().startswith(f"cxr14-bpals {release.name}")
     files = {f["path"]: f for f in manifest(release)["files"]}
     parquet = {p for p in files if p.endswith(".parquet")}
     matched = set()
@@ -150,3 +160,46 @@ def test_trial_covers_cells_round_robin(tmp_path):
         covered = rows.select(cell).unique().height
         assert covered == min(rows.height, available), (klass, covered, rows.height, available)
     assert trial["label"].n_unique() >= 10
+
+
+S2_COLUMNS = ["location_side", "side_p_right", "side_p_left", "location_zone", "zone_p_upper", "zone_p_middle",
+              "zone_p_lower", "box_status", "box_x1", "box_y1", "box_x2", "box_y2", "box_answer", "box_truncated",
+              "signs", "sign_logit_yes", "sign_logit_no", "signs_seen", "no_sign_seen"]
+
+
+def test_s2_adds_columns_and_keeps_every_s1_column(tmp_path_factory):
+    s1b, s2 = built("s1b", tmp_path_factory), built("s2", tmp_path_factory)
+    a = pl.read_parquet(str(s1b / "data" / "full-*.parquet"))
+    b = pl.read_parquet(str(s2 / "data" / "full-*.parquet"))
+    assert b.columns == a.columns + S2_COLUMNS
+    # An S1 reader reads S2 unchanged: same names, types and values.
+    assert b.select(a.columns).equals(a)
+    assert b.schema["box_x1"] == pl.Float64 and b.schema["signs"] == pl.List(pl.String)
+    # Boxes where NIH asserts a boxed finding, nowhere else; every status is one of four.
+    asserted = b.filter(pl.col("nih_label") & (pl.col("label") != "No Finding"))
+    assert asserted["box_status"].null_count() == 0
+    assert b.filter(pl.col("label") == "No Finding")["box_status"].null_count() == b.filter(pl.col("label") == "No Finding").height
+    assert set(b["box_status"].drop_nulls().unique()) <= {"ok", "no_box", "unparseable", "outside_image"}
+    ok = b.filter(pl.col("box_status") == "ok")
+    assert ok.height > 0 and (ok["box_x1"] < ok["box_x2"]).all() and (ok["box_x2"] <= 128).all()
+    # A stated side is the one side answered yes.
+    sided = b.filter(pl.col("location_side").is_not_null())
+    for row in sided.iter_rows(named=True):
+        yes = [s for s in ("right", "left") if row[f"side_p_{s}"] >= 0.5]
+        assert yes == [row["location_side"]]
+    # The same answers through DuckDB.
+    path = str(s2 / "data" / "full-*.parquet")
+    ((n,),) = duckdb.sql(f"select count(*) from read_parquet('{path}') where box_status = 'ok'").fetchall()
+    assert n == ok.height
+    ((m,),) = duckdb.sql(f"select count(*) from read_parquet('{path}') where len(signs) > 0").fetchall()
+    assert m == b.filter(pl.col("signs").list.len() > 0).height
+
+
+def test_s2_card_documents_its_columns_and_location(tmp_path_factory):
+    s2 = built("s2", tmp_path_factory)
+    front, body = card_parts(s2)
+    assert documented_columns(body)[-len(S2_COLUMNS):] == S2_COLUMNS
+    features = [f["name"] for f in front["dataset_info"][0]["features"]]
+    assert features[-len(S2_COLUMNS):] == S2_COLUMNS
+    assert "## Diagnose (S2)" in body and "### Location evaluation" in body
+    assert (s2 / "location_eval.json").is_file() and (s2 / "plots" / "full-sample-boxes.png").is_file()
