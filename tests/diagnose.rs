@@ -36,12 +36,27 @@ fn an_s2_release_adds_location_and_signs_after_every_s1_column() {
     assert!(card.lines().any(|l| l.starts_with("| S3 |") && l.ends_with("| not yet |")), "S3 is not built yet");
     assert!(card.contains("fixture stand-in"), "the card says the scorer is a fixture");
 
+    // `eval --boxes` reads the shards back and gets the build's own location evaluation.
+    let sample = repo().join("fixtures/sample");
+    let e = bin().arg("eval").arg(s.path("s2")).arg("--boxes").arg(sample.join("BBox_List_2017.csv")).arg("--images").arg(sample.join("images")).assert().success();
+    let from_shards: serde_json::Value = serde_json::from_str(&stdout(&e)).unwrap();
+    let in_build: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("s2/location_eval.json")).unwrap()).unwrap();
+    assert_eq!(from_shards["per_finding"], in_build["per_finding"]);
+    assert_eq!(from_shards["overall"], in_build["overall"]);
+    assert!(from_shards["overall"]["boxes"].as_u64().unwrap() > 50, "{from_shards}");
+
     // S1 columns are unchanged: the diff against S1b finds no row that moved.
     build(&fixture_s1b(), &s.path("s1b"), &s.cache(), &[]).success();
     let d = bin().arg("diff").arg(s.path("s1b")).arg(s.path("s2")).assert().success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&d)).unwrap();
     assert_eq!(report["changed_rows"], 0, "{report}");
     assert_eq!(report["overall"]["mean_abs_confidence_change"], 0.0, "{report}");
+
+    // An S1 release has no location to evaluate, and eval needs something to evaluate against.
+    let e = bin().arg("eval").arg(s.path("s1b")).arg("--boxes").arg(sample.join("BBox_List_2017.csv")).assert().failure();
+    assert!(stderr(&e).contains("has no S2 location columns"), "{}", stderr(&e));
+    let e = bin().arg("eval").arg(s.path("s2")).assert().failure();
+    assert!(stderr(&e).contains("--gold"), "{}", stderr(&e));
 }
 
 #[test]

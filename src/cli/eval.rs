@@ -1,4 +1,5 @@
-//! `bpals-release eval DIR --gold FILE`: a release against expert labels.
+//! `bpals-release eval DIR --gold FILE`: a release against expert labels; with `--boxes FILE`
+//! (S2), its boxes and zones against reference boxes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,15 +7,25 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use super::GoldArgs;
+use super::GoldFormatArg;
 use bpals_release::eval;
 
 #[derive(Args)]
 pub struct EvalArgs {
     /// The release directory.
     dir: PathBuf,
-    #[command(flatten)]
-    gold: GoldArgs,
+    /// Expert gold labels, in the format given by --format.
+    #[arg(long, required_unless_present = "boxes")]
+    gold: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = GoldFormatArg::Generic)]
+    format: GoldFormatArg,
+    /// S2: reference boxes in BBox_List_2017.csv's layout, to evaluate the release's boxes and
+    /// zones against (JSON `location`; alone, the location report is the whole output).
+    #[arg(long)]
+    boxes: Option<PathBuf>,
+    /// The folder of the boxed images, to read their sizes [default: NIH's 1024x1024 for all].
+    #[arg(long, requires = "boxes")]
+    images: Option<PathBuf>,
     /// Bootstrap resamples for the 95% intervals.
     #[arg(long, default_value_t = 1000)]
     bootstrap: usize,
@@ -30,13 +41,31 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    let gold = args.gold.read()?;
+    let location = args.boxes.as_deref().map(|boxes| eval::location::evaluate_release(&args.dir, boxes, args.images.as_deref())).transpose()?;
+    let Some(gold_path) = &args.gold else {
+        let location = location.expect("clap requires --gold or --boxes");
+        write_markdown(args.markdown.as_deref(), &eval::location::to_markdown(&location))?;
+        println!("{}", serde_json::to_string_pretty(&location)?);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let gold = eval::gold::read(gold_path, args.format.into())?;
     let options = eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
     let calibration = args.calibration.as_deref().map(bpals_release::signal::calibration::Calibration::read).transpose()?;
-    let report = eval::evaluate(&args.dir, &args.gold.gold, &gold, &options, calibration.as_ref())?;
-    if let Some(path) = &args.markdown {
-        std::fs::write(path, eval::to_markdown(&report)).with_context(|| format!("cannot write {}", path.display()))?;
+    let report = eval::evaluate(&args.dir, gold_path, &gold, &options, calibration.as_ref())?;
+    let mut markdown = eval::to_markdown(&report);
+    let mut json = serde_json::to_value(&report)?;
+    if let Some(location) = &location {
+        markdown.push_str(&format!("\n## Location evaluation\n\n{}", eval::location::to_markdown(location)));
+        json["location"] = serde_json::to_value(location)?;
     }
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    write_markdown(args.markdown.as_deref(), &markdown)?;
+    println!("{}", serde_json::to_string_pretty(&json)?);
     Ok(ExitCode::SUCCESS)
+}
+
+fn write_markdown(path: Option<&std::path::Path>, text: &str) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -30,6 +30,20 @@ pub enum EvalError {
     },
     #[error("{}: no column `{column}`", path.display())]
     MissingColumn { path: PathBuf, column: String },
+    #[error("{}: release {release} has no S2 location columns (its spec has no prompts.location)", dir.display())]
+    NotDiagnosed { dir: PathBuf, release: String },
+    #[error("reference boxes {}", path.display())]
+    Boxes {
+        path: PathBuf,
+        #[source]
+        source: crate::source::SourceError,
+    },
+    #[error("image {}: cannot read its size", path.display())]
+    ImageSize {
+        path: PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
     #[error("no gold judgement in {gold} matches a row of release {release}")]
     NoMatch { gold: String, release: String },
 }

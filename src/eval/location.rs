@@ -6,9 +6,14 @@
 //! compares the side and zone the model states with those NIH's box implies.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
+use arrow_array::Array;
 use serde::Serialize;
 
+use super::{release_rows, EvalError};
 use crate::diagnose::location::{as_image_box, implied_side, implied_zone};
 use crate::source::BoundingBox;
 use crate::vlm::grounding::ImageBox;
@@ -136,6 +141,77 @@ pub fn evaluate(
         reference_boxes_without_row: without_row,
         ious,
     }
+}
+
+/// S2: the rows with a grounding answer, as the location evaluation reads them.
+fn read_located(dir: &Path) -> Result<Vec<LocatedRow>, EvalError> {
+    let (_, files) = release_rows::pair_files(dir)?;
+    let mut rows = Vec::new();
+    release_rows::batches(dir, &files, |path, batch| {
+        let column = |name: &str| release_rows::column(path, batch, name);
+        let (images, labels, status) = (column("image_index")?, column("label")?, column("box_status")?);
+        let (images, labels, status) = (images.as_string::<i32>(), labels.as_string::<i32>(), status.as_string::<i32>());
+        let corners = ["box_x1", "box_y1", "box_x2", "box_y2"].map(column);
+        let [x1, y1, x2, y2] = corners;
+        let (x1, y1, x2, y2) = (x1?, y1?, x2?, y2?);
+        let [x1, y1, x2, y2] = [&x1, &y1, &x2, &y2].map(|c| c.as_primitive::<Float64Type>().clone());
+        let (side_p, side, zone) = (column("side_p_right")?, column("location_side")?, column("location_zone")?);
+        let (side, zone) = (side.as_string::<i32>(), zone.as_string::<i32>());
+        let text = |a: &arrow_array::StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
+        for i in (0..batch.num_rows()).filter(|&i| !status.is_null(i)) {
+            let model_box = (!x1.is_null(i)).then(|| ImageBox {
+                label: None,
+                x1: x1.value(i),
+                y1: y1.value(i),
+                x2: x2.value(i),
+                y2: y2.value(i),
+            });
+            rows.push(LocatedRow {
+                image_index: images.value(i).to_string(),
+                label: labels.value(i).to_string(),
+                model_box,
+                zoned: !side_p.is_null(i),
+                side: text(side, i),
+                zone: text(zone, i),
+            });
+        }
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
+/// NIH's PNGs are 1024x1024; the reference boxes are in their pixels.
+pub const NIH_PNG_SIZE: (u32, u32) = (1024, 1024);
+
+/// `eval DIR --boxes FILE`: a built S2 release's boxes and zones against reference boxes (in
+/// `BBox_List_2017.csv`'s layout). Image sizes come from the PNG headers in `images` when given,
+/// else every image is taken as NIH's 1024x1024.
+pub fn evaluate_release(dir: &Path, boxes: &Path, images: Option<&Path>) -> Result<LocationEval, EvalError> {
+    let lock = crate::manifest::BuildLock::read(dir)?;
+    let bounds = lock.spec["prompts"]["location"]["zone_bounds"].as_array().and_then(|b| Some([b.first()?.as_f64()?, b.get(1)?.as_f64()?]));
+    let release = lock.spec["release"]["id"].as_str().unwrap_or_default().to_string();
+    let zone_bounds = bounds.ok_or_else(|| EvalError::NotDiagnosed { dir: dir.to_path_buf(), release })?;
+    let reference = crate::source::read_bbox_list(boxes, None).map_err(|source| EvalError::Boxes { path: boxes.to_path_buf(), source })?;
+    let mut sizes = HashMap::new();
+    for b in &reference {
+        let size = match images {
+            None => NIH_PNG_SIZE,
+            Some(folder) => {
+                let path = folder.join(&b.image_index);
+                if !path.is_file() {
+                    continue;
+                }
+                image::ImageReader::open(&path)
+                    .map_err(|source| EvalError::Io { path: path.clone(), source })?
+                    .into_dimensions()
+                    .map_err(|source| EvalError::ImageSize { path: path.clone(), source })?
+            }
+        };
+        sizes.insert(b.image_index.clone(), size);
+    }
+    let rows = read_located(dir)?;
+    let name = boxes.file_name().map_or_else(|| boxes.display().to_string(), |n| n.to_string_lossy().into_owned());
+    Ok(evaluate(&rows, &reference, &sizes, zone_bounds, &format!("`{name}`")))
 }
 
 /// Per finding, the mean reference box as fractions of the image: [x1, y1, x2, y2].

@@ -26,8 +26,8 @@ pub struct ReleaseRow {
     pub logit_no: Vec<f32>,
 }
 
-/// Every row of the pair table's `full` split if the release has one, else its `trial` split.
-pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
+/// The pair shards of the `full` split if the release has one, else of its `trial` split.
+pub(super) fn pair_files(dir: &Path) -> Result<(&'static str, Vec<String>), EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let pairs = |split: &str| -> Vec<String> {
         manifest
@@ -44,49 +44,66 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
     if files.is_empty() {
         return Err(EvalError::NoPairShards { dir: dir.to_path_buf() });
     }
-    let mut rows = Vec::new();
-    for rel in &files {
+    Ok((split, files))
+}
+
+/// Every record batch of the chosen split's pair shards, in file order.
+pub(super) fn batches(dir: &Path, files: &[String], mut each: impl FnMut(&Path, &arrow_array::RecordBatch) -> Result<(), EvalError>) -> Result<(), EvalError> {
+    for rel in files {
         let path = dir.join(rel);
         let file = File::open(&path).map_err(|source| EvalError::Io { path: path.clone(), source })?;
         let parquet = |source| EvalError::Parquet { path: path.clone(), source };
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.build().map_err(parquet)?;
         for batch in reader {
-            let batch = batch.map_err(|source| EvalError::Arrow { path: path.clone(), source })?;
-            let column = |name: &str| {
-                batch.column_by_name(name).cloned().ok_or_else(|| EvalError::MissingColumn { path: path.clone(), column: name.into() })
-            };
-            let images = column("image_index")?;
-            let labels = column("label")?;
-            let nih = column("nih_label")?;
-            let confidence = column("confidence")?;
-            let agreement = column("agreement")?;
-            let views = column("view_position")?;
-            let devices = column("support_devices")?;
-            let classes = column("trust_class")?;
-            let (yes, no) = (column("question_logit_yes")?, column("question_logit_no")?);
-            let (classes, yes, no) = (classes.as_string::<i32>(), yes.as_list::<i32>(), no.as_list::<i32>());
-            let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
-            let (confidence, agreement) = (confidence.as_primitive::<Float64Type>(), agreement.as_primitive::<Float64Type>());
-            let (nih, devices) = (nih.as_boolean(), devices.as_list::<i32>());
-            for i in 0..batch.num_rows() {
-                rows.push(ReleaseRow {
-                    image_index: images.value(i).to_string(),
-                    label: labels.value(i).to_string(),
-                    nih_label: nih.value(i),
-                    confidence: confidence.value(i),
-                    agreement: agreement.value(i),
-                    view_position: views.value(i).to_string(),
-                    devices_present: !devices.value(i).is_empty(),
-                    trust_class: classes.value(i).to_string(),
-                    logit_yes: floats(&yes.value(i)),
-                    logit_no: floats(&no.value(i)),
-                });
-            }
+            each(&path, &batch.map_err(|source| EvalError::Arrow { path: path.clone(), source })?)?;
         }
     }
+    Ok(())
+}
+
+pub(super) fn column(path: &Path, batch: &arrow_array::RecordBatch, name: &str) -> Result<arrow_array::ArrayRef, EvalError> {
+    batch.column_by_name(name).cloned().ok_or_else(|| EvalError::MissingColumn { path: path.to_path_buf(), column: name.into() })
+}
+
+/// Every row of the pair table's `full` split if the release has one, else its `trial` split.
+pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
+    let (split, files) = pair_files(dir)?;
+    let mut rows = Vec::new();
+    batches(dir, &files, |path, batch| {
+        let column = |name: &str| column(path, batch, name);
+        let images = column("image_index")?;
+        let labels = column("label")?;
+        let nih = column("nih_label")?;
+        let confidence = column("confidence")?;
+        let agreement = column("agreement")?;
+        let views = column("view_position")?;
+        let devices = column("support_devices")?;
+        let classes = column("trust_class")?;
+        let (yes, no) = (column("question_logit_yes")?, column("question_logit_no")?);
+        let (classes, yes, no) = (classes.as_string::<i32>(), yes.as_list::<i32>(), no.as_list::<i32>());
+        let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
+        let (confidence, agreement) = (confidence.as_primitive::<Float64Type>(), agreement.as_primitive::<Float64Type>());
+        let (nih, devices) = (nih.as_boolean(), devices.as_list::<i32>());
+        for i in 0..batch.num_rows() {
+            rows.push(ReleaseRow {
+                image_index: images.value(i).to_string(),
+                label: labels.value(i).to_string(),
+                nih_label: nih.value(i),
+                confidence: confidence.value(i),
+                agreement: agreement.value(i),
+                view_position: views.value(i).to_string(),
+                devices_present: !devices.value(i).is_empty(),
+                trust_class: classes.value(i).to_string(),
+                logit_yes: floats(&yes.value(i)),
+                logit_no: floats(&no.value(i)),
+            });
+        }
+        Ok(())
+    })?;
     Ok((split.to_string(), rows))
 }
 
 fn floats(list: &arrow_array::ArrayRef) -> Vec<f32> {
     list.as_primitive::<arrow_array::types::Float32Type>().values().to_vec()
 }
+

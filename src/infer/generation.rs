@@ -111,6 +111,21 @@ impl GenerationCache {
     }
 }
 
+/// How many jobs already have cached answers (reads and hashes every image, decodes nothing).
+pub fn count_cached_answers(jobs: &[GenerationJob], scorer: &dyn Scorer, settings: &DecodingSettings, cache: &GenerationCache) -> Result<usize, InferError> {
+    let scorer_hash = scorer.identity().hash();
+    jobs.par_iter()
+        .try_fold(
+            || 0usize,
+            |n, job| {
+                let (_, sha) = read_image(&job.image)?;
+                let digest = GenerationCache::key(&sha, &scorer_hash, &job.prompts, settings);
+                Ok(n + usize::from(cache.get(&digest, &sha, &job.prompts).is_some()))
+            },
+        )
+        .try_reduce(|| 0, |a, b| Ok(a + b))
+}
+
 #[derive(Debug)]
 pub struct GenerationReport {
     /// Answers per job, None for images outside this run's shard.

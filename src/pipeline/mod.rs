@@ -131,7 +131,6 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let scorer = infer::scorer_for(&model, &options.cache_dir, options.jobs)?;
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
-    let grounding = diagnose::grounding_plan(&selection, &spec.prompts, scorer.family(), &jobs)?;
 
     let tool = ToolInfo::current();
     let mut stage_keys = BTreeMap::new();
@@ -147,6 +146,12 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)]
     {
         stage_keys.insert(name.to_string(), key);
+    }
+    let grounding = diagnose::grounding_plan(&selection, &spec.prompts, scorer.family(), &jobs)?;
+    if !grounding.jobs.is_empty() {
+        // S2: what the grounding answers depend on (the prompts are in the prompt set's hash).
+        let key = sha256_parts(&["generate", &stage_keys["select"], &scorer.identity().hash(), &prompt_set_hash]);
+        stage_keys.insert("generate".to_string(), key);
     }
     Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, notes, stage_keys })
 }
@@ -182,9 +187,14 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     })
 }
 
+/// The decoding settings of S2's grounding answers.
+fn decoding(spec: &ResolvedSpec) -> DecodingSettings {
+    DecodingSettings::greedy(spec.prompts.location.as_ref().map_or(0, |l| l.max_new_tokens))
+}
+
 /// The generation stage: S2's grounding answers, from the cache or decoded in batches.
 fn generate(spec: &ResolvedSpec, prepared: &Prepared, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<GenerationReport, BuildError> {
-    let settings = DecodingSettings::greedy(spec.prompts.location.as_ref().map_or(0, |l| l.max_new_tokens));
+    let settings = decoding(spec);
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     let cache = GenerationCache::new(&options.cache_dir);
     Ok(infer::run_generation(&prepared.grounding.jobs, prepared.scorer.as_ref(), &settings, &cache, &run)?)

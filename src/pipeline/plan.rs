@@ -1,12 +1,12 @@
 //! `build --dry-run`: the resolved plan, with stage keys and cache state. Reads the inputs and
-//! hashes the images, but scores nothing and writes nothing.
+//! hashes the images, but scores and decodes nothing and writes nothing.
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::{prepare, BuildError, BuildOptions};
-use crate::infer::{count_cached, ScoreCache};
+use crate::infer::{self, count_cached, GenerationCache, ScoreCache};
 use crate::inputs::ResolvedSpec;
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,19 +38,30 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
     let cache = ScoreCache::new(&options.cache_dir);
     let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
     let total = prepared.jobs.len();
+    let grounding = &prepared.grounding.jobs;
+    let answered =
+        infer::count_cached_answers(grounding, prepared.scorer.as_ref(), &super::decoding(spec), &GenerationCache::new(&options.cache_dir))?;
     let status = |stage: &str| -> String {
         match stage {
             "ingest" => format!("{} metadata files, sha256 checked", prepared.table.inputs.len()),
             "select" => format!("{} images, {} rows", prepared.selection.images.len(), prepared.selection.rows.len()),
             "infer" => format!("{cached}/{total} images cached, {} to score with {}", total - cached, spec.model.backend),
+            "generate" => format!(
+                "{answered}/{} images' grounding answers cached, {} to decode with {}",
+                grounding.len(),
+                grounding.len() - answered,
+                spec.model.backend
+            ),
             "signal" => "derived from the scores (no cache: cheap and exact)".into(),
             "shard" => format!("splits {}", spec.output.splits.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")),
             _ => "rendered from templates".into(),
         }
     };
-    let order = ["ingest", "select", "infer", "signal", "shard", "card"];
-    let stages =
-        order.iter().map(|s| PlanStage { stage: s.to_string(), key: prepared.stage_keys[*s].clone(), status: status(s) }).collect();
+    let order = ["ingest", "select", "infer", "generate", "signal", "shard", "card"];
+    let stages = order
+        .iter()
+        .filter_map(|s| Some(PlanStage { stage: s.to_string(), key: prepared.stage_keys.get(*s)?.clone(), status: status(s) }))
+        .collect();
     Ok(Plan {
         release_id: spec.release.id.clone(),
         spec: spec.path.clone(),

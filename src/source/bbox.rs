@@ -18,7 +18,8 @@ pub struct BoundingBox {
     pub h: f64,
 }
 
-pub fn read(path: &Path, known_images: &HashSet<&str>) -> Result<Vec<BoundingBox>, SourceError> {
+/// Reads the boxes; with `known_images`, every box's image must be one of them.
+pub fn read(path: &Path, known_images: Option<&HashSet<&str>>) -> Result<Vec<BoundingBox>, SourceError> {
     let (rows, header) = MetadataCsv::open(path, 6, "image, label, x, y, w, h")?;
     if header.get(0).map(str::trim) != Some("Image Index") || header.get(1).map(str::trim) != Some("Finding Label") {
         return Err(rows.bad_header("expected columns \"Image Index\", \"Finding Label\", then the box".into()));
@@ -27,7 +28,7 @@ pub fn read(path: &Path, known_images: &HashSet<&str>) -> Result<Vec<BoundingBox
     for row in rows {
         let row = row?;
         let image_index = row.field(0).to_string();
-        if !known_images.contains(image_index.as_str()) {
+        if known_images.is_some_and(|known| !known.contains(image_index.as_str())) {
             return Err(row.error(format!("image {image_index:?} is not in the data entry file")));
         }
         let label = normalize_bbox_label(row.field(1));

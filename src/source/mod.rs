@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use serde::Serialize;
 
-pub use bbox::BoundingBox;
+pub use bbox::{read as read_bbox_list, BoundingBox};
 pub use data_entry::{parse_age, parse_labels, DataEntryRow, LabelsError};
 pub use splits::OfficialSplit;
 pub use summary::{summarize, SourceSummary};
@@ -173,7 +173,7 @@ fn read_files(files: &SourceFiles, inputs: BTreeMap<String, InputFile>) -> Resul
     let boxes = match &files.bbox {
         Some(path) => {
             let known: HashSet<&str> = index.keys().copied().collect();
-            bbox::read(path, &known)?
+            bbox::read(path, Some(&known))?
         }
         None => Vec::new(),
     };
