@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::plots::{histogram, register_font, write_png, Area, PlotError, PlotFile, BINS, FONT, NEGATIVE, POSITIVE};
+use super::plots::{histogram, paired_histogram, register_font, write_png, Area, PlotError, PlotFile, BINS, FONT};
 use crate::vlm::grounding::ImageBox;
 
 /// One sample image for the box figure: its pixels, the finding, and both boxes (in its pixels).
@@ -56,26 +56,8 @@ fn iou_panels(area: &Area<'_>, findings: &[&str], ious: &[(String, f64, f64)]) -
     let panels = area.split_evenly((findings.len().div_ceil(4).max(1), 4));
     for (panel, finding) in panels.iter().zip(findings) {
         let of = |pick: fn(&(String, f64, f64)) -> f64| histogram(ious.iter().filter(|i| i.0 == *finding).map(pick));
-        let (model, baseline) = (of(|i| i.1), of(|i| i.2));
         let n = ious.iter().filter(|i| i.0 == *finding).count();
-        let top = model.iter().chain(&baseline).fold(0.05f64, |a, &b| a.max(b)) * 1.1;
-        let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{finding} (n={n})"), (FONT, 16))
-            .margin(8)
-            .x_label_area_size(22)
-            .y_label_area_size(38)
-            .build_cartesian_2d(0f64..1f64, 0f64..top)
-            .map_err(|e| e.to_string())?;
-        chart.configure_mesh().x_labels(6).y_labels(4).label_style((FONT, 11)).disable_mesh().draw().map_err(|e| e.to_string())?;
-        let width = 1.0 / BINS as f64;
-        for (shares, color, offset) in [(&baseline, NEGATIVE, 0.0), (&model, POSITIVE, 0.5)] {
-            chart
-                .draw_series(shares.iter().enumerate().map(|(i, &s)| {
-                    let x0 = i as f64 * width + offset * width;
-                    Rectangle::new([(x0, 0.0), (x0 + width / 2.0, s)], color.filled())
-                }))
-                .map_err(|e| e.to_string())?;
-        }
+        paired_histogram(panel, format!("{finding} (n={n})"), &of(|i| i.2), &of(|i| i.1))?;
     }
     Ok(())
 }

@@ -45,8 +45,8 @@ pub struct PlotFile {
 }
 
 pub(super) const FONT: &str = "sans-serif";
-pub(super) const POSITIVE: RGBColor = RGBColor(200, 60, 40);
-pub(super) const NEGATIVE: RGBColor = RGBColor(40, 90, 170);
+const POSITIVE: RGBColor = RGBColor(200, 60, 40);
+const NEGATIVE: RGBColor = RGBColor(40, 90, 170);
 const GOLD: RGBColor = RGBColor(230, 150, 20);
 const FLAG_COLORS: [RGBColor; 3] = [RGBColor(200, 60, 40), RGBColor(40, 90, 170), RGBColor(90, 150, 60)];
 
@@ -164,26 +164,31 @@ fn confidence_panels(area: &Area<'_>, labels: &[&str], rows: &[PlotRow<'_>]) -> 
     let panels = area.split_evenly((labels.len().div_ceil(columns).max(1), columns));
     for (panel, label) in panels.iter().zip(labels) {
         let of = |asserted: bool| histogram(rows.iter().filter(|r| r.label == *label && r.nih_label == asserted).map(|r| r.confidence));
-        let (pos, neg) = (of(true), of(false));
         let n = rows.iter().filter(|r| r.label == *label).count();
-        let top = pos.iter().chain(&neg).fold(0.05f64, |a, &b| a.max(b)) * 1.1;
-        let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{label} (n={n})"), (FONT, 16))
-            .margin(8)
-            .x_label_area_size(22)
-            .y_label_area_size(38)
-            .build_cartesian_2d(0f64..1f64, 0f64..top)
+        paired_histogram(panel, format!("{label} (n={n})"), &of(false), &of(true))?;
+    }
+    Ok(())
+}
+
+/// One panel of two histograms over [0, 1], bar beside bar: `blue` left, `red` right in each bin.
+pub(super) fn paired_histogram(panel: &Area<'_>, caption: String, blue: &[f64; BINS], red: &[f64; BINS]) -> Result<(), String> {
+    let top = red.iter().chain(blue).fold(0.05f64, |a, &b| a.max(b)) * 1.1;
+    let mut chart = ChartBuilder::on(panel)
+        .caption(caption, (FONT, 16))
+        .margin(8)
+        .x_label_area_size(22)
+        .y_label_area_size(38)
+        .build_cartesian_2d(0f64..1f64, 0f64..top)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_labels(6).y_labels(4).label_style((FONT, 11)).disable_mesh().draw().map_err(|e| e.to_string())?;
+    let width = 1.0 / BINS as f64;
+    for (shares, color, offset) in [(blue, NEGATIVE, 0.0), (red, POSITIVE, 0.5)] {
+        chart
+            .draw_series(shares.iter().enumerate().map(|(i, &s)| {
+                let x0 = i as f64 * width + offset * width;
+                Rectangle::new([(x0, 0.0), (x0 + width / 2.0, s)], color.filled())
+            }))
             .map_err(|e| e.to_string())?;
-        chart.configure_mesh().x_labels(6).y_labels(4).label_style((FONT, 11)).disable_mesh().draw().map_err(|e| e.to_string())?;
-        let width = 1.0 / BINS as f64;
-        for (shares, color, offset) in [(&neg, NEGATIVE, 0.0), (&pos, POSITIVE, 0.5)] {
-            chart
-                .draw_series(shares.iter().enumerate().map(|(i, &s)| {
-                    let x0 = i as f64 * width + offset * width;
-                    Rectangle::new([(x0, 0.0), (x0 + width / 2.0, s)], color.filled())
-                }))
-                .map_err(|e| e.to_string())?;
-        }
     }
     Ok(())
 }

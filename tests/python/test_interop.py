@@ -55,7 +55,7 @@ def card_parts(release):
 
 def documented_columns(body, heading="## Schema"):
     section = body.split(heading, 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
+    return re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.M)
 
 
 def test_sha256sum_agrees_with_the_manifest(release):
