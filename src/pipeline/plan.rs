@@ -85,7 +85,7 @@ impl std::fmt::Display for Plan {
             writeln!(f, "  input   {name}: {} bytes, sha256 {}", input.bytes, input.sha256)?;
         }
         for s in &self.stages {
-            writeln!(f, "  {:<7} {}  {}", s.stage, &s.key[..12], s.status)?;
+            writeln!(f, "  {:<8} {}  {}", s.stage, &s.key[..12], s.status)?;
         }
         for n in &self.notes {
             writeln!(f, "  note: {n}")?;
