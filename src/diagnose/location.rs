@@ -8,9 +8,6 @@ use super::RowDiagnosis;
 use crate::source::BoundingBox;
 use crate::vlm::grounding::{BoxStatus, ImageBox};
 
-pub const SIDE_NAMES: [&str; 2] = ["right", "left"];
-pub const ZONE_NAMES: [&str; 3] = ["upper", "middle", "lower"];
-
 /// The patient's side a box's centre lies on.
 pub fn implied_side(b: &BoundingBox, width: u32) -> &'static str {
     if b.x + b.w / 2.0 < f64::from(width) / 2.0 {

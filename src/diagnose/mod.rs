@@ -18,15 +18,14 @@ mod signs;
 use std::collections::HashMap;
 
 use crate::infer::{GenerationJob, ImageAnswers, ImageJob, ImageScores};
+use crate::release_spec::diagnose::{side_id, zone_id, SIDES, ZONES};
 use crate::release_spec::{PromptSet, Question};
 use crate::select::Selection;
 use crate::signal::trace::{self, ErrorTrace, ErrorTuple, LOCATION};
 use crate::source::BoundingBox;
-use crate::vlm::grounding::{self, Grounding, ImageGeometry};
+use crate::vlm::grounding::{self, Grounding, ImageBox, ImageGeometry};
 use crate::vlm::{Family, YesNo};
 use crate::vocab::LABELS;
-
-pub use location::{implied_side, implied_zone};
 
 /// What S2 adds to one row. Every part is None (or empty) where the spec does not ask it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,11 +56,15 @@ impl RowDiagnosis {
     /// The side the model states: the one side it answers yes to (None when it says yes to both
     /// or to neither, or was not asked).
     pub fn side(&self) -> Option<&'static str> {
-        self.side_p.and_then(|p| the_only_yes(&p)).map(|i| location::SIDE_NAMES[i])
+        self.side_p.and_then(|p| the_only_yes(&p)).map(|i| SIDES[i])
     }
     /// The zone the model states: the one zone it answers yes to.
     pub fn zone(&self) -> Option<&'static str> {
-        self.zone_p.and_then(|p| the_only_yes(&p)).map(|i| location::ZONE_NAMES[i])
+        self.zone_p.and_then(|p| the_only_yes(&p)).map(|i| ZONES[i])
+    }
+    /// The first box of the grounding answer: the one the columns carry.
+    pub fn first_box(&self) -> Option<&ImageBox> {
+        self.grounding.as_ref()?.grounding.boxes.first()
     }
 }
 
@@ -70,15 +73,6 @@ fn the_only_yes(p: &[f64]) -> Option<usize> {
     let mut yes = p.iter().enumerate().filter(|(_, p)| **p >= 0.5).map(|(i, _)| i);
     match (yes.next(), yes.next()) {
         (Some(i), None) => Some(i),
-        _ => None,
-    }
-}
-
-/// The family named as `prompts.location.ground` names it.
-pub fn family_of(name: &str) -> Option<Family> {
-    match name {
-        "qwen2_vl" => Some(Family::Qwen2Vl),
-        "qwen2_5_vl" => Some(Family::Qwen25Vl),
         _ => None,
     }
 }
@@ -147,7 +141,7 @@ pub struct DiagnoseInput<'a> {
 pub fn derive(input: &DiagnoseInput<'_>, traces: &mut [ErrorTrace]) -> Diagnosis {
     let selection = input.selection;
     let position: HashMap<&str, usize> = input.questions.iter().enumerate().map(|(i, q)| (q.id.as_str(), i)).collect();
-    let family = family_of(input.plan.family).expect("the scorer names a known family");
+    let family = Family::from_name(input.plan.family).expect("the scorer names a known family");
     let mut rows: Vec<RowDiagnosis> = selection
         .rows
         .iter()
@@ -158,8 +152,8 @@ pub fn derive(input: &DiagnoseInput<'_>, traces: &mut [ErrorTrace]) -> Diagnosis
             if let Some(location) = &input.prompts.location {
                 if location.zoned().any(|f| f == label) {
                     let p = |id: String| scores[position[id.as_str()]].p_yes();
-                    d.side_p = Some(location::SIDE_NAMES.map(|s| p(crate::release_spec::diagnose::side_id(label, s))));
-                    d.zone_p = Some(location::ZONE_NAMES.map(|z| p(crate::release_spec::diagnose::zone_id(label, z))));
+                    d.side_p = Some(SIDES.map(|s| p(side_id(label, s))));
+                    d.zone_p = Some(ZONES.map(|z| p(zone_id(label, z))));
                 }
             }
             if let Some(vocabulary) = &input.prompts.signs {
@@ -168,7 +162,7 @@ pub fn derive(input: &DiagnoseInput<'_>, traces: &mut [ErrorTrace]) -> Diagnosis
             d
         })
         .collect();
-    for ((job_rows, answers), _) in input.plan.rows.iter().zip(input.answers).zip(&input.plan.jobs) {
+    for (job_rows, answers) in input.plan.rows.iter().zip(input.answers) {
         let geometry = ImageGeometry { original: answers.original, resized: answers.resized };
         for (&row, answer) in job_rows.iter().zip(&answers.answers) {
             rows[row].grounding = Some(RowGrounding {

@@ -38,11 +38,11 @@ pub enum EvalError {
         #[source]
         source: crate::source::SourceError,
     },
-    #[error("image {}: cannot read its size", path.display())]
-    ImageSize {
-        path: PathBuf,
+    #[error("the boxed images in {}", dir.display())]
+    ImageSizes {
+        dir: PathBuf,
         #[source]
-        source: image::ImageError,
+        source: crate::source::SourceError,
     },
     #[error("no gold judgement in {gold} matches a row of release {release}")]
     NoMatch { gold: String, release: String },

@@ -151,10 +151,8 @@ fn read_located(dir: &Path) -> Result<Vec<LocatedRow>, EvalError> {
         let column = |name: &str| release_rows::column(path, batch, name);
         let (images, labels, status) = (column("image_index")?, column("label")?, column("box_status")?);
         let (images, labels, status) = (images.as_string::<i32>(), labels.as_string::<i32>(), status.as_string::<i32>());
-        let corners = ["box_x1", "box_y1", "box_x2", "box_y2"].map(column);
-        let [x1, y1, x2, y2] = corners;
-        let (x1, y1, x2, y2) = (x1?, y1?, x2?, y2?);
-        let [x1, y1, x2, y2] = [&x1, &y1, &x2, &y2].map(|c| c.as_primitive::<Float64Type>().clone());
+        let corner = |name: &str| column(name).map(|c| c.as_primitive::<Float64Type>().clone());
+        let (x1, y1, x2, y2) = (corner("box_x1")?, corner("box_y1")?, corner("box_x2")?, corner("box_y2")?);
         let (side_p, side, zone) = (column("side_p_right")?, column("location_side")?, column("location_zone")?);
         let (side, zone) = (side.as_string::<i32>(), zone.as_string::<i32>());
         let text = |a: &arrow_array::StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
@@ -192,23 +190,11 @@ pub fn evaluate_release(dir: &Path, boxes: &Path, images: Option<&Path>) -> Resu
     let release = lock.spec["release"]["id"].as_str().unwrap_or_default().to_string();
     let zone_bounds = bounds.ok_or_else(|| EvalError::NotDiagnosed { dir: dir.to_path_buf(), release })?;
     let reference = crate::source::read_bbox_list(boxes, None).map_err(|source| EvalError::Boxes { path: boxes.to_path_buf(), source })?;
-    let mut sizes = HashMap::new();
-    for b in &reference {
-        let size = match images {
-            None => NIH_PNG_SIZE,
-            Some(folder) => {
-                let path = folder.join(&b.image_index);
-                if !path.is_file() {
-                    continue;
-                }
-                image::ImageReader::open(&path)
-                    .map_err(|source| EvalError::Io { path: path.clone(), source })?
-                    .into_dimensions()
-                    .map_err(|source| EvalError::ImageSize { path: path.clone(), source })?
-            }
-        };
-        sizes.insert(b.image_index.clone(), size);
-    }
+    let sizes = match images {
+        Some(folder) => crate::source::image_sizes(folder, &reference)
+            .map_err(|source| EvalError::ImageSizes { dir: folder.to_path_buf(), source })?,
+        None => reference.iter().map(|b| (b.image_index.clone(), NIH_PNG_SIZE)).collect(),
+    };
     let rows = read_located(dir)?;
     let name = boxes.file_name().map_or_else(|| boxes.display().to_string(), |n| n.to_string_lossy().into_owned());
     Ok(evaluate(&rows, &reference, &sizes, zone_bounds, &format!("`{name}`")))
@@ -236,7 +222,7 @@ fn summarise(finding: &str, cases: &[&Case<'_>]) -> FindingLocation {
         for c in cases {
             let Some(p) = pick(c) else { continue };
             let iou = p.iou(&c.reference);
-            let iobb = if p.area() > 0.0 { intersection(&p, &c.reference) / p.area() } else { 0.0 };
+            let iobb = if p.area() > 0.0 { p.intersection(&c.reference) / p.area() } else { 0.0 };
             for (k, t) in THRESHOLDS.iter().enumerate() {
                 s.iou_above[k] += f64::from(u8::from(iou > *t));
                 s.iobb_above[k] += f64::from(u8::from(iobb > *t));
@@ -268,10 +254,6 @@ fn summarise(finding: &str, cases: &[&Case<'_>]) -> FindingLocation {
         side_stated: zoned.iter().filter(|c| c.side.0.is_some()).count(),
         zone_stated: zoned.iter().filter(|c| c.zone.0.is_some()).count(),
     }
-}
-
-fn intersection(a: &ImageBox, b: &ImageBox) -> f64 {
-    (a.x2.min(b.x2) - a.x1.max(b.x1)).max(0.0) * (a.y2.min(b.y2) - a.y1.max(b.y1)).max(0.0)
 }
 
 /// The card's table: model and baseline side by side per finding.

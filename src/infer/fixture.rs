@@ -90,6 +90,6 @@ impl Scorer for FixtureScorer {
     }
 
     fn family(&self) -> &'static str {
-        "qwen2_vl"
+        crate::vlm::Family::Qwen2Vl.name()
     }
 }

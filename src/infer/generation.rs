@@ -6,13 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::cache::{sweep_stale_temp_files, write_entry};
-use super::runner::{read_image, STALE_TEMP_AGE};
-use super::shard::shard_of;
+use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
 use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
 use crate::hashing::{sha256_json, sha256_parts};
 
@@ -145,10 +143,8 @@ pub fn run_generation(
 ) -> Result<GenerationReport, InferError> {
     let scorer_hash = scorer.identity().hash();
     sweep_stale_temp_files(&cache.dir, STALE_TEMP_AGE);
-    let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
-    let mine: Vec<usize> = (0..jobs.len()).filter(|&j| in_shard(&jobs[j].image.name)).collect();
-    let bar = if options.progress { ProgressBar::new(mine.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("generating {bar:30} {pos}/{len} images  {per_sec}  eta {eta}").expect("static template"));
+    let mine: Vec<usize> = (0..jobs.len()).filter(|&j| options.covers(&jobs[j].image.name)).collect();
+    let bar = options.progress_bar(mine.len(), "generating");
 
     // Per batch: (job, answers, computed) for each of its jobs.
     let run_batch = |batch: &[usize]| -> Result<Vec<(usize, ImageAnswers, bool)>, InferError> {
@@ -166,10 +162,7 @@ pub fn run_generation(
         if !misses.is_empty() {
             let decoded = misses
                 .iter()
-                .map(|(j, bytes, _, _)| {
-                    image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
-                        .map_err(|source| InferError::ImageDecode { path: jobs[*j].image.path.clone(), source })
-                })
+                .map(|(j, bytes, _, _)| decode_png(bytes, &jobs[*j].image))
                 .collect::<Result<Vec<_>, _>>()?;
             let inputs: Vec<ImageInput> = misses
                 .iter()
@@ -193,11 +186,7 @@ pub fn run_generation(
         Ok(done)
     };
 
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.jobs.max(1))
-        .build()
-        .map_err(|e| InferError::Scorer { backend: "runner".into(), message: e.to_string() })?;
-    let batches: Vec<Vec<(usize, ImageAnswers, bool)>> = pool.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
+    let batches: Vec<Vec<(usize, ImageAnswers, bool)>> = options.pool()?.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
     bar.finish_and_clear();
 
     let mut report = GenerationReport { answers: vec![None; jobs.len()], cached: 0, computed: 0 };

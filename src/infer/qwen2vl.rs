@@ -203,10 +203,7 @@ impl Scorer for Qwen2VlScorer {
     }
 
     fn family(&self) -> &'static str {
-        match self.family {
-            crate::vlm::Family::Qwen2Vl => "qwen2_vl",
-            crate::vlm::Family::Qwen25Vl => "qwen2_5_vl",
-        }
+        self.family.name()
     }
 }
 

@@ -24,6 +24,28 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
+impl RunOptions {
+    /// Whether this run's shard holds the image.
+    pub(super) fn covers(&self, image: &str) -> bool {
+        self.shard.is_none_or(|s| shard_of(image, s.count) == s.index)
+    }
+
+    /// A progress bar over `len` images, `verb` ("scoring") at its left; hidden without --progress.
+    pub(super) fn progress_bar(&self, len: usize, verb: &str) -> ProgressBar {
+        let bar = if self.progress { ProgressBar::new(len as u64) } else { ProgressBar::hidden() };
+        bar.set_style(ProgressStyle::with_template(&format!("{verb} {{bar:30}} {{pos}}/{{len}} images  {{per_sec}}  eta {{eta}}")).expect("a valid template"));
+        bar
+    }
+
+    /// The thread pool of `--jobs` workers.
+    pub(super) fn pool(&self) -> Result<rayon::ThreadPool, InferError> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(self.jobs.max(1))
+            .build()
+            .map_err(|e| InferError::Scorer { backend: "runner".into(), message: e.to_string() })
+    }
+}
+
 #[derive(Debug)]
 pub struct InferReport {
     /// Scores per input image, None for images outside this run's shard.
@@ -52,21 +74,17 @@ pub fn run(
     let scorer_hash = scorer.identity().hash();
     cache.sweep_stale_temp_files(STALE_TEMP_AGE);
     let question_ids: Vec<String> = questions.iter().map(|q| q.id.clone()).collect();
-    let in_shard = |name: &str| options.shard.is_none_or(|s| shard_of(name, s.count) == s.index);
-    let todo = images.iter().filter(|j| in_shard(&j.name)).count() as u64;
-    let bar = if options.progress { ProgressBar::new(todo) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("scoring {bar:30} {pos}/{len} images  {per_sec}  eta {eta}").expect("static template"));
+    let bar = options.progress_bar(images.iter().filter(|j| options.covers(&j.name)).count(), "scoring");
 
     let score_one = |job: &ImageJob| -> Result<Outcome, InferError> {
-        if !in_shard(&job.name) {
+        if !options.covers(&job.name) {
             return Ok(Outcome::Skipped);
         }
         let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
         let outcome = if let Some(scores) = cache.get(&key, &question_ids) {
             Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
         } else {
-            let decoded = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
-                .map_err(|source| InferError::ImageDecode { path: job.path.clone(), source })?;
+            let decoded = decode_png(&bytes, job)?;
             let input = ImageInput { name: &job.name, sha256: &key.image_sha256, image: &decoded };
             let scores = scorer.score(&input, questions)?;
             if scores.len() != questions.len() {
@@ -82,11 +100,7 @@ pub fn run(
         Ok(outcome)
     };
 
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.jobs.max(1))
-        .build()
-        .map_err(|e| InferError::Scorer { backend: "runner".into(), message: e.to_string() })?;
-    let outcomes: Vec<Outcome> = pool.install(|| images.par_iter().map(score_one).collect::<Result<_, _>>())?;
+    let outcomes: Vec<Outcome> = options.pool()?.install(|| images.par_iter().map(score_one).collect::<Result<_, _>>())?;
     bar.finish_and_clear();
 
     let mut report = InferReport { scores: Vec::with_capacity(images.len()), cached: 0, computed: 0 };
@@ -104,6 +118,11 @@ pub fn run(
         });
     }
     Ok(report)
+}
+
+/// An image's bytes, decoded as the PNG they must be.
+pub(super) fn decode_png(bytes: &[u8], job: &ImageJob) -> Result<image::DynamicImage, InferError> {
+    image::load_from_memory_with_format(bytes, image::ImageFormat::Png).map_err(|source| InferError::ImageDecode { path: job.path.clone(), source })
 }
 
 /// An image's bytes and their sha256.

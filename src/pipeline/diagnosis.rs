@@ -12,32 +12,11 @@ use crate::eval::location::{self, LocatedRow, LocationEval};
 use crate::manifest;
 use crate::release_spec::ReleaseSpec;
 use crate::select::Selection;
-use crate::signal::trace::{ErrorTrace, LOCATION};
-use crate::source::{BoundingBox, NihTable};
-use crate::vlm::grounding::ImageBox;
+use crate::source::NihTable;
 use crate::vocab::LABELS;
 
 /// Sample images the card's box figure shows.
 const FIGURE_IMAGES: usize = 8;
-
-/// The (width, height) of every boxed image's PNG that is on this machine, read from its header:
-/// NIH's boxes are in those pixels (1024x1024), not in the metadata's `OriginalImage` size.
-pub(super) fn reference_image_sizes(spec: &ReleaseSpec, boxes: &[BoundingBox]) -> Result<HashMap<String, (u32, u32)>, BuildError> {
-    let folder = spec.source.images_dir();
-    let mut sizes = HashMap::new();
-    for b in boxes {
-        let path = folder.join(&b.image_index);
-        if sizes.contains_key(&b.image_index) || !path.is_file() {
-            continue;
-        }
-        let size = image::ImageReader::open(&path)
-            .map_err(io_err(&path))?
-            .into_dimensions()
-            .map_err(|e| BuildError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
-        sizes.insert(b.image_index.clone(), size);
-    }
-    Ok(sizes)
-}
 
 pub(super) struct DiagnoseContext<'a> {
     pub spec: &'a ReleaseSpec,
@@ -45,7 +24,8 @@ pub(super) struct DiagnoseContext<'a> {
     pub table: &'a NihTable,
     pub selection: &'a Selection,
     pub diagnosis: &'a Diagnosis,
-    pub traces: &'a [ErrorTrace],
+    /// Location tuples on the split's images (from its trace statistics).
+    pub location_tuples: u32,
     pub split: &'a str,
     pub rows: &'a [usize],
 }
@@ -75,10 +55,6 @@ pub(super) fn card_section(dir: &Path, c: &DiagnoseContext<'_>, log: &dyn Fn(&st
             s.no_sign_seen += usize::from(none_seen);
         }
     }
-    let mut images: Vec<usize> = c.rows.iter().map(|&r| c.selection.rows[r].image).collect();
-    images.dedup();
-    let location_tuples =
-        images.iter().map(|&i| c.traces[i].tuples.iter().filter(|t| t.category == LOCATION).count() as u32).sum();
 
     let mut section = DiagnoseCard {
         split: c.split.to_string(),
@@ -86,7 +62,7 @@ pub(super) fn card_section(dir: &Path, c: &DiagnoseContext<'_>, log: &dyn Fn(&st
         box_status: status.into_iter().collect(),
         truncated,
         signs: LABELS.iter().filter_map(|l| signs.remove(l)).collect(),
-        location_tuples,
+        location_tuples: c.location_tuples,
         location_eval: None,
         figures: Vec::new(),
     };
@@ -115,11 +91,11 @@ fn evaluate(c: &DiagnoseContext<'_>, zone_bounds: [f64; 2]) -> Result<LocationEv
         .iter()
         .filter_map(|&i| {
             let (row, d) = (&c.selection.rows[i], &c.diagnosis.rows[i]);
-            let g = d.grounding.as_ref()?;
+            d.grounding.as_ref()?;
             Some(LocatedRow {
                 image_index: c.selection.images[row.image].image_index.clone(),
                 label: LABELS[row.label].to_string(),
-                model_box: first_box(g),
+                model_box: d.first_box().cloned(),
                 zoned: d.side_p.is_some(),
                 side: d.side().map(str::to_string),
                 zone: d.zone().map(str::to_string),
@@ -129,10 +105,6 @@ fn evaluate(c: &DiagnoseContext<'_>, zone_bounds: [f64; 2]) -> Result<LocationEv
     let file = c.spec.source.bbox.as_deref().unwrap_or("the reference boxes");
     let against = if c.spec.source.embedded_sample { format!("the sample's drawn boxes (`{file}`)") } else { format!("NIH's boxes (`{file}`)") };
     Ok(location::evaluate(&rows, &c.table.boxes, c.sizes, zone_bounds, &against))
-}
-
-fn first_box(g: &crate::diagnose::RowGrounding) -> Option<ImageBox> {
-    g.grounding.boxes.first().cloned()
 }
 
 /// The first boxed rows with a reference box, one per finding while findings last.
@@ -166,7 +138,7 @@ fn sample_cases(c: &DiagnoseContext<'_>) -> Result<Vec<SampleBoxes>, BuildError>
                 pixels,
                 finding: b.label.clone(),
                 reference: crate::diagnose::location::as_image_box(b),
-                model: c.diagnosis.rows[i].grounding.as_ref().and_then(first_box),
+                model: c.diagnosis.rows[i].first_box().cloned(),
             })
         })
         .collect()

@@ -173,7 +173,7 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let cache = ScoreCache::new(&options.cache_dir);
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
-    let answered = generate(spec, &prepared, options, shard)?;
+    let answered = generate(spec, &prepared.grounding, prepared.scorer.as_ref(), options, shard)?;
     Ok(InferShardReport {
         release_id: spec.release.id.clone(),
         shard,
@@ -193,17 +193,20 @@ fn decoding(spec: &ResolvedSpec) -> DecodingSettings {
 }
 
 /// The generation stage: S2's grounding answers, from the cache or decoded in batches.
-fn generate(spec: &ResolvedSpec, prepared: &Prepared, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<GenerationReport, BuildError> {
-    let settings = decoding(spec);
+fn generate(
+    spec: &ResolvedSpec,
+    grounding: &diagnose::GroundingPlan,
+    scorer: &dyn Scorer,
+    options: &BuildOptions,
+    shard: Option<ShardSpec>,
+) -> Result<GenerationReport, BuildError> {
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    let cache = GenerationCache::new(&options.cache_dir);
-    Ok(infer::run_generation(&prepared.grounding.jobs, prepared.scorer.as_ref(), &settings, &cache, &run)?)
+    Ok(infer::run_generation(&grounding.jobs, scorer, &decoding(spec), &GenerationCache::new(&options.cache_dir), &run)?)
 }
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
-    let prepared = prepare(spec, options)?;
-    let answered = generate(spec, &prepared, options, None)?;
-    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, mut notes, stage_keys } = prepared;
+    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, mut notes, stage_keys } =
+        prepare(spec, options)?;
     log(&format!(
         "ingest: {} images from {}{}",
         table.images(),
@@ -217,6 +220,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
     log(&format!("infer: {} images from the cache, {} scored by {}", report.cached, report.computed, scorer.identity().backend));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
+    let answered = generate(spec, &grounding, scorer.as_ref(), options, None)?;
     if !grounding.jobs.is_empty() {
         log(&format!(
             "generate: grounding answers for {} images, {} from the cache, {} decoded by {}",
@@ -231,7 +235,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
     let mut sig = pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
-    let sizes = if spec.prompts.location.is_some() { diagnosis::reference_image_sizes(spec, &table.boxes)? } else { Default::default() };
+    let sizes = if spec.prompts.location.is_some() { source::image_sizes(&spec.source.images_dir(), &table.boxes)? } else { Default::default() };
     let diagnosis = spec.prompts.diagnoses().then(|| {
         let input = diagnose::DiagnoseInput {
             selection: &selection,
@@ -295,7 +299,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
                 table: &table,
                 selection: &selection,
                 diagnosis: d,
-                traces: &sig.traces,
+                location_tuples: splits.iter().find(|s| s.name == main_split.name()).map_or(0, |s| s.trace.locations),
                 split: main_split.name(),
                 rows: &main_rows,
             };

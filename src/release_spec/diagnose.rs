@@ -126,14 +126,20 @@ impl SignPrompts {
     }
 }
 
+/// `finding` must be one of the 14 findings (No Finding has no place and no signs).
+fn check_finding(key: &'static str, finding: &str) -> Result<(), (&'static str, String)> {
+    if LABELS.contains(&finding) && finding != NO_FINDING {
+        return Ok(());
+    }
+    let all: Vec<&str> = LABELS.into_iter().filter(|l| *l != NO_FINDING).collect();
+    Err((key, format!("unknown finding {finding:?}: expected one of {}", all.join(", "))))
+}
+
 /// Checks and fills in `prompts.location`; `Err((key, message))` names the key at fault.
 pub fn resolve_location(layer: LocationLayer) -> Result<LocationPrompts, (&'static str, String)> {
     let findings = layer.findings.ok_or(("prompts.location.findings", "is required: the findings to locate".to_string()))?;
     for (finding, words) in &findings {
-        if !LABELS.contains(&finding.as_str()) || finding == NO_FINDING {
-            let all: Vec<&str> = LABELS.into_iter().filter(|l| *l != NO_FINDING).collect();
-            return Err(("prompts.location.findings", format!("unknown finding {finding:?}: expected one of {}", all.join(", "))));
-        }
+        check_finding("prompts.location.findings", finding)?;
         if words.trim().is_empty() {
             return Err(("prompts.location.findings", format!("{finding}: needs the words the questions use for it")));
         }
@@ -177,9 +183,7 @@ pub fn resolve_signs(layer: SignsLayer) -> Result<SignPrompts, (&'static str, St
     }
     let vocabulary = layer.vocabulary.ok_or(("prompts.signs.vocabulary", "is required: the signs of each finding".to_string()))?;
     for (finding, signs) in &vocabulary {
-        if !LABELS.contains(&finding.as_str()) || finding == NO_FINDING {
-            return Err(("prompts.signs.vocabulary", format!("unknown finding {finding:?}")));
-        }
+        check_finding("prompts.signs.vocabulary", finding)?;
         if signs.is_empty() || signs.iter().any(|s| s.trim().is_empty()) {
             return Err(("prompts.signs.vocabulary", format!("{finding}: needs at least one non-empty sign")));
         }

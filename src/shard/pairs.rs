@@ -52,8 +52,7 @@ fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowE
 fn to_diagnose_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let empty = RowDiagnosis::default();
     let d: Vec<&RowDiagnosis> = rows.iter().map(|r| r.diagnosis.unwrap_or(&empty)).collect();
-    let first_box = |d: &RowDiagnosis| d.grounding.as_ref().and_then(|g| g.grounding.boxes.first().cloned());
-    let boxes: Vec<Option<ImageBox>> = d.iter().map(|d| first_box(d)).collect();
+    let boxes: Vec<Option<&ImageBox>> = d.iter().map(|d| d.first_box()).collect();
     let mut columns = s1_columns(rows);
     columns.extend([
         optional_strings(&d, |d| d.side()),
@@ -64,10 +63,10 @@ fn to_diagnose_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schem
         optional_floats(&d, |d| d.zone_p.map(|p| p[1])),
         optional_floats(&d, |d| d.zone_p.map(|p| p[2])),
         optional_strings(&d, |d| d.grounding.as_ref().map(|g| g.grounding.status.name())),
-        optional_floats(&boxes, |b| b.as_ref().map(|b| b.x1)),
-        optional_floats(&boxes, |b| b.as_ref().map(|b| b.y1)),
-        optional_floats(&boxes, |b| b.as_ref().map(|b| b.x2)),
-        optional_floats(&boxes, |b| b.as_ref().map(|b| b.y2)),
+        optional_floats(&boxes, |b| b.map(|b| b.x1)),
+        optional_floats(&boxes, |b| b.map(|b| b.y1)),
+        optional_floats(&boxes, |b| b.map(|b| b.x2)),
+        optional_floats(&boxes, |b| b.map(|b| b.y2)),
         optional_strings(&d, |d| d.grounding.as_ref().map(|g| g.answer.as_str())),
         optional_bools(&d, |d| d.grounding.as_ref().map(|g| g.truncated)),
         string_lists(&d, |d| d.signs.as_slice()),

@@ -147,6 +147,8 @@ pub struct TraceStats {
     pub k_histogram: Vec<(usize, usize)>,
     pub false_predictions: u32,
     pub omissions: u32,
+    /// S2's location tuples.
+    pub locations: u32,
     /// (region, tuples) for every region with tuples.
     pub per_anatomy: Vec<(String, u32)>,
 }
@@ -154,13 +156,14 @@ pub struct TraceStats {
 pub fn stats(traces: &[ErrorTrace], images: &[usize]) -> TraceStats {
     let mut histogram = std::collections::BTreeMap::new();
     let mut per_anatomy = [0u32; 9];
-    let (mut score_sum, mut false_predictions, mut omissions) = (0.0, 0, 0);
+    let (mut score_sum, mut false_predictions, mut omissions, mut locations) = (0.0, 0, 0, 0);
     for &i in images {
         let t = &traces[i];
         *histogram.entry(t.k_total).or_insert(0) += 1;
         score_sum += t.score;
         false_predictions += t.per_category[0];
         omissions += t.per_category[1];
+        locations += t.per_category[2];
         for (a, n) in t.per_anatomy.iter().enumerate() {
             per_anatomy[a] += n;
         }
@@ -171,6 +174,7 @@ pub fn stats(traces: &[ErrorTrace], images: &[usize]) -> TraceStats {
         k_histogram: histogram.into_iter().collect(),
         false_predictions,
         omissions,
+        locations,
         per_anatomy: ANATOMY.iter().zip(per_anatomy).filter(|(_, n)| *n > 0).map(|(a, n)| (a.to_string(), n)).collect(),
     }
 }

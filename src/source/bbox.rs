@@ -1,7 +1,7 @@
 //! `BBox_List_2017.csv`: 984 boxes on 880 images in the real file. It spells Infiltration as
 //! "Infiltrate", and its coordinate header `Bbox [x,y,w,h]` spans four columns.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::csv_rows::MetadataCsv;
@@ -45,4 +45,23 @@ pub fn read(path: &Path, known_images: Option<&HashSet<&str>>) -> Result<Vec<Bou
         boxes.push(BoundingBox { image_index, label: label.to_string(), x: num(2)?, y: num(3)?, w: num(4)?, h: num(5)? });
     }
     Ok(boxes)
+}
+
+/// The (width, height) of each boxed image's PNG in `folder`, read from its header; images not
+/// in the folder are left out. NIH's boxes are in these pixels (its PNGs are 1024x1024), not in
+/// the metadata's `OriginalImage` size.
+pub fn image_sizes(folder: &Path, boxes: &[BoundingBox]) -> Result<HashMap<String, (u32, u32)>, SourceError> {
+    let mut sizes = HashMap::new();
+    for b in boxes {
+        let path = folder.join(&b.image_index);
+        if sizes.contains_key(&b.image_index) || !path.is_file() {
+            continue;
+        }
+        let size = image::ImageReader::open(&path)
+            .map_err(|source| SourceError::Io { path: path.clone(), source })?
+            .into_dimensions()
+            .map_err(|source| SourceError::ImageSize { path: path.clone(), source })?;
+        sizes.insert(b.image_index.clone(), size);
+    }
+    Ok(sizes)
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use serde::Serialize;
 
-pub use bbox::{read as read_bbox_list, BoundingBox};
+pub use bbox::{image_sizes, read as read_bbox_list, BoundingBox};
 pub use data_entry::{parse_age, parse_labels, DataEntryRow, LabelsError};
 pub use splits::OfficialSplit;
 pub use summary::{summarize, SourceSummary};
@@ -34,6 +34,12 @@ pub enum SourceError {
     Checksum { path: PathBuf, expected: String, actual: String },
     #[error("{}: image {image} appears twice (first on line {first})", path.display())]
     Duplicate { path: PathBuf, image: String, first: u64 },
+    #[error("image {}: cannot read its size", path.display())]
+    ImageSize {
+        path: PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
     #[error("building the NIH table")]
     Table(#[from] PolarsError),
 }

@@ -15,6 +15,19 @@ pub enum Family {
     Qwen25Vl,
 }
 
+impl Family {
+    /// The family's name as specs write it (`prompts.location.ground`) and as it serializes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Qwen2Vl => "qwen2_vl",
+            Family::Qwen25Vl => "qwen2_5_vl",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<Family> {
+        [Family::Qwen2Vl, Family::Qwen25Vl].into_iter().find(|f| f.name() == name)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TextConfig {
     pub vocab_size: usize,

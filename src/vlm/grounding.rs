@@ -54,11 +54,16 @@ impl ImageBox {
         (self.x2 - self.x1).max(0.0) * (self.y2 - self.y1).max(0.0)
     }
 
-    /// Intersection over union with another box.
-    pub fn iou(&self, other: &ImageBox) -> f64 {
+    /// The area this box shares with another.
+    pub fn intersection(&self, other: &ImageBox) -> f64 {
         let w = (self.x2.min(other.x2) - self.x1.max(other.x1)).max(0.0);
         let h = (self.y2.min(other.y2) - self.y1.max(other.y1)).max(0.0);
-        let inter = w * h;
+        w * h
+    }
+
+    /// Intersection over union with another box.
+    pub fn iou(&self, other: &ImageBox) -> f64 {
+        let inter = self.intersection(other);
         let union = self.area() + other.area() - inter;
         if union > 0.0 {
             inter / union

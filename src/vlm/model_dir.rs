@@ -216,7 +216,6 @@ impl ModelDir {
         Ok(Prompt { text, input_ids: encoding.get_ids().to_vec(), image_tokens })
     }
 
-    /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
     /// The text of generated tokens: stop tokens left out, special tokens kept (Qwen2-VL's box
     /// markers are special tokens).
     pub fn answer_text(&self, tokens: &[u32]) -> Result<String, VlmError> {
@@ -225,6 +224,7 @@ impl ModelDir {
         self.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the answer: {e}")))
     }
 
+    /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
     pub fn answer_token_ids(&self) -> Result<(u32, u32), VlmError> {
         let first = |word: &str| -> Result<u32, VlmError> {
             let encoding = self.tokenizer.encode(word, false).map_err(|e| VlmError::Input(format!("tokenizing {word:?}: {e}")))?;

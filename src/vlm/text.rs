@@ -175,14 +175,7 @@ impl KvCache {
 
     /// The same cache repeated `n` times along the batch (one copy per question).
     pub fn expand(&self, n: i64) -> KvCache {
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| {
-                l.as_ref().map(|(k, v)| (k.expand([n, -1, -1, -1], false).contiguous(), v.expand([n, -1, -1, -1], false).contiguous()))
-            })
-            .collect();
-        KvCache { layers }
+        self.map(|t| t.expand([n, -1, -1, -1], false).contiguous())
     }
 }
 
