@@ -333,7 +333,11 @@ fn s2_prompt_sections_name_the_key_at_fault() {
     let bare = s.write("s2_no_section.yaml", &format!("extends: {}\nadditions: [lesion_location]\n", fixture_s1b().display()));
     let err = failing_build(&s, &bare);
     assert!(err.contains("lesion location (S2) needs a prompts.location section"), "{err}");
-    let stray = derived_spec(&s, "s2_stray_location.yaml", "prompts:\n  signs:\n    question: \"Is there {sign}?\"\n    vocabulary: {Nodule: [a round opacity]}\n");
+    let stray = derived_spec(
+        &s,
+        "s2_stray_location.yaml",
+        "prompts:\n  signs:\n    question: \"Is there {sign}?\"\n    vocabulary: {Nodule: [a round opacity]}\n",
+    );
     let err = failing_build(&s, &stray);
     assert!(err.contains("prompts.signs") && err.contains("additions does not list observable signs"), "{err}");
 }

@@ -38,7 +38,15 @@ fn an_s2_release_adds_location_and_signs_after_every_s1_column() {
 
     // `eval --boxes` reads the shards back and gets the build's own location evaluation.
     let sample = repo().join("fixtures/sample");
-    let e = bin().arg("eval").arg(s.path("s2")).arg("--boxes").arg(sample.join("BBox_List_2017.csv")).arg("--images").arg(sample.join("images")).assert().success();
+    let e = bin()
+        .arg("eval")
+        .arg(s.path("s2"))
+        .arg("--boxes")
+        .arg(sample.join("BBox_List_2017.csv"))
+        .arg("--images")
+        .arg(sample.join("images"))
+        .assert()
+        .success();
     let from_shards: serde_json::Value = serde_json::from_str(&stdout(&e)).unwrap();
     let in_build: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("s2/location_eval.json")).unwrap()).unwrap();
     assert_eq!(from_shards["per_finding"], in_build["per_finding"]);

@@ -89,5 +89,8 @@ fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity()
     // Keys that are not the model's identity are still inherited.
     let dtype = s.write("dtype.yaml", &format!("extends: {}\nmodel:\n  dtype: f32\n", spec("s1a.yaml").display()));
     let m = release_spec::load_with_env(&dtype, |_| None).unwrap().model;
-    assert_eq!((m.id.as_str(), m.path.is_some(), m.demo_weights), ("bpals/tiny-qwen2-vl-synthetic", true, Some(release_spec::DemoWeights::Synthetic)));
+    assert_eq!(
+        (m.id.as_str(), m.path.is_some(), m.demo_weights),
+        ("bpals/tiny-qwen2-vl-synthetic", true, Some(release_spec::DemoWeights::Synthetic))
+    );
 }

@@ -132,7 +132,8 @@ fn qwen2_5_vl_reasons_about_what_is_drawn() {
 fn describe_prints_reasoning_boxes_and_reports() {
     let image = repo().join("fixtures/sample/images/00000001_001.png");
     let describe = |family: &str, prompt: &str| -> serde_json::Value {
-        let a = bin().args(["describe", "--model"]).arg(trained(family)).args(["--prompt", prompt, "--image"]).arg(&image).assert().success();
+        let a =
+            bin().args(["describe", "--model"]).arg(trained(family)).args(["--prompt", prompt, "--image"]).arg(&image).assert().success();
         serde_json::from_str(&stdout(&a)).unwrap()
     };
     for family in ["qwen2_vl", "qwen2_5_vl"] {

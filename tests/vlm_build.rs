@@ -70,7 +70,10 @@ fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     let a = build(&spec("s1a.yaml"), &out, &s.cache(), &[]).success();
     let text = stdout(&a) + &stderr(&a);
     assert!(text.contains("640 scored by the qwen2vl engine"), "{text}");
-    assert!(text.contains("DEMO BUILD") && text.contains("bpals/tiny-qwen2-vl-synthetic is a tiny model trained on synthetic images"), "{text}");
+    assert!(
+        text.contains("DEMO BUILD") && text.contains("bpals/tiny-qwen2-vl-synthetic is a tiny model trained on synthetic images"),
+        "{text}"
+    );
     bin().arg("verify").arg(&out).assert().success();
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     insta::assert_snapshot!("s1a_card", card);
@@ -86,7 +89,8 @@ fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     assert_eq!(report["mislabel_detection"], in_card["mislabel_detection"]);
     let aurocs: Vec<f64> = report["per_label"].as_object().unwrap().values().filter_map(|m| m["auroc"].as_f64()).collect();
     let mean_auroc = aurocs.iter().sum::<f64>() / aurocs.len() as f64;
-    let class = |name: &str| report["mislabel_detection"]["by_class"].as_array().unwrap().iter().find(|c| c["classes"] == name).unwrap().clone();
+    let class =
+        |name: &str| report["mislabel_detection"]["by_class"].as_array().unwrap().iter().find(|c| c["classes"] == name).unwrap().clone();
     let likely = class("likely_mislabeled");
     let (precision, recall) = (likely["precision"].as_f64().unwrap(), likely["recall"].as_f64().unwrap());
     eprintln!(
@@ -112,7 +116,11 @@ fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     assert!(stdout(&a).contains("max |diff| 0.000e0") && stdout(&a).contains("PASS"), "{}", stdout(&a));
 
     let a = bin().env("HF_TOKEN", "hf_unused").args(["publish", "--dry-run"]).arg(&out).assert().failure();
-    assert!(stderr(&a).contains("refusing to publish: this is a demo build") && stderr(&a).contains("trained on synthetic images"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("refusing to publish: this is a demo build") && stderr(&a).contains("trained on synthetic images"),
+        "{}",
+        stderr(&a)
+    );
 }
 
 /// Rows per trust class and flag in the card's signal summary of one split.

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use bpals_release::vlm::generate::{GenerationImage, GenerationPrompt, Generated};
+use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
 use bpals_release::vlm::model::VlModel;
 use bpals_release::vlm::{pixels, ModelDir};
 use common::*;

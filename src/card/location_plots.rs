@@ -110,7 +110,8 @@ pub fn sample_boxes(dir: &Path, split: &str, cases: &[SampleBoxes]) -> Result<Pl
             };
             let caption = format!("{}: {iou}", case.finding);
             root.draw(&Text::new(caption, (x0 as i32, y0 as i32 - 22), (FONT, 15))).map_err(|e| fail(e.to_string()))?;
-            root.draw(&Text::new(case.image_index.clone(), (x0 as i32, (y0 + SIDE) as i32 + 4), (FONT, 12))).map_err(|e| fail(e.to_string()))?;
+            root.draw(&Text::new(case.image_index.clone(), (x0 as i32, (y0 + SIDE) as i32 + 4), (FONT, 12)))
+                .map_err(|e| fail(e.to_string()))?;
         }
         root.present().map_err(|e| fail(e.to_string()))?;
     }

@@ -41,7 +41,8 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    let location = args.boxes.as_deref().map(|boxes| eval::location::evaluate_release(&args.dir, boxes, args.images.as_deref())).transpose()?;
+    let location =
+        args.boxes.as_deref().map(|boxes| eval::location::evaluate_release(&args.dir, boxes, args.images.as_deref())).transpose()?;
     let Some(gold_path) = &args.gold else {
         let location = location.expect("clap requires --gold or --boxes");
         write_markdown(args.markdown.as_deref(), &eval::location::to_markdown(&location))?;

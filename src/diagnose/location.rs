@@ -101,7 +101,10 @@ mod tests {
             grounding: Some(super::super::RowGrounding {
                 answer: String::new(),
                 truncated: false,
-                grounding: crate::vlm::grounding::Grounding { status, boxes: vec![ImageBox { label: None, x1, y1: 100.0, x2: x1 + 50.0, y2: 150.0 }] },
+                grounding: crate::vlm::grounding::Grounding {
+                    status,
+                    boxes: vec![ImageBox { label: None, x1, y1: 100.0, x2: x1 + 50.0, y2: 150.0 }],
+                },
             }),
             ..Default::default()
         };

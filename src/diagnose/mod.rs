@@ -91,7 +91,12 @@ pub struct GroundingPlan {
     pub family: &'static str,
 }
 
-pub fn grounding_plan(selection: &Selection, prompts: &PromptSet, family: &'static str, images: &[ImageJob]) -> Result<GroundingPlan, DiagnoseError> {
+pub fn grounding_plan(
+    selection: &Selection,
+    prompts: &PromptSet,
+    family: &'static str,
+    images: &[ImageJob],
+) -> Result<GroundingPlan, DiagnoseError> {
     let mut plan = GroundingPlan { jobs: Vec::new(), rows: Vec::new(), family };
     let Some(location) = &prompts.location else { return Ok(plan) };
     if !location.ground.contains_key(family) {
@@ -179,7 +184,13 @@ pub fn derive(input: &DiagnoseInput<'_>, traces: &mut [ErrorTrace]) -> Diagnosis
 }
 
 /// A location tuple for every row whose box or zone contradicts NIH's box of the finding.
-fn add_location_tuples(selection: &Selection, rows: &[RowDiagnosis], input: &DiagnoseInput<'_>, zone_bounds: [f64; 2], traces: &mut [ErrorTrace]) {
+fn add_location_tuples(
+    selection: &Selection,
+    rows: &[RowDiagnosis],
+    input: &DiagnoseInput<'_>,
+    zone_bounds: [f64; 2],
+    traces: &mut [ErrorTrace],
+) {
     let image_of: HashMap<&str, usize> = selection.images.iter().enumerate().map(|(i, r)| (r.image_index.as_str(), i)).collect();
     let mut reference: HashMap<(usize, &str), Vec<&BoundingBox>> = HashMap::new();
     for b in input.boxes {

@@ -104,7 +104,8 @@ pub fn evaluate(
     let mut cases = Vec::new();
     let mut without_row = 0;
     for b in reference {
-        let (Some(row), Some(&(w, h))) = (by_key.get(&(b.image_index.as_str(), b.label.as_str())), sizes.get(b.image_index.as_str())) else {
+        let (Some(row), Some(&(w, h))) = (by_key.get(&(b.image_index.as_str(), b.label.as_str())), sizes.get(b.image_index.as_str()))
+        else {
             without_row += 1;
             continue;
         };
@@ -128,10 +129,8 @@ pub fn evaluate(
         })
         .collect();
     let all: Vec<&Case> = cases.iter().collect();
-    let ious = cases
-        .iter()
-        .map(|c| (c.finding.to_string(), c.model.map_or(0.0, |m| m.iou(&c.reference)), c.baseline.iou(&c.reference)))
-        .collect();
+    let ious =
+        cases.iter().map(|c| (c.finding.to_string(), c.model.map_or(0.0, |m| m.iou(&c.reference)), c.baseline.iou(&c.reference))).collect();
     LocationEval {
         against: against.to_string(),
         thresholds: THRESHOLDS,
@@ -157,13 +156,8 @@ fn read_located(dir: &Path) -> Result<Vec<LocatedRow>, EvalError> {
         let (side, zone) = (side.as_string::<i32>(), zone.as_string::<i32>());
         let text = |a: &arrow_array::StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
         for i in (0..batch.num_rows()).filter(|&i| !status.is_null(i)) {
-            let model_box = (!x1.is_null(i)).then(|| ImageBox {
-                label: None,
-                x1: x1.value(i),
-                y1: y1.value(i),
-                x2: x2.value(i),
-                y2: y2.value(i),
-            });
+            let model_box =
+                (!x1.is_null(i)).then(|| ImageBox { label: None, x1: x1.value(i), y1: y1.value(i), x2: x2.value(i), y2: y2.value(i) });
             rows.push(LocatedRow {
                 image_index: images.value(i).to_string(),
                 label: labels.value(i).to_string(),
@@ -191,8 +185,9 @@ pub fn evaluate_release(dir: &Path, boxes: &Path, images: Option<&Path>) -> Resu
     let zone_bounds = bounds.ok_or_else(|| EvalError::NotDiagnosed { dir: dir.to_path_buf(), release })?;
     let reference = crate::source::read_bbox_list(boxes, None).map_err(|source| EvalError::Boxes { path: boxes.to_path_buf(), source })?;
     let sizes = match images {
-        Some(folder) => crate::source::image_sizes(folder, &reference)
-            .map_err(|source| EvalError::ImageSizes { dir: folder.to_path_buf(), source })?,
+        Some(folder) => {
+            crate::source::image_sizes(folder, &reference).map_err(|source| EvalError::ImageSizes { dir: folder.to_path_buf(), source })?
+        }
         None => reference.iter().map(|b| (b.image_index.clone(), NIH_PNG_SIZE)).collect(),
     };
     let rows = read_located(dir)?;

@@ -48,7 +48,11 @@ pub(super) fn pair_files(dir: &Path) -> Result<(&'static str, Vec<String>), Eval
 }
 
 /// Every record batch of the chosen split's pair shards, in file order.
-pub(super) fn batches(dir: &Path, files: &[String], mut each: impl FnMut(&Path, &arrow_array::RecordBatch) -> Result<(), EvalError>) -> Result<(), EvalError> {
+pub(super) fn batches(
+    dir: &Path,
+    files: &[String],
+    mut each: impl FnMut(&Path, &arrow_array::RecordBatch) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
     for rel in files {
         let path = dir.join(rel);
         let file = File::open(&path).map_err(|source| EvalError::Io { path: path.clone(), source })?;
@@ -106,4 +110,3 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
 fn floats(list: &arrow_array::ArrayRef) -> Vec<f32> {
     list.as_primitive::<arrow_array::types::Float32Type>().values().to_vec()
 }
-

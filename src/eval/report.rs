@@ -16,7 +16,14 @@ pub fn to_markdown(r: &EvalReport) -> String {
         "## Evaluation against {}\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}. \
          Intervals are 95% percentile bootstraps ({} resamples, seed {}); ECE uses {} equal-width bins.\n\n",
         r.against,
-        r.gold_file, r.gold_judgements, r.matched, r.split, r.release_id, r.options.bootstrap_resamples, r.options.seed, r.options.ece_bins
+        r.gold_file,
+        r.gold_judgements,
+        r.matched,
+        r.split,
+        r.release_id,
+        r.options.bootstrap_resamples,
+        r.options.seed,
+        r.options.ece_bins
     ));
     md.push_str(&label_mapping(r));
     md.push_str("| label | n | prevalence | AUROC [95% CI] | AUPRC [95% CI] | Brier | ECE |\n|---|---:|---:|---|---|---:|---:|\n");

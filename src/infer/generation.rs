@@ -110,7 +110,12 @@ impl GenerationCache {
 }
 
 /// How many jobs already have cached answers (reads and hashes every image, decodes nothing).
-pub fn count_cached_answers(jobs: &[GenerationJob], scorer: &dyn Scorer, settings: &DecodingSettings, cache: &GenerationCache) -> Result<usize, InferError> {
+pub fn count_cached_answers(
+    jobs: &[GenerationJob],
+    scorer: &dyn Scorer,
+    settings: &DecodingSettings,
+    cache: &GenerationCache,
+) -> Result<usize, InferError> {
     let scorer_hash = scorer.identity().hash();
     jobs.par_iter()
         .try_fold(
@@ -160,10 +165,7 @@ pub fn run_generation(
             }
         }
         if !misses.is_empty() {
-            let decoded = misses
-                .iter()
-                .map(|(j, bytes, _, _)| decode_png(bytes, &jobs[*j].image))
-                .collect::<Result<Vec<_>, _>>()?;
+            let decoded = misses.iter().map(|(j, bytes, _, _)| decode_png(bytes, &jobs[*j].image)).collect::<Result<Vec<_>, _>>()?;
             let inputs: Vec<ImageInput> = misses
                 .iter()
                 .zip(&decoded)
@@ -186,7 +188,8 @@ pub fn run_generation(
         Ok(done)
     };
 
-    let batches: Vec<Vec<(usize, ImageAnswers, bool)>> = options.pool()?.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
+    let batches: Vec<Vec<(usize, ImageAnswers, bool)>> =
+        options.pool()?.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
     bar.finish_and_clear();
 
     let mut report = GenerationReport { answers: vec![None; jobs.len()], cached: 0, computed: 0 };

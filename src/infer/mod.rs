@@ -14,7 +14,10 @@ use serde::Serialize;
 
 pub use cache::{CacheKey, ScoreCache};
 pub use fixture::FixtureScorer;
-pub use generation::{count_cached_answers, run_generation, Answer, DecodingSettings, GenerationCache, GenerationJob, GenerationReport, ImageAnswers, BATCH_IMAGES};
+pub use generation::{
+    count_cached_answers, run_generation, Answer, DecodingSettings, GenerationCache, GenerationJob, GenerationReport, ImageAnswers,
+    BATCH_IMAGES,
+};
 pub use runner::{count_cached, run, ImageJob, InferReport, RunOptions};
 pub use shard::{parse_shard, shard_from_scheduler, shard_of, ShardSpec, SCHEDULER_INDEX_VARS};
 

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
-use crate::vlm::generate::{GenerationImage, GenerationPrompt};
 use crate::hashing::DigestCache;
 use crate::release_spec::{Backend, ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use crate::vlm::generate::{GenerationImage, GenerationPrompt};
 use crate::vlm::pixels;
 
 pub struct Qwen2VlScorer {
@@ -169,7 +169,10 @@ impl Scorer for Qwen2VlScorer {
         let PixelSettings { preprocessor, rescale_factor, device } = &self.pixels;
         let pixel_values = images
             .iter()
-            .map(|image| pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device).map_err(engine_err(format!("image {}", image.name))))
+            .map(|image| {
+                pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device)
+                    .map_err(engine_err(format!("image {}", image.name)))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
@@ -181,7 +184,8 @@ impl Scorer for Qwen2VlScorer {
                 ids.push((i, engine.dir.prompt(text, *grid).map_err(engine_err("the grounding prompts"))?.input_ids));
             }
         }
-        let batch: Vec<GenerationImage> = embeds.iter().zip(&pixel_values).map(|(e, (_, grid))| GenerationImage { embeds: e, grid: *grid }).collect();
+        let batch: Vec<GenerationImage> =
+            embeds.iter().zip(&pixel_values).map(|(e, (_, grid))| GenerationImage { embeds: e, grid: *grid }).collect();
         let requests: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();
         let names: Vec<&str> = images.iter().map(|i| i.name).collect();
         let generated = engine
@@ -197,7 +201,11 @@ impl Scorer for Qwen2VlScorer {
                 let text = engine.dir.answer_text(&g.tokens).map_err(engine_err(format!("image {}", image.name)))?;
                 answers.push(Answer { text, new_tokens: g.tokens.len(), truncated: g.truncated });
             }
-            out.push(ImageAnswers { original: (image.image.width(), image.image.height()), resized: (grid.1 * patch, grid.2 * patch), answers });
+            out.push(ImageAnswers {
+                original: (image.image.width(), image.image.height()),
+                resized: (grid.1 * patch, grid.2 * patch),
+                answers,
+            });
         }
         Ok(out)
     }

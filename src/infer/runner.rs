@@ -33,7 +33,10 @@ impl RunOptions {
     /// A progress bar over `len` images, `verb` ("scoring") at its left; hidden without --progress.
     pub(super) fn progress_bar(&self, len: usize, verb: &str) -> ProgressBar {
         let bar = if self.progress { ProgressBar::new(len as u64) } else { ProgressBar::hidden() };
-        bar.set_style(ProgressStyle::with_template(&format!("{verb} {{bar:30}} {{pos}}/{{len}} images  {{per_sec}}  eta {{eta}}")).expect("a valid template"));
+        bar.set_style(
+            ProgressStyle::with_template(&format!("{verb} {{bar:30}} {{pos}}/{{len}} images  {{per_sec}}  eta {{eta}}"))
+                .expect("a valid template"),
+        );
         bar
     }
 
@@ -122,7 +125,8 @@ pub fn run(
 
 /// An image's bytes, decoded as the PNG they must be.
 pub(super) fn decode_png(bytes: &[u8], job: &ImageJob) -> Result<image::DynamicImage, InferError> {
-    image::load_from_memory_with_format(bytes, image::ImageFormat::Png).map_err(|source| InferError::ImageDecode { path: job.path.clone(), source })
+    image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
+        .map_err(|source| InferError::ImageDecode { path: job.path.clone(), source })
 }
 
 /// An image's bytes and their sha256.

@@ -103,7 +103,8 @@ fn evaluate(c: &DiagnoseContext<'_>, zone_bounds: [f64; 2]) -> Result<LocationEv
         })
         .collect();
     let file = c.spec.source.bbox.as_deref().unwrap_or("the reference boxes");
-    let against = if c.spec.source.embedded_sample { format!("the sample's drawn boxes (`{file}`)") } else { format!("NIH's boxes (`{file}`)") };
+    let against =
+        if c.spec.source.embedded_sample { format!("the sample's drawn boxes (`{file}`)") } else { format!("NIH's boxes (`{file}`)") };
     Ok(location::evaluate(&rows, &c.table.boxes, c.sizes, zone_bounds, &against))
 }
 

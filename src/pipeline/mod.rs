@@ -18,11 +18,11 @@ pub use plan::{plan, Plan, PlanStage};
 pub use report::{demo_banner, BuildReport, InferShardReport};
 
 use crate::card::{self, CardError, CardInput, SplitFacts, TableFacts};
-use crate::hashing::{sha256_json, sha256_parts};
 use crate::diagnose::{self, DiagnoseError};
+use crate::hashing::{sha256_json, sha256_parts};
 use crate::infer::{
-    self, DecodingSettings, GenerationCache, GenerationReport, ImageAnswers, ImageJob, ImageScores, InferError, RunOptions, ScoreCache, Scorer,
-    ShardSpec,
+    self, DecodingSettings, GenerationCache, GenerationReport, ImageAnswers, ImageJob, ImageScores, InferError, RunOptions, ScoreCache,
+    Scorer, ShardSpec,
 };
 use crate::inputs::{InputsError, ResolvedSpec};
 use crate::manifest::{self, BuildLock, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
@@ -234,8 +234,10 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
 
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
-    let mut sig = pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
-    let sizes = if spec.prompts.location.is_some() { source::image_sizes(&spec.source.images_dir(), &table.boxes)? } else { Default::default() };
+    let mut sig =
+        pool.install(|| signal::derive(&selection, &scores, &questions, &signal::Rules::new(&spec.signal, spec.calibration_table())));
+    let sizes =
+        if spec.prompts.location.is_some() { source::image_sizes(&spec.source.images_dir(), &table.boxes)? } else { Default::default() };
     let diagnosis = spec.prompts.diagnoses().then(|| {
         let input = diagnose::DiagnoseInput {
             selection: &selection,

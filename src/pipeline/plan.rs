@@ -39,8 +39,12 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
     let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
     let total = prepared.jobs.len();
     let grounding = &prepared.grounding.jobs;
-    let answered =
-        infer::count_cached_answers(grounding, prepared.scorer.as_ref(), &super::decoding(spec), &GenerationCache::new(&options.cache_dir))?;
+    let answered = infer::count_cached_answers(
+        grounding,
+        prepared.scorer.as_ref(),
+        &super::decoding(spec),
+        &GenerationCache::new(&options.cache_dir),
+    )?;
     let status = |stage: &str| -> String {
         match stage {
             "ingest" => format!("{} metadata files, sha256 checked", prepared.table.inputs.len()),

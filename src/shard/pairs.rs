@@ -7,10 +7,10 @@ use arrow_array::{ArrayRef, RecordBatch};
 
 use super::columns::*;
 use super::schema::{diagnose_pair_schema, pair_schema};
-use crate::diagnose::RowDiagnosis;
-use crate::vlm::grounding::ImageBox;
 use super::writer::TableLayout;
+use crate::diagnose::RowDiagnosis;
 use crate::infer::YesNo;
+use crate::vlm::grounding::ImageBox;
 
 /// One row of the pair table, borrowing from the selection and the scores.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::error::VlmError;
-use super::generate::{GenerationImage, GenerationPrompt, Generated};
+use super::generate::{Generated, GenerationImage, GenerationPrompt};
 use super::grounding::{self, Grounding, ImageGeometry};
 use super::model::VlModel;
 use super::model_dir::ModelDir;
@@ -259,10 +259,20 @@ pub struct GenerationBench {
 impl Engine {
     /// `sequences` different questions about one image, `new_tokens` each, decoded as one batch
     /// and one at a time; each side keeps its best of `runs`.
-    pub fn bench_generation(&self, image_path: &Path, sequences: usize, new_tokens: usize, runs: usize) -> Result<GenerationBench, VlmError> {
+    pub fn bench_generation(
+        &self,
+        image_path: &Path,
+        sequences: usize,
+        new_tokens: usize,
+        runs: usize,
+    ) -> Result<GenerationBench, VlmError> {
         let (info, embeds, _) = self.encode_image(image_path)?;
         let ids = (0..sequences)
-            .map(|i| self.dir.prompt(&format!("Question {i}: describe finding number {i} in this chest X-ray."), info.grid_thw).map(|p| p.input_ids))
+            .map(|i| {
+                self.dir
+                    .prompt(&format!("Question {i}: describe finding number {i} in this chest X-ray."), info.grid_thw)
+                    .map(|p| p.input_ids)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let image = [GenerationImage { embeds: &embeds, grid: info.grid_thw }];
         let prompts: Vec<GenerationPrompt> = ids.iter().map(|p| GenerationPrompt { image: 0, ids: p }).collect();

@@ -170,7 +170,10 @@ impl VlModel {
         let causal = Tensor::ones([s, s], (Kind::Bool, self.device)).tril(0).view([1, 1, s, s]);
         let prefix_len = prefix_valid.size()[1];
         let sees = Tensor::cat(
-            &[prefix_valid.view([n, 1, 1, prefix_len]).expand([n, 1, s, prefix_len], false), suffix_valid.view([n, 1, 1, s]).logical_and(&causal)],
+            &[
+                prefix_valid.view([n, 1, 1, prefix_len]).expand([n, 1, s, prefix_len], false),
+                suffix_valid.view([n, 1, 1, s]).logical_and(&causal),
+            ],
             3,
         );
         let ids = self.index(&ids).view([n, s]);
