@@ -13,10 +13,12 @@
 //! 5. [`inputs`] resolves the files a spec names (calibration, gold labels, the embedded sample's
 //!    pins, the model directory); [`pipeline`] wires the stages into `build`, `build --dry-run`
 //!    and `infer`.
-//! 6. What works on whole releases: [`publish`], [`audit`], [`diff`], [`doctor`], [`bench`].
+//! 6. What works on whole releases: [`publish`], [`audit`], [`diff`], [`doctor`], [`bench`];
+//!    and on what a published release earns: [`access`] (payments -> gated access, the ledger).
 //!
 //! `main.rs` and `src/cli/` are only the command line.
 
+pub mod access;
 pub mod audit;
 pub mod bench;
 pub mod card;

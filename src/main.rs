@@ -28,6 +28,8 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// Publish a verified release to a Hugging Face dataset repo: one commit, one tag.
     Publish(cli::publish::PublishArgs),
+    /// Sell access: sync paid licenses to the gated release's access requests; the sales ledger.
+    Access(cli::access::AccessArgs),
     /// Rebuild a release from its build.lock and compare every byte (an audit).
     Rebuild(cli::rebuild::RebuildArgs),
     /// Compare two releases row by row: trust-class agreement, Cohen's kappa, confidence correlation.
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Infer(a) => cli::infer::run(a),
         Command::Verify(a) => cli::verify::run(a),
         Command::Publish(a) => cli::publish::run(a),
+        Command::Access(a) => cli::access::run(a),
         Command::Rebuild(a) => cli::rebuild::run(a),
         Command::Diff(a) => cli::diff::run(a),
         Command::Probe(a) => cli::probe::run(a),

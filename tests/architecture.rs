@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 22] = [
+const LAYERS: [&str; 23] = [
     "vocab",
     "hashing",
     "release_spec",
@@ -25,6 +25,7 @@ const LAYERS: [&str; 22] = [
     "inputs",
     "pipeline",
     "publish",
+    "access",
     "audit",
     "diff",
     "doctor",

@@ -81,6 +81,28 @@ pub struct CardInput<'a> {
     pub diagnose: Option<DiagnoseCard>,
 }
 
+/// The giving pledge as of the release date, for the card and the license text.
+#[derive(Debug, Clone, Serialize)]
+pub struct PledgeCard {
+    /// The rate in force on the release date (0 before the schedule starts), as written ("1").
+    pub percent: String,
+    /// The date that rate took effect.
+    pub since: Option<String>,
+    pub goal_percent: Option<String>,
+}
+
+impl PledgeCard {
+    fn new(spec: &ReleaseSpec) -> Option<PledgeCard> {
+        let pledge = spec.pledge.as_ref()?;
+        let step = pledge.step_on(&spec.release.date);
+        Some(PledgeCard {
+            percent: step.map_or(0.0, |s| s.percent).to_string(),
+            since: step.map(|s| s.from.clone()),
+            goal_percent: pledge.goal_percent.map(|g| g.to_string()),
+        })
+    }
+}
+
 /// What the card's S2 section shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct DiagnoseCard {
@@ -115,10 +137,11 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(true);
     let template_err = |name: &str, e: minijinja::Error| CardError::Template { path: dir.join(name), message: format!("{e:#}") };
+    let pledge = PledgeCard::new(input.spec);
     let license_name = format!("licenses/{}.md", input.spec.release.tier.name());
     let license = env
         .get_template(&license_name)
-        .and_then(|t| t.render(minijinja::context! { spec => input.spec_json }))
+        .and_then(|t| t.render(minijinja::context! { spec => input.spec_json, pledge => pledge }))
         .map_err(|e| template_err(&license_name, e))?;
     let extra: Vec<String> = input
         .spec
@@ -127,7 +150,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
         .iter()
         .map(|name| {
             env.get_template(name)
-                .and_then(|t| t.render(minijinja::context! { spec => input.spec_json }))
+                .and_then(|t| t.render(minijinja::context! { spec => input.spec_json, pledge => pledge }))
                 .map_err(|e| template_err(name, e))
         })
         .collect::<Result<_, _>>()?;
@@ -152,6 +175,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
                 categories => CATEGORIES,
                 questions => questions,
                 extra_sections => extra,
+                pledge => pledge,
                 tag => input.spec.publish.tag_for(&input.spec.release),
             })
         })

@@ -2,6 +2,7 @@
 //! share, each defined once so that a flag means the same thing (and reads the same
 //! environment variable) wherever it appears.
 
+pub mod access;
 pub mod bench;
 pub mod bench_generation;
 pub mod build;

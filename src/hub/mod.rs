@@ -1,6 +1,7 @@
 //! The Hugging Face Hub, as publish and the remote audits see it: a thin layer over hf-hub's
 //! blocking client that names each call's purpose in its errors.
 
+pub mod access;
 pub mod model;
 pub mod token;
 
@@ -23,6 +24,8 @@ pub const GITATTRIBUTES: &str = ".gitattributes";
 pub enum HubError {
     #[error("{action}")]
     Call { action: String, source: HFError },
+    #[error("{action}: the Hub answered {status}: {message}")]
+    Status { action: String, status: u16, message: String },
     #[error("{0:?} is not a repo id: expected ORG/NAME or ORG/NAME@REVISION")]
     BadRepo(String),
     #[error("{0}")]

@@ -20,6 +20,11 @@ pub fn redact(text: &str) -> String {
     }
 }
 
+/// The token itself, for a request this tool sends without hf-hub. Never print it.
+pub(super) fn value() -> Option<String> {
+    resolve().map(|(_, token)| token)
+}
+
 fn hf_home() -> PathBuf {
     if let Some(home) = std::env::var_os("HF_HOME") {
         return PathBuf::from(home);

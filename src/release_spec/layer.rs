@@ -42,6 +42,7 @@ pub struct SpecLayer {
     pub publish: Option<PublishLayer>,
     pub evaluation: Option<EvaluationLayer>,
     pub audit: Option<AuditLayer>,
+    pub pledge: Option<super::pledge::PledgeLayer>,
     pub additions: Option<Vec<Addition>>,
 }
 
@@ -59,6 +60,7 @@ impl Merge for SpecLayer {
         merge_section(&mut self.publish, child.publish);
         merge_section(&mut self.evaluation, child.evaluation);
         merge_section(&mut self.audit, child.audit);
+        merge_section(&mut self.pledge, child.pledge);
         merge_options!(self, child; additions);
     }
 }

@@ -11,6 +11,7 @@ pub mod diagnose;
 mod expand;
 pub mod gates;
 pub mod layer;
+mod pledge;
 mod resolve;
 pub mod series;
 mod types;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use layer::{Addition, Backend, Compression, DemoWeights, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
+pub use pledge::{PledgeLayer, PledgeSpec, PledgeStep};
 pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.

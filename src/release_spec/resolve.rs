@@ -6,6 +6,7 @@ use super::diagnose;
 use super::expand::{expand, ExpandError};
 use super::layer::*;
 use super::types::*;
+use super::{PledgeLayer, PledgeSpec};
 use super::{locate, LoadedLayer, SpecError};
 use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
@@ -105,7 +106,8 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         }
         _ => None,
     };
-    let additions = check_additions(&r, merged.additions.unwrap_or_default(), &prompts)?;
+    let pledge = resolve_pledge(&r, merged.pledge, release.tier)?;
+    let additions = check_additions(&r, merged.additions.unwrap_or_default(), &prompts, pledge.is_some())?;
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
         layers: chain.to_vec(),
@@ -120,15 +122,28 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         publish,
         evaluation,
         audit: resolve_audit(&r, merged.audit)?,
+        pledge,
         additions,
     })
 }
 
-/// S2's additions and their prompt sections come together: one without the other is a spec error.
-fn check_additions(r: &Resolver<'_>, additions: Vec<Addition>, prompts: &PromptSet) -> Result<Vec<Addition>, SpecError> {
+/// The pledge is a promise about sales: a commercial tier's, with a schedule that checks.
+fn resolve_pledge(r: &Resolver<'_>, layer: Option<PledgeLayer>, tier: Tier) -> Result<Option<PledgeSpec>, SpecError> {
+    let Some(layer) = layer else { return Ok(None) };
+    if !tier.is_commercial() {
+        return Err(r.invalid("pledge", format!("is set but release.tier is {}: only sales carry a pledge", tier.name())));
+    }
+    let pledge = PledgeSpec { schedule: r.req(layer.schedule, "pledge.schedule")?, goal_percent: layer.goal_percent };
+    pledge.check(is_date).map_err(|message| r.invalid("pledge", message))?;
+    Ok(Some(pledge))
+}
+
+/// Additions and their sections come together: one without the other is a spec error.
+fn check_additions(r: &Resolver<'_>, additions: Vec<Addition>, prompts: &PromptSet, pledge: bool) -> Result<Vec<Addition>, SpecError> {
     for (addition, present, key) in [
         (Addition::LesionLocation, prompts.location.is_some(), "prompts.location"),
         (Addition::ObservableSigns, prompts.signs.is_some(), "prompts.signs"),
+        (Addition::GivingPledge, pledge, "pledge"),
     ] {
         match (additions.contains(&addition), present) {
             (true, false) => return Err(r.invalid("additions", format!("{} needs a {key} section", addition.describe()))),

@@ -32,6 +32,9 @@ pub struct ReleaseSpec {
     pub publish: PublishSpec,
     pub evaluation: Option<EvaluationSpec>,
     pub audit: AuditSpec,
+    /// The giving pledge's schedule; commercial specs with the `giving_pledge` addition only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pledge: Option<super::PledgeSpec>,
     pub additions: Vec<Addition>,
 }
 

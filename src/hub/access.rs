@@ -1,0 +1,157 @@
+//! The Hub's gated-repo access requests, from the owner's side: list them by status, accept,
+//! reject or return one to pending, and grant access to a user who never asked.
+//!
+//! hf-hub 1.0 has no calls for these, so this is plain blocking reqwest against the routes the
+//! Hub's own Python client uses (`/api/datasets/ID/user-access-request/...`). Every call here is
+//! idempotent (setting a status to what it is changes nothing), so each is retried on 429 (after
+//! its Retry-After), 5xx and dropped connections.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{endpoint_or_default, token, HubError, RepoRef};
+
+/// Where a user's access request stands on a gated repo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestStatus {
+    Pending,
+    Accepted,
+    Rejected,
+}
+
+impl RequestStatus {
+    pub const ALL: [RequestStatus; 3] = [RequestStatus::Pending, RequestStatus::Accepted, RequestStatus::Rejected];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestStatus::Pending => "pending",
+            RequestStatus::Accepted => "accepted",
+            RequestStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// One entry of a listing: `{"user": {"user": NAME, ...}, "status": ..., ...}`.
+#[derive(Deserialize)]
+struct Listed {
+    user: ListedUser,
+}
+
+#[derive(Deserialize)]
+struct ListedUser {
+    user: String,
+}
+
+/// The owner's side of a gated dataset repo's access requests.
+pub struct GatedAccess {
+    client: reqwest::blocking::Client,
+    endpoint: String,
+    retries: usize,
+}
+
+/// The first wait after a transient failure; it doubles per attempt, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+/// Attempts after the first when the caller names none.
+pub const DEFAULT_RETRIES: usize = 5;
+
+impl GatedAccess {
+    /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. The token comes from the
+    /// same places hf-hub reads it; these calls need one with write access to the repo.
+    pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<GatedAccess, HubError> {
+        let client = reqwest::blocking::Client::builder()
+            .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+            .connect_timeout(stall)
+            .timeout(stall)
+            .build()
+            .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
+        Ok(GatedAccess { client, endpoint: endpoint_or_default(endpoint), retries: retries.unwrap_or(DEFAULT_RETRIES) })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn url(&self, repo: &RepoRef, tail: &str) -> String {
+        format!("{}/api/datasets/{}/user-access-request/{tail}", self.endpoint, repo.id())
+    }
+
+    /// The users whose request has `status`, as the Hub spells their names.
+    pub fn list(&self, repo: &RepoRef, status: RequestStatus) -> Result<Vec<String>, HubError> {
+        let action = format!("listing the {} access requests of {}", status.name(), repo.id());
+        let body = self.send(&action, || self.client.get(self.url(repo, status.name())))?;
+        let listed: Vec<Listed> = serde_json::from_str(&body)
+            .map_err(|e| HubError::Protocol(format!("{action}: the Hub's answer is not a list of requests: {e}")))?;
+        Ok(listed.into_iter().map(|l| l.user.user).collect())
+    }
+
+    /// Sets `user`'s request to `status` (accepting, rejecting, or returning it to pending).
+    pub fn handle(&self, repo: &RepoRef, user: &str, status: RequestStatus, reason: Option<&str>) -> Result<(), HubError> {
+        let mut body = serde_json::json!({ "user": user, "status": status.name() });
+        if let Some(reason) = reason {
+            body["rejectionReason"] = reason.into();
+        }
+        let action = format!("setting {user}'s access request to {} on {}", status.name(), repo.id());
+        self.send(&action, || self.client.post(self.url(repo, "handle")).json(&body)).map(drop)
+    }
+
+    /// Gives `user` access without a request of theirs. A user who already has it is no error.
+    pub fn grant(&self, repo: &RepoRef, user: &str) -> Result<(), HubError> {
+        let body = serde_json::json!({ "user": user });
+        let action = format!("granting {user} access to {}", repo.id());
+        match self.send(&action, || self.client.post(self.url(repo, "grant")).json(&body)) {
+            Err(HubError::Status { status: 409, .. }) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Sends with the token, retrying transient failures; the body of a 2xx answer.
+    fn send(&self, action: &str, request: impl Fn() -> reqwest::blocking::RequestBuilder) -> Result<String, HubError> {
+        let mut wait = FIRST_BACKOFF;
+        for attempt in 0..=self.retries {
+            let mut req = request();
+            if let Some(token) = token::value() {
+                req = req.bearer_auth(token);
+            }
+            let last = attempt == self.retries;
+            let (retry_after, failure) = match req.send().and_then(|r| {
+                let status = r.status();
+                let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+                r.text().map(|text| (status, retry_after, text))
+            }) {
+                Ok((status, _, text)) if status.is_success() => return Ok(text),
+                Ok((status, retry_after, text)) => {
+                    let transient = status.as_u16() == 429 || status.is_server_error();
+                    let failure = HubError::Status { action: action.to_string(), status: status.as_u16(), message: token::redact(&server_message(&text)) };
+                    if !transient || last {
+                        return Err(failure);
+                    }
+                    (retry_after.map(Duration::from_secs), failure)
+                }
+                Err(e) => {
+                    let failure = HubError::Protocol(token::redact(&format!("{action}: {e}")));
+                    if last {
+                        return Err(failure);
+                    }
+                    (None, failure)
+                }
+            };
+            let pause = retry_after.unwrap_or(wait).min(MAX_BACKOFF * 4);
+            eprintln!("  {failure}; retrying in {:.1} s ({}/{})", pause.as_secs_f64(), attempt + 1, self.retries);
+            std::thread::sleep(pause);
+            wait = (wait * 2).min(MAX_BACKOFF);
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+/// The Hub's `{"error": ...}` message, else the body's first line, kept short.
+fn server_message(body: &str) -> String {
+    let message = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.lines().next().unwrap_or("").to_string());
+    message.chars().take(300).collect()
+}
