@@ -90,6 +90,12 @@ fn card_front_matter_parses_and_matches_the_shards() {
     let parquet_files = manifest["files"].as_array().unwrap().iter().filter(|f| f["path"].as_str().unwrap().ends_with(".parquet")).count();
     assert_eq!(matched_files, parquet_files, "every shard belongs to exactly one config and split");
     assert!(card.contains("Giving pledge"));
+    assert!(
+        card.contains("1% of every sale of this release") && card.contains("since 2026-07-15") && card.contains("toward 10%"),
+        "the pledge rate, from the spec"
+    );
+    let license = std::fs::read_to_string(out.join("LICENSE.md")).unwrap();
+    assert!(license.contains("Giving pledge: 1% of every sale"), "{license}");
     assert!(card.contains("Wang X, Peng Y, Lu L, Lu Z, Bagheri M, Summers RM"));
     assert!(card.contains("https://nihcc.app.box.com/v/ChestXray-NIHCC"));
     assert!(card.contains("| S2 | Diagnose |"), "the roadmap lists later series");

@@ -94,3 +94,33 @@ fn a_spec_that_names_another_model_inherits_none_of_the_parents_model_identity()
         ("bpals/tiny-qwen2-vl-synthetic", true, Some(release_spec::DemoWeights::Synthetic))
     );
 }
+
+#[test]
+fn the_pledge_schedule_comes_with_the_giving_pledge_addition_on_a_commercial_tier() {
+    let b = load("s1b.yaml").unwrap();
+    let pledge = b.pledge.as_ref().expect("s1b carries the pledge");
+    assert_eq!(pledge.step_on(&b.release.date).map(|s| s.percent), Some(1.0), "1% from S1b on");
+    assert_eq!(pledge.goal_percent, Some(10.0));
+    assert!(load("s1a.yaml").unwrap().pledge.is_none());
+
+    let s = Scratch::new();
+    let from_s1b = |name: &str, yaml: &str| {
+        let path = s.write(name, &format!("extends: {}\n{yaml}", spec("s1b.yaml").display()));
+        release_spec::load_with_env(&path, |_| None).map_err(|e| e.to_string())
+    };
+    let err = from_s1b("no_addition.yaml", "additions: [payment_activation]\n").unwrap_err();
+    assert!(err.contains("pledge") && err.contains("is set but additions does not list the 1% giving pledge"), "{err}");
+    let err = from_s1b("trial.yaml", "release:\n  tier: trial\n").unwrap_err();
+    assert!(err.contains("only sales carry a pledge"), "{err}");
+    let err = from_s1b(
+        "backwards.yaml",
+        "pledge:\n  schedule:\n    - { from: 2027-01-01, percent: 2 }\n    - { from: 2026-07-15, percent: 3 }\n",
+    )
+    .unwrap_err();
+    assert!(err.contains("schedule[1].from: 2026-07-15 does not come after"), "{err}");
+    let err = from_s1b("typo.yaml", "pledge:\n  schedule:\n    - { from: 2027-01-01, rate: 2 }\n").unwrap_err();
+    assert!(err.contains("rate"), "{err}");
+    let path = s.write("bare.yaml", &format!("extends: {}\nadditions: [giving_pledge]\n", spec("s1a.yaml").display()));
+    let err = release_spec::load_with_env(&path, |_| None).unwrap_err().to_string();
+    assert!(err.contains("needs a pledge section"), "{err}");
+}

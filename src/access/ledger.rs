@@ -216,7 +216,10 @@ impl Ledger {
         if -refund.amount > sale.amount() {
             return Err(LedgerError::Payment {
                 line: refund.line,
-                message: format!("refund {} of {} {} is more than the sale it refunds ({}: {})", refund.order_id, -refund.amount, refund.currency, sale.order_id, sale.amount),
+                message: format!(
+                    "refund {} of {} {} is more than the sale it refunds ({}: {})",
+                    refund.order_id, -refund.amount, refund.currency, sale.order_id, sale.amount
+                ),
             });
         }
         Ok(sale)
@@ -265,10 +268,7 @@ mod tests {
 
     fn pledge() -> PledgeSpec {
         PledgeSpec {
-            schedule: vec![
-                PledgeStep { from: "2026-07-15".into(), percent: 1.0 },
-                PledgeStep { from: "2027-01-01".into(), percent: 2.5 },
-            ],
+            schedule: vec![PledgeStep { from: "2026-07-15".into(), percent: 1.0 }, PledgeStep { from: "2027-01-01".into(), percent: 2.5 }],
             goal_percent: Some(10.0),
         }
     }
@@ -284,7 +284,8 @@ mod tests {
             pay("E", "early", "100", "2026-07-01", 5),
         ];
         let new = ledger.record(&payments, Some(&pledge())).unwrap();
-        let summary: Vec<_> = new.iter().map(|e| (e.order_id.as_str(), e.pledge_percent.as_str(), e.pledge.as_str(), e.refunds.as_deref())).collect();
+        let summary: Vec<_> =
+            new.iter().map(|e| (e.order_id.as_str(), e.pledge_percent.as_str(), e.pledge.as_str(), e.refunds.as_deref())).collect();
         assert_eq!(
             summary,
             [("E", "0", "0.00", None), ("A", "1", "10.00", None), ("B", "2.5", "30.86", None), ("R", "1", "-4.00", Some("A"))]
@@ -308,7 +309,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.jsonl");
         let mut ledger = Ledger::open(&path).unwrap();
-        ledger.record(&[pay("A", "a", "10", "2026-08-01", 2), pay("B", "b", "20", "2026-08-02", 3), pay("C", "c", "30", "2026-08-03", 4)], Some(&pledge())).unwrap();
+        ledger
+            .record(
+                &[pay("A", "a", "10", "2026-08-01", 2), pay("B", "b", "20", "2026-08-02", 3), pay("C", "c", "30", "2026-08-03", 4)],
+                Some(&pledge()),
+            )
+            .unwrap();
         ledger.write().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();

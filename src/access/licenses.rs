@@ -78,7 +78,9 @@ pub fn standings(entries: &[Entry], covers: impl Fn(Tier) -> bool, today: NaiveD
         }
         let standing = match (perpetual, last_valid, end) {
             (Some(sale), _, _) => Standing::Licensed { tier: sale.tier, until: None, order: sale.order_id.clone() },
-            (None, Some(sale), Some(end)) if end > today => Standing::Licensed { tier: sale.tier, until: Some(end), order: sale.order_id.clone() },
+            (None, Some(sale), Some(end)) if end > today => {
+                Standing::Licensed { tier: sale.tier, until: Some(end), order: sale.order_id.clone() }
+            }
             (None, Some(sale), Some(end)) => Standing::Expired { ended: end, order: sale.order_id.clone() },
             _ => match last_refunded {
                 Some((sale, refund)) => Standing::Refunded { order: sale.order_id.clone(), refund: refund.order_id.clone() },

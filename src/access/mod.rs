@@ -105,7 +105,10 @@ fn covers(released: Tier, sold: Tier) -> bool {
 pub fn sync(spec: &ReleaseSpec, options: &SyncOptions, log: &dyn Fn(&str)) -> Result<SyncOutcome, AccessError> {
     let tier = spec.release.tier;
     if !tier.is_commercial() {
-        return Err(AccessError::Refused(format!("{}: release.tier is trial, whose repo is public: there is no access to sell", spec.path.display())));
+        return Err(AccessError::Refused(format!(
+            "{}: release.tier is trial, whose repo is public: there is no access to sell",
+            spec.path.display()
+        )));
     }
     if spec.publish.visibility != Visibility::Gated {
         return Err(AccessError::Refused(format!(
@@ -169,7 +172,7 @@ pub fn sync(spec: &ReleaseSpec, options: &SyncOptions, log: &dyn Fn(&str)) -> Re
         };
         done.map_err(|source| AccessError::Partial { done: outcome.applied, total, source })?;
         outcome.applied += 1;
-        log(&format!("{:<7} {}: {}", change.action.name(), change.user, change.reason));
+        log(&format!("done: {} {}", change.action.name(), change.user));
     }
     Ok(outcome)
 }
@@ -180,9 +183,26 @@ impl fmt::Display for SyncOutcome {
         let skipped = if skipped.is_empty() { String::new() } else { format!("; skipped, not payments: {}", skipped.join(", ")) };
         writeln!(f, "payments: {} read{skipped}", self.payments)?;
         let verb = if self.dry_run { "would add" } else { "added" };
-        writeln!(f, "ledger {}: {verb} {} line(s); head {}", self.ledger.display(), self.recorded.len(), crate::hub::short(&self.ledger_head))?;
+        writeln!(
+            f,
+            "ledger {}: {verb} {} line(s); head {}",
+            self.ledger.display(),
+            self.recorded.len(),
+            crate::hub::short(&self.ledger_head)
+        )?;
         for e in &self.recorded {
-            writeln!(f, "  {} {} {} {} {} {} (pledge {}% = {})", e.date, e.order_id, e.buyer, e.tier.name(), e.amount, e.currency, e.pledge_percent, e.pledge)?;
+            writeln!(
+                f,
+                "  {} {} {} {} {} {} (pledge {}% = {})",
+                e.date,
+                e.order_id,
+                e.buyer,
+                e.tier.name(),
+                e.amount,
+                e.currency,
+                e.pledge_percent,
+                e.pledge
+            )?;
         }
         writeln!(f, "access to {} on {}, as of {}:", self.repo, self.endpoint, self.today)?;
         for c in &self.plan.changes {

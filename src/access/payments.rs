@@ -236,7 +236,8 @@ mod tests {
 
     #[test]
     fn native_rows_read_with_refunds_negative() {
-        let file = read_text(&format!("{HEADER}A-1,alice,standard,1200.00,usd,2026-07-20\nA-2,alice,Standard,-1200,USD,2026-08-01\n")).unwrap();
+        let file =
+            read_text(&format!("{HEADER}A-1,alice,standard,1200.00,usd,2026-07-20\nA-2,alice,Standard,-1200,USD,2026-08-01\n")).unwrap();
         assert_eq!(file.payments.len(), 2);
         assert_eq!(file.payments[0].amount.to_string(), "1200.00");
         assert_eq!(file.payments[0].currency, "USD");

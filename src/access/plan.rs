@@ -66,7 +66,7 @@ pub type HubRequests = BTreeMap<String, (String, RequestStatus)>;
 
 pub fn standing_text(standing: &Standing) -> String {
     match standing {
-        Standing::Licensed { tier, until: Some(until), order } => format!("{} license until {until} (order {order})", tier.name()),
+        Standing::Licensed { tier, until: Some(until), order } => format!("{} license, access ends {until} (order {order})", tier.name()),
         Standing::Licensed { tier, until: None, order } => format!("{} license, perpetual (order {order})", tier.name()),
         Standing::Expired { ended, order } => format!("license ended {ended} (order {order})"),
         Standing::Refunded { order, refund } => format!("order {order} refunded ({refund})"),
@@ -126,9 +126,16 @@ mod tests {
     #[test]
     fn the_table_in_the_module_docs() {
         use RequestStatus::*;
-        let buyers: BTreeMap<_, _> =
-            [buyer("New", true), buyer("asker", true), buyer("back", true), buyer("holder", true), buyer("lapsed", false), buyer("gone", false), buyer("renewing", false)]
-                .into();
+        let buyers: BTreeMap<_, _> = [
+            buyer("New", true),
+            buyer("asker", true),
+            buyer("back", true),
+            buyer("holder", true),
+            buyer("lapsed", false),
+            buyer("gone", false),
+            buyer("renewing", false),
+        ]
+        .into();
         let requests: HubRequests = [
             ("asker", Pending),
             ("back", Rejected),

@@ -53,7 +53,12 @@ pub struct LedgerReport {
 }
 
 pub fn report(ledger: &Ledger, period: Period) -> LedgerReport {
-    LedgerReport { ledger: ledger.path.clone(), entries: ledger.entries.len(), head: ledger.head().to_string(), totals: totals(&ledger.entries, period) }
+    LedgerReport {
+        ledger: ledger.path.clone(),
+        entries: ledger.entries.len(),
+        head: ledger.head().to_string(),
+        totals: totals(&ledger.entries, period),
+    }
 }
 
 pub fn totals(entries: &[Entry], period: Period) -> Vec<Totals> {
@@ -72,7 +77,13 @@ pub fn totals(entries: &[Entry], period: Period) -> Vec<Totals> {
         t.net += amount;
         t.pledge += e.pledge();
     }
-    by.into_values().collect()
+    let mut out: Vec<Totals> = by.into_values().collect();
+    for t in &mut out {
+        for d in [&mut t.gross, &mut t.refunded, &mut t.net, &mut t.pledge] {
+            d.rescale(2);
+        }
+    }
+    out
 }
 
 impl fmt::Display for LedgerReport {
@@ -81,7 +92,11 @@ impl fmt::Display for LedgerReport {
         if self.totals.is_empty() {
             return writeln!(f, "no sales recorded");
         }
-        writeln!(f, "{:<8} {:<4} {:>5} {:>7} {:>14} {:>12} {:>14} {:>12}", "period", "cur", "sales", "refunds", "gross", "refunded", "net", "pledge owed")?;
+        writeln!(
+            f,
+            "{:<8} {:<4} {:>5} {:>7} {:>14} {:>12} {:>14} {:>12}",
+            "period", "cur", "sales", "refunds", "gross", "refunded", "net", "pledge owed"
+        )?;
         for t in &self.totals {
             writeln!(
                 f,

@@ -141,8 +141,9 @@ impl FrontMatter {
                 })
                 .collect(),
             extra_gated_prompt: gated.then(|| {
-                "Access to this release is granted under the CXR14-BPALS commercial license (see LICENSE.md). \
-                 Requests are reviewed by O5I."
+                "Access to this release comes with a CXR14-BPALS commercial license (see LICENSE.md). \
+                 Request it with the Hugging Face username you gave when you bought the license; \
+                 the request is accepted once the payment is recorded."
                     .to_string()
             }),
             extra_gated_fields: gated.then(|| GatedFields { company: "text".into(), country: "country".into(), accept: "checkbox".into() }),

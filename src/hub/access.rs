@@ -124,7 +124,11 @@ impl GatedAccess {
                 Ok((status, _, text)) if status.is_success() => return Ok(text),
                 Ok((status, retry_after, text)) => {
                     let transient = status.as_u16() == 429 || status.is_server_error();
-                    let failure = HubError::Status { action: action.to_string(), status: status.as_u16(), message: token::redact(&server_message(&text)) };
+                    let failure = HubError::Status {
+                        action: action.to_string(),
+                        status: status.as_u16(),
+                        message: token::redact(&server_message(&text)),
+                    };
                     if !transient || last {
                         return Err(failure);
                     }

@@ -477,3 +477,9 @@ impl GoldFormat {
         }
     }
 }
+
+impl Merge for super::pledge::PledgeLayer {
+    fn merge(&mut self, c: Self) {
+        merge_options!(self, c; schedule, goal_percent);
+    }
+}

@@ -19,17 +19,6 @@ pub struct PledgeLayer {
     pub goal_percent: Option<f64>,
 }
 
-impl super::layer::Merge for PledgeLayer {
-    fn merge(&mut self, c: Self) {
-        if c.schedule.is_some() {
-            self.schedule = c.schedule;
-        }
-        if c.goal_percent.is_some() {
-            self.goal_percent = c.goal_percent;
-        }
-    }
-}
-
 /// From `from` on (inclusive), `percent` of every sale.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -71,7 +60,11 @@ impl PledgeSpec {
                 return Err(format!("schedule[{i}].percent: expected a percentage in (0, {ceiling}], got {}", step.percent));
             }
             if i > 0 && step.from <= self.schedule[i - 1].from {
-                return Err(format!("schedule[{i}].from: {} does not come after the step before it ({})", step.from, self.schedule[i - 1].from));
+                return Err(format!(
+                    "schedule[{i}].from: {} does not come after the step before it ({})",
+                    step.from,
+                    self.schedule[i - 1].from
+                ));
             }
         }
         Ok(())

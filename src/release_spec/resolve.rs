@@ -6,8 +6,8 @@ use super::diagnose;
 use super::expand::{expand, ExpandError};
 use super::layer::*;
 use super::types::*;
-use super::{PledgeLayer, PledgeSpec};
 use super::{locate, LoadedLayer, SpecError};
+use super::{PledgeLayer, PledgeSpec};
 use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
 /// Looks up where keys were set, to build errors that point at a file and line.

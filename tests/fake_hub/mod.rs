@@ -76,6 +76,8 @@ pub struct HubState {
     pub requests: Vec<String>,
     /// Every Authorization header seen, to check the client sent the token.
     pub auth_headers: Vec<String>,
+    /// Gated repos' access requests: repo id -> lower-cased username -> request.
+    pub access: BTreeMap<String, BTreeMap<String, AccessRequest>>,
 }
 
 pub struct FakeHub {
@@ -107,8 +109,8 @@ impl FakeHub {
             .route("/api/models/{owner}/{name}/revision/{rev}", get(model_info_at))
             .route("/api/models/{owner}/{name}/tree/{rev}", get(model_tree))
             .route("/{owner}/{name}/resolve/{rev}/{*path}", get(model_resolve).head(model_resolve))
-            .layer(axum::extract::DefaultBodyLimit::disable())
-            .with_state(state.clone());
+            .layer(axum::extract::DefaultBodyLimit::disable());
+        let app = access::routes(app).with_state(state.clone());
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -612,3 +614,7 @@ async fn resolve_in(state: Shared, method: Method, headers: HeaderMap, key: &str
     let body = if method == Method::HEAD { Body::empty() } else { Body::from(bytes.clone()) };
     response.body(body).unwrap()
 }
+
+// After the macros and helpers above, which it uses.
+mod access;
+pub use access::AccessRequest;

@@ -1,0 +1,267 @@
+//! `access sync` and `access report` against the loopback fake Hub: paid requests accepted,
+//! unpaid left pending, ended and refunded licenses revoked, reruns that change nothing, faults
+//! that change nothing either, a ledger whose chain verifies and whose totals match the file.
+
+mod common;
+#[path = "fake_hub/mod.rs"]
+mod fake_hub;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::*;
+use fake_hub::{FakeHub, Fault};
+
+const TOKEN: &str = "hf_fakeACCESStoken0123456789";
+const REPO: &str = "bpals-test/cxr14-bpals-standard";
+const TODAY: &str = "2026-11-23";
+
+/// alice and bob asked and paid; carol asked and did not; erin paid without asking; frank's
+/// license ended on 2026-06-01; gina paid, then was refunded.
+const PAYMENTS: &str = "\
+order_id,hf_username,tier,amount,currency,paid_date
+A-1001,alice,standard,1200.00,USD,2026-07-20
+A-1002,Bob,standard,1100.00,EUR,2026-08-03
+A-1003,erin,enterprise,25000.00,USD,2026-09-30
+A-0901,frank,standard,1200.00,USD,2025-06-01
+A-1004,gina,standard,1200.00,USD,2026-10-02
+A-1005,gina,standard,-1200.00,USD,2026-10-20
+";
+
+fn hub_with_requests() -> FakeHub {
+    let hub = FakeHub::start(Some(TOKEN));
+    hub.create_gated(REPO);
+    for user in ["alice", "bob", "carol"] {
+        hub.request_access(REPO, user);
+    }
+    for user in ["frank", "gina", "staff-member"] {
+        hub.set_access(REPO, user, "accepted");
+    }
+    hub
+}
+
+/// `access sync specs/s1b.yaml` against the fake, with the token set and the day fixed (to
+/// TODAY unless `extra` gives --as-of).
+fn sync(hub: &FakeHub, s: &Scratch, payments: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    let today: &[&str] = if extra.contains(&"--as-of") { &[] } else { &["--as-of", TODAY] };
+    bin()
+        .env("HF_TOKEN", TOKEN)
+        .env("HF_HOME", s.path("hf-home"))
+        .args(["access", "sync"])
+        .arg(spec("s1b.yaml"))
+        .arg("--payments")
+        .arg(payments)
+        .arg("--ledger")
+        .arg(s.path("ledger.jsonl"))
+        .args(["--repo", REPO, "--endpoint", &hub.url])
+        .args(today)
+        .args(extra)
+        .assert()
+}
+
+fn state_changes(hub: &FakeHub) -> usize {
+    hub.count(&format!("POST /api/datasets/{REPO}/user-access-request/"))
+}
+
+fn expected_access() -> BTreeMap<String, String> {
+    [
+        ("alice", "accepted"),
+        ("bob", "accepted"),
+        ("carol", "pending"),
+        ("erin", "accepted"),
+        ("frank", "rejected"),
+        ("gina", "rejected"),
+        ("staff-member", "accepted"),
+    ]
+    .into_iter()
+    .map(|(u, s)| (u.to_string(), s.to_string()))
+    .collect()
+}
+
+#[test]
+fn paid_requests_are_accepted_unpaid_left_pending_ended_and_refunded_revoked_and_a_rerun_changes_nothing() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+
+    let dry = sync(&hub, &s, &payments, &["--dry-run"]).success();
+    let plan = stdout(&dry);
+    assert!(plan.contains("dry run: 5 change(s) planned"), "{plan}");
+    assert_eq!(state_changes(&hub), 0, "a dry run changes nothing");
+    assert!(!s.path("ledger.jsonl").exists(), "a dry run writes no ledger");
+
+    let a = sync(&hub, &s, &payments, &[]).success();
+    let out = stdout(&a) + &stderr(&a);
+    for line in [
+        "accept  alice: standard license, access ends 2027-07-20 (order A-1001)",
+        "accept  bob: standard license, access ends 2027-08-03 (order A-1002)",
+        "grant   erin: enterprise license, perpetual (order A-1003)",
+        "revoke  frank: license ended 2026-06-01 (order A-0901)",
+        "revoke  gina: order A-1004 refunded (A-1005)",
+        "carol: left pending: no payment on file",
+        "staff-member: left accepted: no payment on file",
+        "5 change(s) made",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert_eq!(hub.access(REPO), expected_access());
+    assert_eq!(state_changes(&hub), 5);
+    assert!(!out.contains(TOKEN), "the token is never printed");
+    let ledger = std::fs::read_to_string(s.path("ledger.jsonl")).unwrap();
+    assert_eq!(ledger.lines().count(), 6, "one line per sale and refund");
+    assert!(!ledger.contains(TOKEN));
+    assert!(hub.state.lock().unwrap().auth_headers.iter().all(|h| h == &format!("Bearer {TOKEN}")), "every call carries the token");
+
+    let again = sync(&hub, &s, &payments, &[]).success();
+    assert!(stdout(&again).contains("added 0 line(s)") && stdout(&again).contains("nothing to change"), "{}", stdout(&again));
+    assert_eq!(state_changes(&hub), 5, "a rerun makes no request that changes state");
+    assert_eq!(std::fs::read_to_string(s.path("ledger.jsonl")).unwrap(), ledger, "a rerun adds no ledger line");
+
+    // A year on, alice's license has ended; bob's too. erin's is perpetual.
+    let later = sync(&hub, &s, &payments, &["--as-of", "2027-09-01"]).success();
+    let text = stdout(&later);
+    assert!(text.contains("revoke  alice: license ended 2027-07-20") && text.contains("revoke  bob: license ended 2027-08-03"), "{text}");
+    assert_eq!(hub.access(REPO)["erin"], "accepted");
+}
+
+#[test]
+fn the_ledger_verifies_and_its_totals_match_the_payments_file() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+    sync(&hub, &s, &payments, &[]).success();
+
+    let report = |extra: &[&str]| bin().args(["access", "report", "--ledger"]).arg(s.path("ledger.jsonl")).args(extra).assert();
+    let json: serde_json::Value = serde_json::from_str(&stdout(&report(&["--json"]).success())).unwrap();
+    // The same totals, straight from the CSV: (month, currency) -> (net, pledge at 1%).
+    let mut expected: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
+    for line in PAYMENTS.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let amount: f64 = f[3].parse().unwrap();
+        let pledge = if f[5] >= "2026-07-15" || amount < 0.0 { amount * 0.01 } else { 0.0 };
+        let t = expected.entry((f[5][..7].to_string(), f[4].to_string())).or_default();
+        t.0 += amount;
+        t.1 += pledge;
+    }
+    let got: BTreeMap<(String, String), (f64, f64)> = json["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t[k].as_str().unwrap().parse::<f64>().unwrap();
+            ((t["period"].as_str().unwrap().into(), t["currency"].as_str().unwrap().into()), (n("net"), n("pledge")))
+        })
+        .collect();
+    assert_eq!(got.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    for (k, (net, pledge)) in &expected {
+        assert!((got[k].0 - net).abs() < 1e-9 && (got[k].1 - pledge).abs() < 1e-9, "{k:?}: {:?} against {net}, {pledge}", got[k]);
+    }
+    // frank's 2025 sale came before the pledge began: 0%. gina's refund takes her pledge back.
+    let text = stdout(&report(&["--period", "year"]).success());
+    assert!(
+        text.contains("chain verified")
+            && text.contains("2025     USD      1       0        1200.00         0.00        1200.00         0.00"),
+        "{text}"
+    );
+
+    // An edited line breaks the chain, and the report says where.
+    let ledger = std::fs::read_to_string(s.path("ledger.jsonl")).unwrap();
+    std::fs::write(s.path("ledger.jsonl"), ledger.replacen("\"amount\":\"1100.00\"", "\"amount\":\"110.00\"", 1)).unwrap();
+    let err = stderr(&report(&[]).failure());
+    assert!(err.contains("ledger.jsonl line") && err.contains("hash does not match"), "{err}");
+    // And sync refuses to build on it.
+    let err = stderr(&sync(&hub, &s, &payments, &[]).failure());
+    assert!(err.contains("hash does not match"), "{err}");
+}
+
+#[test]
+fn faults_on_every_access_route_leave_the_same_access_as_a_clean_run() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+    hub.inject("access-list", Fault::Drop);
+    hub.inject("access-list", Fault::Status(503));
+    hub.inject("access-handle", Fault::Status(429));
+    hub.inject("access-handle", Fault::StatusAfterApply(500));
+    hub.inject("access-grant", Fault::StatusAfterApply(502));
+    hub.inject("access-handle", Fault::Slow(std::time::Duration::from_millis(300)));
+    let a = sync(&hub, &s, &payments, &["--retries", "3"]).success();
+    let err = stderr(&a);
+    assert!(err.contains("retrying"), "{err}");
+    assert!(!err.contains(TOKEN) && !stdout(&a).contains(TOKEN));
+    assert_eq!(hub.access(REPO), expected_access());
+
+    // Retries exhausted part-way: it says what was done, and a rerun finishes the job.
+    let s2 = Scratch::new();
+    let hub2 = hub_with_requests();
+    for _ in 0..3 {
+        hub2.inject("access-grant", Fault::Status(500));
+    }
+    let err = stderr(&sync(&hub2, &s2, &payments, &["--retries", "1"]).failure());
+    assert!(err.contains("of 5 access changes were made before this one failed; rerun to finish"), "{err}");
+    assert!(err.contains("granting erin access") && err.contains("answered 500"), "{err}");
+    assert!(s2.path("ledger.jsonl").exists(), "sales are recorded before access changes");
+    sync(&hub2, &s2, &payments, &["--retries", "1"]).success();
+    assert_eq!(hub2.access(REPO), expected_access());
+}
+
+#[test]
+fn bad_payment_rows_stop_the_run_before_anything_changes() {
+    let hub = hub_with_requests();
+    for (row, expected) in [
+        ("A-2001,dora,gold,100.00,USD,2026-11-01", "line 2: tier \"gold\" is not one of the spec's tiers"),
+        ("A-2001,,standard,100.00,USD,2026-11-01", "line 2: hf_username is empty"),
+        ("A-2001,dora,standard,,USD,2026-11-01", "line 2: currency USD is given without an amount"),
+        (
+            "A-1001,dora,standard,100.00,USD,2026-11-01\nA-1001,dora,standard,100.00,USD,2026-11-02",
+            "line 3: order id \"A-1001\" was already used on line 2",
+        ),
+        ("A-2001,dora,standard,-100.00,USD,2026-11-01", "line 2: refund A-2001 (-100.00 USD) matches no earlier standard sale to dora"),
+        ("A-2001,dora,standard,100.00,USD,2026-12-01", "line 2: paid_date 2026-12-01 is after the day judged (2026-11-23)"),
+    ] {
+        let s = Scratch::new();
+        let payments = s.write("payments.csv", &format!("order_id,hf_username,tier,amount,currency,paid_date\n{row}\n"));
+        let err = stderr(&sync(&hub, &s, &payments, &[]).failure());
+        assert!(err.contains("payments.csv") && err.contains(expected), "{row}: {err}");
+        assert!(!s.path("ledger.jsonl").exists(), "{row}: no ledger line is written");
+    }
+    assert_eq!(state_changes(&hub), 0, "no bad file grants anything");
+}
+
+#[test]
+fn a_trial_spec_or_an_ungated_repo_is_refused() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = FakeHub::start(Some(TOKEN));
+    let trial = bin()
+        .args(["access", "sync"])
+        .arg(spec("s1a.yaml"))
+        .arg("--payments")
+        .arg(&payments)
+        .args(["--endpoint", &hub.url])
+        .assert()
+        .failure();
+    assert!(stderr(&trial).contains("release.tier is trial"), "{}", stderr(&trial));
+    hub.create_public(REPO);
+    let err = stderr(&sync(&hub, &s, &payments, &[]).failure());
+    assert!(err.contains("not gated"), "{err}");
+}
+
+#[test]
+fn a_stripe_export_syncs_like_the_native_file() {
+    let s = Scratch::new();
+    let stripe = s.write(
+        "stripe.csv",
+        "id,Created (UTC),Amount,Amount Refunded,Currency,Status,hf_username (metadata),tier (metadata)\n\
+         ch_1,2026-07-20 10:11:12,\"1,200.00\",0.00,usd,Paid,alice,standard\n\
+         ch_2,2026-08-03 09:00:00,1100.00,0.00,eur,Paid,Bob,standard\n\
+         ch_3,2026-08-04 09:00:00,1100.00,0.00,eur,Failed,carol,standard\n\
+         ch_4,2026-10-02 09:00:00,1200.00,1200.00,usd,Refunded,gina,standard\n",
+    );
+    let hub = hub_with_requests();
+    let a = sync(&hub, &s, &stripe, &[]).success();
+    assert!(stdout(&a).contains("skipped, not payments: 1 Failed"), "{}", stdout(&a));
+    let access = hub.access(REPO);
+    assert_eq!((access["alice"].as_str(), access["bob"].as_str(), access["carol"].as_str()), ("accepted", "accepted", "pending"));
+    assert_eq!(access["gina"], "rejected");
+}
