@@ -59,6 +59,16 @@ fn sync(hub: &FakeHub, s: &Scratch, payments: &Path, extra: &[&str]) -> assert_c
         .assert()
 }
 
+/// A snapshot of what a person sees, with the scratch folder and the fake's port filtered out.
+fn snapshot(s: &Scratch, name: &str, text: &str) {
+    let mut settings = insta::Settings::clone_current();
+    for (pattern, replacement) in path_filters(s) {
+        settings.add_filter(&pattern, replacement);
+    }
+    settings.add_filter(r"http://127\.0\.0\.1:\d+", "[HUB]");
+    settings.bind(|| insta::assert_snapshot!(name, text));
+}
+
 fn state_changes(hub: &FakeHub) -> usize {
     hub.count(&format!("POST /api/datasets/{REPO}/user-access-request/"))
 }
@@ -92,6 +102,7 @@ fn paid_requests_are_accepted_unpaid_left_pending_ended_and_refunded_revoked_and
 
     let a = sync(&hub, &s, &payments, &[]).success();
     let out = stdout(&a) + &stderr(&a);
+    snapshot(&s, "access_sync", &format!("{}--- stderr ---\n{}", stdout(&a), stderr(&a)));
     for line in [
         "accept  alice: standard license, access ends 2027-07-20 (order A-1001)",
         "accept  bob: standard license, access ends 2027-08-03 (order A-1002)",
@@ -158,6 +169,7 @@ fn the_ledger_verifies_and_its_totals_match_the_payments_file() {
     }
     // frank's 2025 sale came before the pledge began: 0%. gina's refund takes her pledge back.
     let text = stdout(&report(&["--period", "year"]).success());
+    snapshot(&s, "access_report", &text);
     assert!(
         text.contains("chain verified")
             && text.contains("2025     USD      1       0        1200.00         0.00        1200.00         0.00"),
