@@ -108,6 +108,7 @@ impl Ledger {
         };
         let broken = |line: usize, message: String| LedgerError::Broken { path: path.to_path_buf(), line, message };
         let mut entries: Vec<Entry> = Vec::new();
+        let mut orders: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let n = i + 1;
             let entry: Entry = serde_json::from_str(line).map_err(|e| broken(n, format!("not a ledger entry: {e}")))?;
@@ -121,8 +122,8 @@ impl Ledger {
             if entry.hash != entry.digest() {
                 return Err(broken(n, "hash does not match the line's content: the line was edited after it was written".into()));
             }
-            if let Some(first) = entries.iter().position(|e| e.order_id == entry.order_id) {
-                return Err(broken(n, format!("order {} is already on line {}", entry.order_id, first + 1)));
+            if let Some(first) = orders.insert(entry.order_id.clone(), n) {
+                return Err(broken(n, format!("order {} is already on line {first}", entry.order_id)));
             }
             entries.push(entry);
         }
@@ -138,9 +139,10 @@ impl Ledger {
     /// already recorded must say the same as the line: the ledger is never rewritten. Returns
     /// the new lines.
     pub fn record(&mut self, payments: &[Payment], pledge: Option<&PledgeSpec>) -> Result<Vec<Entry>, LedgerError> {
+        let recorded: std::collections::HashMap<&str, &Entry> = self.entries.iter().map(|e| (e.order_id.as_str(), e)).collect();
         let mut new: Vec<&Payment> = Vec::new();
         for p in payments {
-            match self.entries.iter().find(|e| e.order_id == p.order_id) {
+            match recorded.get(p.order_id.as_str()) {
                 Some(e) if e.same_sale(p) => {}
                 Some(e) => {
                     return Err(LedgerError::Payment {

@@ -48,7 +48,8 @@ fn date(text: &str) -> Option<NaiveDate> {
 /// case-insensitive), judged on `today`.
 pub fn standings(entries: &[Entry], covers: impl Fn(Tier) -> bool, today: NaiveDate) -> BTreeMap<String, Buyer> {
     let in_force = |e: &&Entry| date(&e.date).is_some_and(|d| d <= today);
-    let refund_of = |order: &str| entries.iter().filter(in_force).find(|e| e.refunds.as_deref() == Some(order));
+    let refunds: BTreeMap<&str, &Entry> = entries.iter().filter(in_force).filter_map(|e| Some((e.refunds.as_deref()?, e))).collect();
+    let refund_of = |order: &str| refunds.get(order).copied();
     let mut by_buyer: BTreeMap<String, Vec<&Entry>> = BTreeMap::new();
     for e in entries.iter().filter(in_force).filter(|e| !e.is_refund() && covers(e.tier)) {
         by_buyer.entry(e.buyer.to_ascii_lowercase()).or_default().push(e);

@@ -14,9 +14,8 @@ pub struct AccessRequest {
 
 pub(super) fn routes(router: Router<Shared>) -> Router<Shared> {
     router
-        .route("/api/datasets/{owner}/{name}/user-access-request/{status}", get(list))
-        .route("/api/datasets/{owner}/{name}/user-access-request/handle", post(handle))
-        .route("/api/datasets/{owner}/{name}/user-access-request/grant", post(grant))
+        // GET .../pending|accepted|rejected lists; POST .../handle|grant changes.
+        .route("/api/datasets/{owner}/{name}/user-access-request/{status}", get(list).post(change))
 }
 
 impl FakeHub {
@@ -109,60 +108,44 @@ async fn list(
     Json(listed).into_response()
 }
 
-async fn handle(
+/// POST `handle` (set a request's status) or `grant` (access without a request).
+async fn change(
     State(state): State<Shared>,
     method: Method,
     headers: HeaderMap,
-    Path((owner, name)): Path<(String, String)>,
+    Path((owner, name, action)): Path<(String, String, String)>,
     Json(body): Json<Value>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    let fault = enter_or_return!(
-        state,
-        "access-handle",
-        method,
-        &format!("/api/datasets/{id}/user-access-request/handle"),
-        headers,
-        true,
-        Some(&id)
-    );
-    let mut s = state.lock().unwrap();
-    if let Err(r) = gated(&s, &id) {
-        return r;
-    }
-    let (Some(user), Some(status)) = (body["user"].as_str(), body["status"].as_str()) else {
-        return error(StatusCode::BAD_REQUEST, "user and status are required");
-    };
-    if !["pending", "accepted", "rejected"].contains(&status) {
-        return error(StatusCode::BAD_REQUEST, "status must be pending, accepted or rejected");
-    }
-    let Some(request) = s.access.entry(id).or_default().get_mut(&user.to_ascii_lowercase()) else {
-        return error(StatusCode::NOT_FOUND, "This user has no access request on this repository");
-    };
-    request.status = status.to_string();
-    after_apply(fault)
-}
-
-async fn grant(
-    State(state): State<Shared>,
-    method: Method,
-    headers: HeaderMap,
-    Path((owner, name)): Path<(String, String)>,
-    Json(body): Json<Value>,
-) -> Response {
-    let id = format!("{owner}/{name}");
-    let fault =
-        enter_or_return!(state, "access-grant", method, &format!("/api/datasets/{id}/user-access-request/grant"), headers, true, Some(&id));
+    let route = format!("access-{action}");
+    let logged = format!("/api/datasets/{id}/user-access-request/{action}");
+    let fault = enter_or_return!(state, &route, method, &logged, headers, true, Some(&id));
     let mut s = state.lock().unwrap();
     if let Err(r) = gated(&s, &id) {
         return r;
     }
     let Some(user) = body["user"].as_str() else { return error(StatusCode::BAD_REQUEST, "user is required") };
     let requests = s.access.entry(id).or_default();
-    if requests.get(&user.to_ascii_lowercase()).is_some_and(|r| r.status == "accepted") {
-        return error(StatusCode::CONFLICT, "This user already has access to this repository");
+    let key = user.to_ascii_lowercase();
+    match action.as_str() {
+        "handle" => {
+            let status = body["status"].as_str().unwrap_or_default();
+            if !["pending", "accepted", "rejected"].contains(&status) {
+                return error(StatusCode::BAD_REQUEST, "status must be pending, accepted or rejected");
+            }
+            let Some(request) = requests.get_mut(&key) else {
+                return error(StatusCode::NOT_FOUND, "This user has no access request on this repository");
+            };
+            request.status = status.to_string();
+        }
+        "grant" => {
+            if requests.get(&key).is_some_and(|r| r.status == "accepted") {
+                return error(StatusCode::CONFLICT, "This user already has access to this repository");
+            }
+            requests.insert(key, AccessRequest { user: user.into(), status: "accepted".into() });
+        }
+        _ => return error(StatusCode::NOT_FOUND, "no such access-request action"),
     }
-    requests.insert(user.to_ascii_lowercase(), AccessRequest { user: user.into(), status: "accepted".into() });
     after_apply(fault)
 }
 
