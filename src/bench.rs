@@ -56,6 +56,7 @@ fn run_in_pool(spec: &ResolvedSpec, data_entry: &Path, out: &Path, jobs: usize) 
     mark("ingest", &mut lap);
 
     let selection_spec = SelectionSpec {
+        images: None,
         seed: spec.selection.seed,
         curated_images: table.images(),
         expected_rows: None,
@@ -63,7 +64,7 @@ fn run_in_pool(spec: &ResolvedSpec, data_entry: &Path, out: &Path, jobs: usize) 
         views: spec.selection.views.clone(),
         trial: None,
     };
-    let selection: Selection = select::select(&table, &selection_spec, false)?;
+    let selection: Selection = select::select(&table, &selection_spec, None, false)?;
     mark("select", &mut lap);
 
     let questions = spec.prompts.questions();

@@ -42,6 +42,8 @@ enum Command {
     Doctor(cli::doctor::DoctorArgs),
     /// Summarise NIH metadata files as JSON (images, patients, labels, views, boxes, splits).
     Source(cli::source::SourceArgs),
+    /// Run the curation rule on real NIH metadata: the image list a spec's selection.images names.
+    Curate(cli::curate::CurateArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
     Eval(cli::eval::EvalArgs),
     /// Fit per-label calibration of a release's confidence on expert labels; a spec can name the file.
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Describe(a) => cli::describe::run(a),
         Command::Doctor(a) => cli::doctor::run(a),
         Command::Source(a) => cli::source::run(a),
+        Command::Curate(a) => cli::curate::run(a),
         Command::Eval(a) => cli::eval::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Bench(a) => cli::bench::run(a),

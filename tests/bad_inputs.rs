@@ -341,3 +341,39 @@ fn s2_prompt_sections_name_the_key_at_fault() {
     let err = failing_build(&s, &stray);
     assert!(err.contains("prompts.signs") && err.contains("additions does not list observable signs"), "{err}");
 }
+
+#[test]
+fn a_curated_list_that_is_wrong_is_named_with_what_was_expected() {
+    let s = Scratch::new();
+    // The sample without its marker reads as a real source: the spec's list applies.
+    let sample = copy_sample(&s);
+    std::fs::remove_file(sample.join("sample.json")).unwrap();
+    let names: Vec<String> = std::fs::read_to_string(sample.join("Data_Entry_2017_v2020.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take(5)
+        .map(|l| l.split(',').next().unwrap().to_string())
+        .collect();
+    let case = |name: &str, list: &str, pin: Option<&str>, curated: usize| {
+        let list_path = s.write(&format!("{name}.txt"), list);
+        let pin = pin.map_or_else(|| bpals_release::hashing::sha256_file(&list_path).unwrap().0, str::to_string);
+        let yaml = format!(
+            "source:\n  root: {}\nselection:\n  images: {}\n  images_sha256: {pin}\n  curated_images: {curated}\n",
+            sample.display(),
+            list_path.display()
+        );
+        failing_build(&s, &derived_spec(&s, &format!("{name}.yaml"), &yaml))
+    };
+    let good = format!("# a list\n{}\n", names.join("\n"));
+    let err = case("list_pin", &good, Some(&"0".repeat(64)), 5);
+    assert!(err.contains("key `selection.images`") && err.contains("sha256 mismatch: selection.images_sha256 pins 0000"), "{err}");
+    let err = case("list_size", &good, None, 4);
+    assert!(err.contains("the curated list (selection.images) has 5 images but selection.curated_images says 4"), "{err}");
+    let err = case("list_unknown", &format!("{good}99999999_000.png\n"), None, 6);
+    assert!(err.contains("the curated list (selection.images) names 99999999_000.png, which is not in the data entry file"), "{err}");
+    let err = case("list_twice", &format!("{good}{}\n", names[0]), None, 6);
+    assert!(err.contains("line 7") && err.contains("is already on line 2"), "{err}");
+    let err = case("list_garbage", "not an image\n", None, 1);
+    assert!(err.contains("line 1: \"not an image\" is not an NIH image name"), "{err}");
+}

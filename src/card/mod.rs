@@ -79,6 +79,19 @@ pub struct CardInput<'a> {
     pub plots: Vec<plots::PlotFile>,
     /// S2's section: location and signs.
     pub diagnose: Option<DiagnoseCard>,
+    /// How much of the curated set experts have looked at.
+    pub coverage: Coverage,
+}
+
+/// Curated images with an expert reference: NIH's boxes, and the gold labels the build
+/// evaluates against.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    pub with_boxes: usize,
+    /// None when the build has no gold labels.
+    pub with_gold: Option<usize>,
+    /// What the gold is, as the card names it.
+    pub gold: Option<String>,
 }
 
 /// The giving pledge as of the release date, for the card and the license text.

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bench_generation;
 pub mod build;
 pub mod calibrate;
+pub mod curate;
 pub mod describe;
 pub mod diff;
 pub mod doctor;
@@ -125,6 +126,34 @@ impl HubArgs {
     }
     pub fn connect(&self) -> anyhow::Result<hub::Hub> {
         Ok(hub::Hub::connect(self.endpoint.as_deref(), self.retries, self.stall_timeout())?)
+    }
+}
+
+/// NIH metadata files named one by one (plain or `.gz`), for `source` and `curate`.
+#[derive(Args)]
+pub struct NihFilesArgs {
+    /// Data_Entry_2017.csv or Data_Entry_2017_v2020.csv.
+    #[arg(long)]
+    data_entry: PathBuf,
+    /// BBox_List_2017.csv.
+    #[arg(long)]
+    bbox: Option<PathBuf>,
+    /// train_val_list.txt (needs --test-list).
+    #[arg(long, requires = "test_list")]
+    train_val_list: Option<PathBuf>,
+    /// test_list.txt (needs --train-val-list).
+    #[arg(long, requires = "train_val_list")]
+    test_list: Option<PathBuf>,
+}
+
+impl NihFilesArgs {
+    pub fn get(&self) -> bpals_release::source::SourceFiles {
+        bpals_release::source::SourceFiles {
+            data_entry: self.data_entry.clone(),
+            bbox: self.bbox.clone(),
+            train_val_list: self.train_val_list.clone(),
+            test_list: self.test_list.clone(),
+        }
     }
 }
 

@@ -96,12 +96,24 @@ pub struct EvalReport {
     pub gold_judgements: usize,
     /// Gold judgements with a matching release row.
     pub matched: usize,
+    pub coverage: Coverage,
     pub options: EvalOptions,
     pub per_label: BTreeMap<String, LabelMetrics>,
     pub mislabel_detection: MislabelMetrics,
     /// Confidence against gold, pooled over labels.
     pub calibration: Calibration,
     pub strata: BTreeMap<String, StratumMetrics>,
+}
+
+/// How much of the release the gold judges, in images.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    /// Images the gold file judges.
+    pub gold_images: usize,
+    /// Images of the evaluated split.
+    pub release_images: usize,
+    /// Images of the split the gold judges.
+    pub gold_images_in_release: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -150,6 +162,13 @@ pub fn fit_calibration(
         fitted_on: format!("release {} against {gold_name}", manifest.release_id),
         labels,
     })
+}
+
+fn coverage(rows: &[ReleaseRow], gold: &GoldSet) -> Coverage {
+    use std::collections::BTreeSet;
+    let release: BTreeSet<&str> = rows.iter().map(|r| r.image_index.as_str()).collect();
+    let judged: BTreeSet<&str> = gold.labels.keys().map(|(image, _)| image.as_str()).collect();
+    Coverage { gold_images: judged.len(), release_images: release.len(), gold_images_in_release: judged.intersection(&release).count() }
 }
 
 /// One release row joined with its gold value.
@@ -231,6 +250,7 @@ pub fn evaluate_rows(
         gold: gold.clone(),
         gold_judgements: gold.labels.len(),
         matched: judged.len(),
+        coverage: coverage(rows, gold),
         options: options.clone(),
         per_label,
         mislabel_detection: mislabel_metrics(&all, options),

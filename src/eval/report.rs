@@ -13,7 +13,8 @@ fn ci(v: Option<(f64, f64)>) -> String {
 pub fn to_markdown(r: &EvalReport) -> String {
     let mut md = String::new();
     md.push_str(&format!(
-        "## Evaluation against {}\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}. \
+        "## Evaluation against {}\n\nGold file `{}`: {} judgements, {} matched to rows of the `{}` split of release {}; \
+         the gold judges {} of the split's {} images. \
          Intervals are 95% percentile bootstraps ({} resamples, seed {}); ECE uses {} equal-width bins.\n\n",
         r.against,
         r.gold_file,
@@ -21,6 +22,8 @@ pub fn to_markdown(r: &EvalReport) -> String {
         r.matched,
         r.split,
         r.release_id,
+        r.coverage.gold_images_in_release,
+        r.coverage.release_images,
         r.options.bootstrap_resamples,
         r.options.seed,
         r.options.ece_bins

@@ -29,6 +29,9 @@ pub struct ResolvedSpec {
     /// The gold labels `evaluation.gold` names, if any. (Not `evaluation`: that is the spec's
     /// own section, which this struct dereferences to.)
     pub gold: Option<Evaluation>,
+    /// The curated image list `selection.images` names, read when the source is real NIH data
+    /// (the embedded sample takes the seeded sample).
+    pub curated: Option<Vec<String>>,
 }
 
 impl Deref for ResolvedSpec {
@@ -122,7 +125,41 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
         (None, Some(truth)) => Some(read_sample_truth(&spec, &truth)?),
         (None, None) => None,
     };
-    Ok(ResolvedSpec { spec, calibration, gold })
+    let curated = match &spec.selection.images {
+        Some(list) if !spec.source.embedded_sample => Some(read_image_list(&spec, &list.file, &list.sha256)?),
+        _ => None,
+    };
+    Ok(ResolvedSpec { spec, calibration, gold, curated })
+}
+
+/// Reads the curated list `selection.images` names: its sha256 must be the pinned one, then one
+/// image name per line (`#` comments and blank lines aside), each once.
+fn read_image_list(spec: &ReleaseSpec, file: &str, pinned: &str) -> Result<Vec<String>, InputsError> {
+    let key = "selection.images";
+    let path = spec.base_dir(key).join(file);
+    let bytes = std::fs::read(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.clone(), message };
+    let actual = sha256_hex(&bytes);
+    if actual != pinned {
+        return Err(invalid(format!("sha256 mismatch: selection.images_sha256 pins {pinned}, the file has {actual}")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8 text".into()))?;
+    let mut seen = std::collections::HashMap::new();
+    let mut images = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let name = line.trim();
+        if name.is_empty() || name.starts_with('#') {
+            continue;
+        }
+        if !name.ends_with(".png") || name.contains(['/', '\\', ' ']) {
+            return Err(invalid(format!("line {}: {name:?} is not an NIH image name (expected like 00000001_000.png)", i + 1)));
+        }
+        if let Some(first) = seen.insert(name.to_string(), i + 1) {
+            return Err(invalid(format!("line {}: {name} is already on line {first}", i + 1)));
+        }
+        images.push(name.to_string());
+    }
+    Ok(images)
 }
 
 impl ResolvedSpec {

@@ -114,7 +114,10 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let mut notes = Vec::new();
 
     let table = source::load(&spec.source)?;
-    let selection = select::select(&table, &spec.selection, spec.source.embedded_sample)?;
+    let selection = select::select(&table, &spec.selection, spec.curated.as_deref(), spec.source.embedded_sample)?;
+    if let (Some(list), None) = (&spec.selection.images, &spec.curated) {
+        notes.push(format!("the embedded sample holds none of the curated list's images ({}): a seeded sample instead", list.file));
+    }
     if selection.capped {
         notes.push(format!(
             "the spec asks for {} curated images; the embedded sample has {}, so all of them are used",
@@ -346,6 +349,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         evaluation,
         plots,
         diagnose: diagnose_card,
+        coverage: coverage(spec, &selection, &table),
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;
@@ -419,4 +423,17 @@ fn load_series_lenient(spec: &ReleaseSpec, notes: &mut Vec<String>) -> Vec<serie
             Vec::new()
         }
     }
+}
+
+/// How many curated images carry NIH boxes, and how many the gold labels cover.
+fn coverage(spec: &ResolvedSpec, selection: &select::Selection, table: &source::NihTable) -> card::Coverage {
+    let chosen: std::collections::HashSet<&str> = selection.images.iter().map(|i| i.image_index.as_str()).collect();
+    let boxed: std::collections::HashSet<&str> =
+        table.boxes.iter().map(|b| b.image_index.as_str()).filter(|i| chosen.contains(i)).collect();
+    let gold = spec.gold.as_ref().map(|g| {
+        let images: std::collections::HashSet<&str> =
+            g.gold.labels.keys().map(|(image, _)| image.as_str()).filter(|i| chosen.contains(i)).collect();
+        images.len()
+    });
+    card::Coverage { with_boxes: boxed.len(), with_gold: gold, gold: spec.gold.as_ref().map(|g| g.against.clone()) }
 }

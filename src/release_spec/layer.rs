@@ -14,6 +14,12 @@ macro_rules! merge_options {
     };
 }
 
+/// Reads a key that is present, null included, as `Some`: so a child spec can write `key: null`
+/// (or `~`) to drop a file its parent names, which a missing key cannot say.
+fn explicit<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
 /// Merges a nested section that is itself a layer.
 fn merge_section<T: Merge>(parent: &mut Option<T>, child: Option<T>) {
     match (parent.as_mut(), child) {
@@ -117,9 +123,13 @@ impl Merge for ReleaseLayer {
 pub struct SourceLayer {
     pub root: Option<String>,
     pub data_entry: Option<String>,
-    pub bbox: Option<String>,
-    pub train_val_list: Option<String>,
-    pub test_list: Option<String>,
+    /// `Some(None)`: the layer set the key to null, dropping its parent's file.
+    #[serde(default, deserialize_with = "explicit")]
+    pub bbox: Option<Option<String>>,
+    #[serde(default, deserialize_with = "explicit")]
+    pub train_val_list: Option<Option<String>>,
+    #[serde(default, deserialize_with = "explicit")]
+    pub test_list: Option<Option<String>>,
     pub images: Option<String>,
     pub sha256: Option<BTreeMap<String, String>>,
 }
@@ -147,12 +157,14 @@ pub struct SelectionLayer {
     pub expected_rows: Option<usize>,
     pub rows: Option<RowPolicy>,
     pub views: Option<Vec<String>>,
+    pub images: Option<String>,
+    pub images_sha256: Option<String>,
     pub trial: Option<TrialLayer>,
 }
 
 impl Merge for SelectionLayer {
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; seed, curated_images, expected_rows, rows, views);
+        merge_options!(self, c; seed, curated_images, expected_rows, rows, views, images, images_sha256);
         merge_section(&mut self.trial, c.trial);
     }
 }

@@ -73,6 +73,10 @@ fn is_date(s: &str) -> bool {
     (1..=12).contains(&month) && (1..=31).contains(&day)
 }
 
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+}
+
 fn is_version(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
     parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
@@ -185,7 +189,7 @@ fn resolve_source(r: &Resolver<'_>, layer: Option<SourceLayer>, env: &dyn Fn(&st
     let root = r.base_dir("source.root").join(&root_as_written);
     let root = std::path::absolute(&root).unwrap_or(root);
     let data_entry = r.inside_root("source.data_entry", r.req(src.data_entry, "source.data_entry")?)?;
-    let opt_inside = |key: &str, v: Option<String>| v.map(|v| r.inside_root(key, v)).transpose();
+    let opt_inside = |key: &str, v: Option<Option<String>>| v.flatten().map(|v| r.inside_root(key, v)).transpose();
     let bbox = opt_inside("source.bbox", src.bbox)?;
     let train_val_list = opt_inside("source.train_val_list", src.train_val_list)?;
     let test_list = opt_inside("source.test_list", src.test_list)?;
@@ -240,7 +244,17 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
             Some(TrialSpec { rows, quotas })
         }
     };
+    let images = match (sel.images, sel.images_sha256) {
+        (Some(file), Some(sha256)) if is_sha256(&sha256) => Some(ImageListSpec { file, sha256 }),
+        (Some(_), Some(bad)) => {
+            return Err(r.invalid("selection.images_sha256", format!("{bad:?} is not a sha256 (64 lowercase hex digits)")))
+        }
+        (Some(_), None) => return Err(r.invalid("selection.images", "names a list but selection.images_sha256 does not pin it")),
+        (None, Some(_)) => return Err(r.invalid("selection.images_sha256", "is set but selection.images names no list")),
+        (None, None) => None,
+    };
     let selection = SelectionSpec {
+        images,
         seed: r.req(sel.seed, "selection.seed")?,
         curated_images,
         expected_rows: sel.expected_rows,

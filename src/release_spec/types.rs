@@ -106,12 +106,24 @@ impl SourceSpec {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SelectionSpec {
+    /// The committed list of curated images, for a real NIH source; the embedded sample (which
+    /// has none of its images) takes the seeded sample instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageListSpec>,
     pub seed: u64,
     pub curated_images: usize,
     pub expected_rows: Option<usize>,
     pub rows: RowPolicy,
     pub views: Vec<String>,
     pub trial: Option<TrialSpec>,
+}
+
+/// `selection.images` and its pin: the list, not the rule that wrote it, is what a build reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageListSpec {
+    /// Relative to the spec file that set it.
+    pub file: String,
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,8 @@
 //! Selection: the curated subset of images and the (image, label) rows the release covers.
 //! The trial sample, which needs the signal, is a later stage: [`crate::trial`].
 
+pub mod curate;
+
 use serde::Serialize;
 
 use crate::hashing::stable_u64;
@@ -49,12 +51,19 @@ pub enum SelectError {
     TooFewImages { wanted: usize, available: usize },
     #[error("the selection has {got} rows but selection.expected_rows says {expected}")]
     RowCount { got: usize, expected: usize },
+    #[error("the curated list (selection.images) names {image}, which is not in the data entry file")]
+    NotInSource { image: String },
+    #[error("the curated list (selection.images) names {image}, whose view {view} is not one of selection.views")]
+    WrongView { image: String, view: String },
+    #[error("the curated list (selection.images) has {got} images but selection.curated_images says {expected}")]
+    ListSize { got: usize, expected: usize },
 }
 
-/// Picks the curated images: a seeded order keyed by image name (so the choice does not depend
-/// on the file's row order), the first `curated_images` of it, then sorted by name.
-/// `allow_cap` lets a demo build on a small sample take fewer images than asked.
-pub fn select(table: &NihTable, spec: &SelectionSpec, allow_cap: bool) -> Result<Selection, SelectError> {
+/// Picks the curated images: those of the committed `list` when there is one, else a seeded
+/// order keyed by image name (so the choice does not depend on the file's row order) cut at
+/// `curated_images`; then sorted by name. `allow_cap` lets a demo build on a small sample take
+/// fewer images than asked.
+pub fn select(table: &NihTable, spec: &SelectionSpec, list: Option<&[String]>, allow_cap: bool) -> Result<Selection, SelectError> {
     let names = table.str_column("image_index")?;
     let views = table.str_column("view_position")?;
     let patients = table.u32_column("patient_id")?;
@@ -63,15 +72,37 @@ pub fn select(table: &NihTable, spec: &SelectionSpec, allow_cap: bool) -> Result
         table.frame.column("split").map_err(SourceError::from)?.str().map_err(SourceError::from)?.iter().collect();
 
     let seed = spec.seed.to_string();
-    let mut candidates: Vec<usize> = (0..names.len()).filter(|&i| spec.views.iter().any(|v| v == views[i])).collect();
-    let available = candidates.len();
-    let capped = spec.curated_images > available;
-    if capped && !allow_cap {
-        return Err(SelectError::TooFewImages { wanted: spec.curated_images, available });
-    }
-    // Cached: the key is a hash, computed once per image rather than once per comparison.
-    candidates.sort_by_cached_key(|&i| (stable_u64(&["curated", &seed, names[i]]), i));
-    candidates.truncate(spec.curated_images);
+    let in_views = |i: usize| spec.views.iter().any(|v| v == views[i]);
+    let (mut candidates, available, capped) = match list {
+        Some(list) => {
+            let index: std::collections::HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+            let mut chosen = Vec::with_capacity(list.len());
+            for image in list {
+                let &i = index.get(image.as_str()).ok_or_else(|| SelectError::NotInSource { image: image.clone() })?;
+                if !in_views(i) {
+                    return Err(SelectError::WrongView { image: image.clone(), view: views[i].to_string() });
+                }
+                chosen.push(i);
+            }
+            if chosen.len() != spec.curated_images {
+                return Err(SelectError::ListSize { got: chosen.len(), expected: spec.curated_images });
+            }
+            let available = chosen.len();
+            (chosen, available, false)
+        }
+        None => {
+            let mut candidates: Vec<usize> = (0..names.len()).filter(|&i| in_views(i)).collect();
+            let available = candidates.len();
+            let capped = spec.curated_images > available;
+            if capped && !allow_cap {
+                return Err(SelectError::TooFewImages { wanted: spec.curated_images, available });
+            }
+            // Cached: the key is a hash, computed once per image rather than once per comparison.
+            candidates.sort_by_cached_key(|&i| (stable_u64(&["curated", &seed, names[i]]), i));
+            candidates.truncate(spec.curated_images);
+            (candidates, available, capped)
+        }
+    };
     candidates.sort_by(|&a, &b| names[a].cmp(names[b]));
 
     let images: Vec<ImageRef> = candidates

@@ -2,15 +2,27 @@
 //! Blank rows are skipped; a row needs at least `width` fields and nothing but empty ones after.
 
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use csv::StringRecord;
 
 use super::SourceError;
 
+/// Opens a text file, decompressing it on the way when its name ends in `.gz` (the copies of
+/// NIH's files that ship in the torchxrayvision wheel are gzipped).
+pub fn open_text(path: &Path) -> std::io::Result<Box<dyn Read>> {
+    let file = File::open(path)?;
+    Ok(if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file)))
+    } else {
+        Box::new(file)
+    })
+}
+
 pub(crate) struct MetadataCsv {
     path: PathBuf,
-    records: csv::StringRecordsIntoIter<File>,
+    records: csv::StringRecordsIntoIter<Box<dyn Read>>,
     width: usize,
     /// What the first `width` fields are, for the error message.
     fields: &'static str,
@@ -19,7 +31,7 @@ pub(crate) struct MetadataCsv {
 impl MetadataCsv {
     /// Opens the file and reads its header row.
     pub(crate) fn open(path: &Path, width: usize, fields: &'static str) -> Result<(Self, StringRecord), SourceError> {
-        let file = File::open(path).map_err(|source| SourceError::Io { path: path.into(), source })?;
+        let file = open_text(path).map_err(|source| SourceError::Io { path: path.into(), source })?;
         let reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(file);
         let mut records = reader.into_records();
         let header = match records.next() {

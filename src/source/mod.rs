@@ -4,6 +4,7 @@
 mod bbox;
 mod csv_rows;
 mod data_entry;
+mod relabelled;
 mod splits;
 mod summary;
 
@@ -14,7 +15,9 @@ use polars::prelude::*;
 use serde::Serialize;
 
 pub use bbox::{image_sizes, read as read_bbox_list, BoundingBox};
+pub use csv_rows::open_text;
 pub use data_entry::{parse_age, parse_labels, DataEntryRow, LabelsError};
+pub use relabelled::read_relabelled_images;
 pub use splits::OfficialSplit;
 pub use summary::{summarize, SourceSummary};
 

@@ -118,11 +118,6 @@ pub fn read(path: &Path, format: GoldFormat) -> Result<GoldSet, GoldError> {
 /// Opens a CSV reader that reports line numbers and tolerates ragged rows (checked per row).
 /// A `.gz` file is decompressed on the way.
 fn csv_reader(path: &Path) -> Result<csv::Reader<Box<dyn std::io::Read>>, GoldError> {
-    let file = std::fs::File::open(path).map_err(|source| GoldError::Io { path: path.into(), source })?;
-    let input: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file)))
-    } else {
-        Box::new(file)
-    };
+    let input = crate::source::open_text(path).map_err(|source| GoldError::Io { path: path.into(), source })?;
     Ok(csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(input))
 }
