@@ -162,7 +162,10 @@ fn s1a_and_s1b_build_the_baseline_on_the_real_metadata_and_evaluate_against_goog
     let references = card.lines().find(|l| l.contains("Expert references")).unwrap_or("");
     assert_eq!(references, "| Expert references | 880 of the images carry NIH expert boxes; 3644 have Google's 2019 expert labels |");
     assert!(card.contains("the gold judges 3644 of the split's 4628 images"), "the evaluation section states the coverage");
-    assert!(card.contains("**How the images were chosen.** They are the committed list `curated/baseline-4628.txt`"), "the card states the rule");
+    assert!(
+        card.contains("**How the images were chosen.** They are the committed list `curated/baseline-4628.txt`"),
+        "the card states the rule"
+    );
 
     // Google's 2019 expert labels against the real-metadata build: how much of the set they cover.
     let e = bin()

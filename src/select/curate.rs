@@ -125,8 +125,7 @@ pub fn curate(table: &NihTable, relabelled: &BTreeSet<String>, rule: &CurationRu
     let patients = table.u32_column("patient_id")?;
     let n_boxes = table.u32_column("n_boxes")?;
     let masks = table.label_masks()?;
-    let splits: Vec<Option<&str>> =
-        table.frame.column("split").map_err(SourceError::from)?.str().map_err(SourceError::from)?.iter().collect();
+    let splits = table.split_column()?;
     let seed = rule.seed.to_string();
     let key = |i: usize| (stable_u64(&["curated", &seed, names[i]]), i);
     let count = |i: usize| masks[i].count_ones() as usize;

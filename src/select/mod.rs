@@ -68,8 +68,7 @@ pub fn select(table: &NihTable, spec: &SelectionSpec, list: Option<&[String]>, a
     let views = table.str_column("view_position")?;
     let patients = table.u32_column("patient_id")?;
     let masks = table.label_masks()?;
-    let splits: Vec<Option<&str>> =
-        table.frame.column("split").map_err(SourceError::from)?.str().map_err(SourceError::from)?.iter().collect();
+    let splits = table.split_column()?;
 
     let seed = spec.seed.to_string();
     let in_views = |i: usize| spec.views.iter().any(|v| v == views[i]);

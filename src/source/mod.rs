@@ -121,6 +121,11 @@ impl NihTable {
         Ok(self.frame.column(name)?.u32()?.iter().map(|v| v.unwrap_or(0)).collect())
     }
 
+    /// Per image, the official split ("train_val" or "test") when the split lists were read.
+    pub fn split_column(&self) -> Result<Vec<Option<&str>>, SourceError> {
+        Ok(self.frame.column("split")?.str()?.iter().collect())
+    }
+
     /// Per image, the bitmask of NIH-asserted labels (bit i = `LABELS[i]`).
     pub fn label_masks(&self) -> Result<Vec<u16>, SourceError> {
         let mut masks = vec![0u16; self.frame.height()];
