@@ -93,7 +93,13 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
         }
     });
     let libtorch = libtorch();
+    let served = spec.and_then(|s| s.model.served.as_ref());
     let next_step = match (&libtorch, &model) {
+        (_, Some(m)) if m.backend == Backend::Openai => format!(
+            "the model is served at {}: nothing to load or download here (the API key {} OPENAI_API_KEY)",
+            served.map_or("?", |s| s.endpoint.as_str()),
+            if std::env::var_os(crate::infer::openai::API_KEY_VAR).is_some() { "comes from" } else { "would come from" }
+        ),
         (None, _) => "this build has no libtorch: verify, card, publish, audit and diff work; for the VLM build with \
                       `--features vlm` (PyPI torch==2.13.0 with LIBTORCH_USE_PYTORCH=1)"
             .to_string(),

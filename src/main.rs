@@ -76,9 +76,10 @@ fn main() -> ExitCode {
         Command::BenchGeneration(a) => cli::bench_generation::run(a),
     };
     result.unwrap_or_else(|e| {
-        // Each cause once, outermost first. Errors can carry a server's text: the Hub token never
-        // goes out with them.
-        eprintln!("{}", bpals_release::hub::token::redact(&format!("error: {e:#}")));
+        // Each cause once, outermost first. Errors can carry a server's text: neither the Hub
+        // token nor the OpenAI-compatible server's API key goes out with them.
+        let text = bpals_release::hub::token::redact(&format!("error: {e:#}"));
+        eprintln!("{}", bpals_release::infer::openai::redact(&text));
         ExitCode::FAILURE
     })
 }

@@ -124,3 +124,26 @@ fn the_pledge_schedule_comes_with_the_giving_pledge_addition_on_a_commercial_tie
     let err = release_spec::load_with_env(&path, |_| None).unwrap_err().to_string();
     assert!(err.contains("needs a pledge section"), "{err}");
 }
+
+#[test]
+fn the_openai_backend_needs_its_endpoint_and_family_and_no_other_backend_takes_them() {
+    let s = Scratch::new();
+    let err = |name: &str, yaml: &str| {
+        let path = derived_spec(&s, name, yaml);
+        release_spec::load_with_env(&path, |_| None).map(|_| ()).unwrap_err().to_string()
+    };
+    let served = "model:\n  backend: openai\n  id: Qwen/Qwen2-VL-7B-Instruct\n  revision: r1\n  weight_license: apache-2.0\n";
+    assert!(err("no_endpoint.yaml", served).contains("model.endpoint"));
+    let e = err("bad_endpoint.yaml", &format!("{served}  endpoint: http://host:8000\n  family: qwen2_vl\n"));
+    assert!(e.contains("expected the server's base URL, http(s)://HOST[:PORT]/v1"), "{e}");
+    let e = err("no_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n"));
+    assert!(e.contains("model.family"), "{e}");
+    let e = err("bad_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n  family: llava\n"));
+    assert!(e.contains("\"llava\": expected one of qwen2_vl, qwen2_5_vl"), "{e}");
+    let e = err("engine_endpoint.yaml", "model:\n  endpoint: http://host:8000/v1\n");
+    assert!(e.contains("model.endpoint") && e.contains("is for model.backend openai only"), "{e}");
+    let ok = derived_spec(&s, "ok.yaml", &format!("{served}  endpoint: http://host:8000/v1/\n  family: qwen2_5_vl\n"));
+    let spec = release_spec::load_with_env(&ok, |_| None).unwrap();
+    let served = spec.model.served.unwrap();
+    assert_eq!((served.endpoint.as_str(), served.concurrency, served.timeout_s), ("http://host:8000/v1", 16, 120));
+}

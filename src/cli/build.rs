@@ -39,9 +39,22 @@ pub struct RunArgs {
     progress: ProgressArg,
     #[command(flatten)]
     offline: OfflineArg,
+    /// Requests in flight at once to an OpenAI-compatible server (backend `openai`) [default:
+    /// the spec's model.concurrency, else 16].
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
 }
 
 impl RunArgs {
+    /// Loads the spec and the files it names, with --concurrency applied.
+    pub fn load(&self, spec: &std::path::Path) -> anyhow::Result<inputs::ResolvedSpec> {
+        let mut spec = inputs::load(spec)?;
+        if let Some(n) = self.concurrency {
+            spec.set_request_concurrency(n)?;
+        }
+        Ok(spec)
+    }
+
     pub fn options(&self, out: PathBuf) -> BuildOptions {
         BuildOptions {
             out,
@@ -55,7 +68,7 @@ impl RunArgs {
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
-    let spec = inputs::load(&args.spec)?;
+    let spec = args.run.load(&args.spec)?;
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("releases").join(&spec.release.id));
     let options = args.run.options(out);
     if args.dry_run {

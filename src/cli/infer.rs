@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::build::RunArgs;
-use bpals_release::{infer, inputs, pipeline};
+use bpals_release::{infer, pipeline};
 
 #[derive(Args)]
 pub struct InferArgs {
@@ -26,7 +26,7 @@ pub struct InferArgs {
 }
 
 pub fn run(args: InferArgs) -> anyhow::Result<ExitCode> {
-    let spec = inputs::load(&args.spec)?;
+    let spec = args.run.load(&args.spec)?;
     let (shard, source) = match (&args.shard, args.shard_count) {
         (Some(text), _) => (Some(infer::parse_shard(text)?), None),
         (None, Some(count)) => {

@@ -169,7 +169,7 @@ pub fn run_generation(
             let inputs: Vec<ImageInput> = misses
                 .iter()
                 .zip(&decoded)
-                .map(|((j, _, sha, _), image)| ImageInput { name: &jobs[*j].image.name, sha256: sha, image })
+                .map(|((j, bytes, sha, _), image)| ImageInput { name: &jobs[*j].image.name, sha256: sha, bytes, image })
                 .collect();
             let prompts: Vec<&[String]> = misses.iter().map(|(j, _, _, _)| jobs[*j].prompts.as_slice()).collect();
             let answered = scorer.generate(&inputs, &prompts, settings.max_new_tokens)?;

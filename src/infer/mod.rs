@@ -4,6 +4,7 @@
 mod cache;
 mod fixture;
 mod generation;
+pub mod openai;
 #[cfg(feature = "vlm")]
 mod qwen2vl;
 mod runner;
@@ -57,10 +58,12 @@ impl ScorerIdentity {
     }
 }
 
-/// One image handed to a scorer: decoded, with its content hash.
+/// One image handed to a scorer: its file's bytes, decoded, with their content hash.
 pub struct ImageInput<'a> {
     pub name: &'a str,
     pub sha256: &'a str,
+    /// The PNG as read (what a served model is sent).
+    pub bytes: &'a [u8],
     pub image: &'a DynamicImage,
 }
 
@@ -130,7 +133,7 @@ pub struct ModelAccess {
 /// snapshot of `id`@`revision`, fetched into the cache first when it is missing (unless
 /// offline). The commit the snapshot holds goes into the scorer's identity, so build.lock pins it.
 pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec, InferError> {
-    if model.backend == Backend::Fixture || model.dir.is_some() {
+    if model.backend != Backend::Qwen2vl || model.dir.is_some() {
         return Ok(model.clone());
     }
     let fail = |message: String| InferError::Scorer { backend: "qwen2vl".into(), message };
@@ -148,6 +151,7 @@ pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec
 pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path, workers: usize) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
+        Backend::Openai => Ok(Box::new(openai::OpenAiScorer::connect(model)?)),
         #[cfg(feature = "vlm")]
         Backend::Qwen2vl => {
             let dir = model

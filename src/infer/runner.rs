@@ -88,7 +88,7 @@ pub fn run(
             Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
         } else {
             let decoded = decode_png(&bytes, job)?;
-            let input = ImageInput { name: &job.name, sha256: &key.image_sha256, image: &decoded };
+            let input = ImageInput { name: &job.name, sha256: &key.image_sha256, bytes: &bytes, image: &decoded };
             let scores = scorer.score(&input, questions)?;
             if scores.len() != questions.len() {
                 return Err(InferError::Scorer {

@@ -96,6 +96,8 @@ pub enum InputsError {
         #[source]
         source: GoldError,
     },
+    #[error("{at}: {message}")]
+    Option { at: KeyLocation, message: String },
     #[error("{at}: {} is not a directory (expected a Hugging Face model directory)", dir.display())]
     ModelDir { at: KeyLocation, dir: PathBuf },
 }
@@ -163,6 +165,19 @@ fn read_image_list(spec: &ReleaseSpec, file: &str, pinned: &str) -> Result<Vec<S
 }
 
 impl ResolvedSpec {
+    /// `--concurrency`: how many requests a served model gets at once (not part of the spec's hash).
+    pub fn set_request_concurrency(&mut self, n: usize) -> Result<(), InputsError> {
+        let at = self.spec.locate("model.backend");
+        match &mut self.spec.model.served {
+            Some(served) if n > 0 => {
+                served.concurrency = n;
+                Ok(())
+            }
+            Some(_) => Err(InputsError::Option { at, message: "--concurrency must be at least 1".into() }),
+            None => Err(InputsError::Option { at, message: "--concurrency is for model.backend openai only".into() }),
+        }
+    }
+
     /// The calibration table, if the spec names one.
     pub fn calibration_table(&self) -> Option<&Calibration> {
         self.calibration.as_ref().map(|c| &c.table)

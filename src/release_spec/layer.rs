@@ -154,7 +154,9 @@ pub enum RowPolicy {
 pub struct SelectionLayer {
     pub seed: Option<u64>,
     pub curated_images: Option<usize>,
-    pub expected_rows: Option<usize>,
+    /// `Some(None)`: set to null, no row count is expected.
+    #[serde(default, deserialize_with = "explicit")]
+    pub expected_rows: Option<Option<usize>>,
     pub rows: Option<RowPolicy>,
     pub views: Option<Vec<String>>,
     pub images: Option<String>,
@@ -189,6 +191,8 @@ pub enum Backend {
     Fixture,
     /// Qwen2-VL / Qwen2.5-VL on libtorch (the native engine).
     Qwen2vl,
+    /// Any OpenAI-compatible server (vLLM, SGLang) serving the model: `model.endpoint`.
+    Openai,
 }
 
 impl std::fmt::Display for Backend {
@@ -197,6 +201,7 @@ impl std::fmt::Display for Backend {
         f.write_str(match self {
             Backend::Fixture => "the fixture scorer",
             Backend::Qwen2vl => "the qwen2vl engine",
+            Backend::Openai => "the OpenAI-compatible server",
         })
     }
 }
@@ -263,6 +268,17 @@ pub struct ModelLayer {
     pub device: Option<DevicePolicy>,
     pub max_pixels: Option<u64>,
     pub min_pixels: Option<u64>,
+    /// Backend `openai`: the server's base URL, ending in `/v1`.
+    pub endpoint: Option<String>,
+    /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`), for its box format.
+    pub family: Option<String>,
+    /// Backend `openai`: the token ids of "Yes" and "No", sent as `allowed_token_ids` so the
+    /// server's first-token logprobs always list both.
+    pub answer_token_ids: Option<[u32; 2]>,
+    /// Backend `openai`: requests in flight at once (`--concurrency` overrides it).
+    pub concurrency: Option<usize>,
+    /// Backend `openai`: seconds a request may take before it fails (and is retried).
+    pub timeout_s: Option<u64>,
 }
 
 impl Merge for ModelLayer {
@@ -277,8 +293,13 @@ impl Merge for ModelLayer {
             self.weight_license = None;
             self.demo_weights = None;
         }
+        if c.id.is_some() || c.path.is_some() {
+            self.endpoint = None;
+            self.family = None;
+            self.answer_token_ids = None;
+        }
         merge_options!(self, c; backend, path, id, revision, weight_license, demo_weights, dtype, device,
-            max_pixels, min_pixels);
+            max_pixels, min_pixels, endpoint, family, answer_token_ids, concurrency, timeout_s);
     }
 }
 

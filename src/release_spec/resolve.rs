@@ -257,7 +257,7 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
         images,
         seed: r.req(sel.seed, "selection.seed")?,
         curated_images,
-        expected_rows: sel.expected_rows,
+        expected_rows: sel.expected_rows.flatten(),
         rows: sel.rows.unwrap_or(RowPolicy::NihAsserted),
         views,
         trial,
@@ -277,6 +277,7 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         _ => None,
     };
     let commit = None;
+    let served = resolve_served(r, backend, &m)?;
     let model = ModelSpec {
         backend,
         path: m.path.clone(),
@@ -290,8 +291,44 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         device: m.device.unwrap_or(DevicePolicy::Auto),
         max_pixels: m.max_pixels,
         min_pixels: m.min_pixels,
+        served,
     };
     Ok(model)
+}
+
+/// The `openai` backend's keys: required with it, refused without it.
+fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer) -> Result<Option<ServedModel>, SpecError> {
+    if backend != Backend::Openai {
+        for (set, key) in [
+            (m.endpoint.is_some(), "model.endpoint"),
+            (m.family.is_some(), "model.family"),
+            (m.answer_token_ids.is_some(), "model.answer_token_ids"),
+            (m.concurrency.is_some(), "model.concurrency"),
+            (m.timeout_s.is_some(), "model.timeout_s"),
+        ] {
+            if set {
+                return Err(r.invalid(key, "is for model.backend openai only"));
+            }
+        }
+        return Ok(None);
+    }
+    if m.path.is_some() {
+        return Err(r.invalid("model.path", "backend openai scores through model.endpoint: the model is not loaded here"));
+    }
+    let endpoint = r.req(m.endpoint.clone(), "model.endpoint")?;
+    let endpoint = endpoint.trim_end_matches('/').to_string();
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) || !endpoint.ends_with("/v1") {
+        return Err(r.invalid("model.endpoint", format!("{endpoint:?}: expected the server's base URL, http(s)://HOST[:PORT]/v1")));
+    }
+    let family = r.req(m.family.clone(), "model.family")?;
+    if !super::diagnose::FAMILIES.contains(&family.as_str()) {
+        return Err(r.invalid("model.family", format!("{family:?}: expected one of {}", super::diagnose::FAMILIES.join(", "))));
+    }
+    let concurrency = m.concurrency.unwrap_or(16);
+    if concurrency == 0 {
+        return Err(r.invalid("model.concurrency", "must be at least 1"));
+    }
+    Ok(Some(ServedModel { endpoint, family, answer_token_ids: m.answer_token_ids, concurrency, timeout_s: m.timeout_s.unwrap_or(120) }))
 }
 
 fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<PromptSet, SpecError> {

@@ -157,6 +157,25 @@ pub struct ModelSpec {
     pub device: DevicePolicy,
     pub max_pixels: Option<u64>,
     pub min_pixels: Option<u64>,
+    /// Backend `openai` only (None otherwise, and then left out of the spec's hash).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<ServedModel>,
+}
+
+/// A model behind an OpenAI-compatible API.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServedModel {
+    /// Base URL ending in `/v1`. Where the model runs, not what it is: recorded, but the scorer's
+    /// identity (and so the cache key) leaves it out.
+    pub endpoint: String,
+    pub family: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_token_ids: Option<[u32; 2]>,
+    /// How the requests are sent, not what they return: out of the spec's hash.
+    #[serde(skip)]
+    pub concurrency: usize,
+    #[serde(skip)]
+    pub timeout_s: u64,
 }
 
 /// One yes/no question of the prompt set, with a stable id used in the cache and the shards.

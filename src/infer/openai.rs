@@ -1,0 +1,266 @@
+//! The `openai` backend: scores and answers through any OpenAI-compatible server (vLLM, SGLang)
+//! serving the model, instead of the native engine.
+//!
+//! Each question is one chat completion in the native engine's message layout: a single user
+//! message holding the image (a base64 PNG data URL) then the question. Its yes/no score comes
+//! from the first answer token's logprobs of "Yes" and "No"; their difference is the native
+//! engine's logit difference (the normaliser cancels), so `p_yes` means the same thing. With
+//! `model.answer_token_ids` the request also restricts the answer to those two tokens (vLLM's
+//! `allowed_token_ids`), so both are always listed; without it a server that lists only some
+//! of the top tokens may hide one, which is an error naming the fix.
+//!
+//! The scorer is synchronous, like every [`Scorer`], but keeps a tokio runtime of its own: the
+//! questions of an image go out together, and one semaphore bounds the requests in flight
+//! across every worker thread (`model.concurrency`, `--concurrency`). Requests are retried on
+//! 429 (after its Retry-After), 5xx, timeouts and dropped connections. The API key comes from
+//! OPENAI_API_KEY and is never printed: [`redact`] strips it from any text.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use crate::release_spec::{Backend, ModelSpec, Question, ServedModel};
+
+/// The environment variable the API key is read from.
+pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
+/// Attempts after the first, on transient failures.
+const RETRIES: usize = 6;
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The most tokens an OpenAI-compatible server lists per position.
+const TOP_LOGPROBS: usize = 20;
+/// The answer tokens, as the native engine reads them (the first token of each word).
+const YES: &str = "Yes";
+const NO: &str = "No";
+/// The Qwen processors' pixel bounds, when the spec gives none (what the server resizes to).
+const DEFAULT_MIN_PIXELS: u64 = 56 * 56;
+const DEFAULT_MAX_PIXELS: u64 = 28 * 28 * 16384;
+
+/// Replaces the API key, wherever it appears in `text`, with a fixed marker.
+pub fn redact(text: &str) -> String {
+    match std::env::var(API_KEY_VAR) {
+        Ok(key) if key.len() >= 4 => text.replace(&key, "[api key redacted]"),
+        _ => text.to_string(),
+    }
+}
+
+pub struct OpenAiScorer {
+    identity: ScorerIdentity,
+    served: ServedModel,
+    model_id: String,
+    family: &'static str,
+    pixels: (u64, u64),
+    client: reqwest::Client,
+    api_key: Option<String>,
+    limit: Arc<Semaphore>,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn fail(message: impl Into<String>) -> InferError {
+    InferError::Scorer { backend: "openai".into(), message: redact(&message.into()) }
+}
+
+impl OpenAiScorer {
+    pub fn connect(model: &ModelSpec) -> Result<OpenAiScorer, InferError> {
+        let served = model.served.clone().ok_or_else(|| fail("model.endpoint is not set"))?;
+        let family =
+            crate::vlm::config::Family::from_name(&served.family).ok_or_else(|| fail(format!("unknown family {}", served.family)))?.name();
+        let client = reqwest::Client::builder()
+            .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(served.timeout_s))
+            .timeout(Duration::from_secs(served.timeout_s))
+            .build()
+            .map_err(|e| fail(format!("building the HTTP client: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| fail(format!("starting the request runtime: {e}")))?;
+        let pixels = (model.min_pixels.unwrap_or(DEFAULT_MIN_PIXELS), model.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS));
+        let identity = ScorerIdentity {
+            backend: Backend::Openai,
+            model_id: model.id.clone(),
+            revision: model.revision.clone(),
+            commit: None,
+            weights_sha256: None,
+            fixture: false,
+            preprocessing: json!({
+                "api": "openai chat completions",
+                "message": "one user message: the image (PNG, base64 data URL), then the question",
+                "answer": "first-token logprobs of \"Yes\" and \"No\"",
+                "answer_token_ids": served.answer_token_ids,
+                "family": family,
+                "min_pixels": pixels.0,
+                "max_pixels": pixels.1,
+            }),
+        };
+        Ok(OpenAiScorer {
+            identity,
+            limit: Arc::new(Semaphore::new(served.concurrency)),
+            served,
+            model_id: model.id.clone(),
+            family,
+            pixels,
+            client,
+            api_key: std::env::var(API_KEY_VAR).ok().filter(|k| !k.is_empty()),
+            runtime,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.served.endpoint)
+    }
+
+    /// The request body for `text` about the image at `data_url`.
+    fn body(&self, data_url: &str, text: &str, max_tokens: usize, yes_no: bool) -> Value {
+        let mut body = json!({
+            "model": self.model_id,
+            "messages": [{ "role": "user", "content": [
+                { "type": "image_url", "image_url": { "url": data_url } },
+                { "type": "text", "text": text },
+            ]}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            // Qwen2-VL's box markers are special tokens: keep them in generated text.
+            "skip_special_tokens": false,
+        });
+        if yes_no {
+            body["logprobs"] = json!(true);
+            body["top_logprobs"] = json!(TOP_LOGPROBS);
+            if let Some(ids) = self.served.answer_token_ids {
+                body["allowed_token_ids"] = json!(ids);
+            }
+        }
+        body
+    }
+
+    /// Posts `body`, retrying transient failures; the answer's JSON.
+    async fn post(&self, body: &Value, what: &str) -> Result<Value, InferError> {
+        let _permit = self.limit.acquire().await.map_err(|_| fail("the request limiter closed"))?;
+        let mut wait = FIRST_BACKOFF;
+        for attempt in 0..=RETRIES {
+            let mut request = self.client.post(self.url()).json(body);
+            if let Some(key) = &self.api_key {
+                request = request.bearer_auth(key);
+            }
+            let last = attempt == RETRIES;
+            let retry_after = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after =
+                        response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+                    match response.text().await {
+                        Ok(text) if status.is_success() => {
+                            return serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")));
+                        }
+                        Ok(text) if status.as_u16() == 429 || status.is_server_error() => {
+                            if last {
+                                return Err(fail(format!("{what}: the server answered {status} {RETRIES} times over: {}", short(&text))));
+                            }
+                            retry_after.map(Duration::from_secs)
+                        }
+                        Ok(text) => return Err(fail(format!("{what}: the server answered {status}: {}", short(&text)))),
+                        Err(e) if last => return Err(fail(format!("{what}: the answer broke off {}", gave_up(&e)))),
+                        Err(_) => None,
+                    }
+                }
+                Err(e) if last => return Err(fail(format!("{what}: {}", gave_up(&e)))),
+                Err(_) => None,
+            };
+            tokio::time::sleep(retry_after.unwrap_or(wait).min(MAX_BACKOFF * 6)).await;
+            wait = (wait * 2).min(MAX_BACKOFF);
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// One yes/no score from a chat completion's first-token logprobs.
+    fn yes_no(answer: &Value, what: &str) -> Result<YesNo, InferError> {
+        let listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+            .as_array()
+            .ok_or_else(|| fail(format!("{what}: the answer carries no logprobs (does the server support `logprobs`?)")))?;
+        let find = |token: &str| listed.iter().find(|t| t["token"] == token).and_then(|t| t["logprob"].as_f64());
+        match (find(YES), find(NO)) {
+            (Some(yes), Some(no)) => Ok(YesNo { logit_yes: yes as f32, logit_no: no as f32 }),
+            (yes, _) => Err(fail(format!(
+                "{what}: the server's first-token logprobs list no {:?} among their {} tokens: set model.answer_token_ids to the \
+                 tokenizer's ids of \"Yes\" and \"No\" (sent as allowed_token_ids), or raise the server's logprobs cap (vLLM \
+                 --max-logprobs)",
+                if yes.is_none() { YES } else { NO },
+                listed.len()
+            ))),
+        }
+    }
+
+    fn data_url(image: &ImageInput<'_>) -> String {
+        format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(image.bytes))
+    }
+}
+
+/// A request error with its causes ("connection refused" is a source, not the message), after
+/// the retries.
+fn gave_up(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    format!("{text} (gave up after {RETRIES} retries)")
+}
+
+/// A server's error text, one line and short (it may echo the request).
+fn short(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    line.chars().take(300).collect()
+}
+
+impl Scorer for OpenAiScorer {
+    fn identity(&self) -> &ScorerIdentity {
+        &self.identity
+    }
+
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
+        let url = Self::data_url(image);
+        let asks = questions.iter().map(|q| async {
+            let what = format!("image {}, question {}", image.name, q.id);
+            let answer = self.post(&self.body(&url, &q.text, 1, true), &what).await?;
+            Self::yes_no(&answer, &what)
+        });
+        self.runtime.block_on(futures::future::join_all(asks)).into_iter().collect()
+    }
+
+    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+        images
+            .iter()
+            .zip(prompts)
+            .map(|(image, prompts)| {
+                let url = Self::data_url(image);
+                let asks = prompts.iter().enumerate().map(|(i, prompt)| {
+                    let url = &url;
+                    async move {
+                        let what = format!("image {}, prompt {i}", image.name);
+                        let answer = self.post(&self.body(url, prompt, max_new_tokens, false), &what).await?;
+                        let choice = &answer["choices"][0];
+                        let text = choice["message"]["content"].as_str().ok_or_else(|| fail(format!("{what}: the answer has no text")))?;
+                        let new_tokens = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
+                        Ok(Answer { text: text.to_string(), new_tokens, truncated: choice["finish_reason"] == "length" })
+                    }
+                });
+                let answers = self.runtime.block_on(futures::future::join_all(asks)).into_iter().collect::<Result<Vec<_>, InferError>>()?;
+                let (w, h) = (image.image.width(), image.image.height());
+                // The frame the server's model saw: the processor's resize, as the spec's pixel bounds give it.
+                let resized = crate::vlm::preprocess::smart_resize(h as usize, w as usize, 28, self.pixels.0, self.pixels.1)
+                    .map_err(|e| fail(format!("image {}: {e}", image.name)))?;
+                Ok(ImageAnswers { original: (w, h), resized, answers })
+            })
+            .collect()
+    }
+
+    fn family(&self) -> &'static str {
+        self.family
+    }
+}

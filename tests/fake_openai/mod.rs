@@ -1,0 +1,168 @@
+//! A loopback fake of an OpenAI-compatible server (the chat-completions route vLLM and SGLang
+//! serve), for the `openai` backend's tests: served by axum on 127.0.0.1 inside the test process.
+//!
+//! Its answers are a pure function of the request ([`logprobs_for`], [`text_for`]), so a test can
+//! say what every score must be. Faults can be queued: a status (with Retry-After for 429), a
+//! dropped connection, a slow answer. It counts requests in flight, records the Authorization
+//! headers, and echoes the header in its error bodies, as a careless server might.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use sha2::Digest as _;
+
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Answer with this status (and, for 429, `Retry-After: 1`).
+    Status(u16),
+    /// Send headers, then break the body.
+    Drop,
+    /// Wait, then answer normally.
+    Slow(Duration),
+}
+
+#[derive(Default)]
+pub struct ServerState {
+    faults: Vec<Fault>,
+    pub requests: usize,
+    pub in_flight: usize,
+    pub max_in_flight: usize,
+    pub auth_headers: Vec<String>,
+    /// List only the "Yes" token's logprob (a server with a low logprobs cap).
+    pub hide_no: bool,
+    /// Every request body, in order.
+    pub bodies: Vec<Value>,
+}
+
+pub struct FakeOpenAi {
+    /// Base URL, ending in /v1.
+    pub url: String,
+    pub state: Arc<Mutex<ServerState>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+type Shared = Arc<Mutex<ServerState>>;
+
+impl FakeOpenAi {
+    pub fn start() -> FakeOpenAi {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let state: Shared = Arc::new(Mutex::new(ServerState::default()));
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(state.clone());
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FakeOpenAi { url, state, _runtime: runtime }
+    }
+
+    /// Queues faults for the next requests, in order.
+    pub fn inject(&self, faults: &[Fault]) {
+        self.state.lock().unwrap().faults.extend_from_slice(faults);
+    }
+}
+
+fn digest(parts: &[&str]) -> [u8; 32] {
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().into()
+}
+
+/// The logprobs of "Yes" and "No" this server gives for `question` about the image at `data_url`.
+pub fn logprobs_for(data_url: &str, question: &str) -> (f64, f64) {
+    let d = digest(&["yes-no", data_url, question]);
+    let at = |i: usize| f64::from(u16::from_le_bytes([d[i], d[i + 1]]) % 900) / 100.0;
+    (-0.01 - at(0), -0.01 - at(2))
+}
+
+/// The text this server generates for `prompt` about the image at `data_url`: a Qwen2-VL box.
+pub fn text_for(data_url: &str, prompt: &str) -> String {
+    let d = digest(&["text", data_url, prompt]);
+    let at = |i: usize, span: u16| u16::from_le_bytes([d[i], d[i + 1]]) % span;
+    let (x1, y1) = (100 + at(0, 500), 100 + at(2, 500));
+    format!("<|box_start|>({x1},{y1}),({},{})<|box_end|>", x1 + 60 + at(4, 300), y1 + 60 + at(6, 300))
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": { "message": message } }))).into_response()
+}
+
+async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let fault = {
+        let mut s = state.lock().unwrap();
+        s.requests += 1;
+        s.auth_headers.push(auth.clone());
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+        (!s.faults.is_empty()).then(|| s.faults.remove(0))
+    };
+    // Let concurrent requests overlap, so in-flight counts mean something.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let response = answer(&state, &auth, &body, fault).await;
+    state.lock().unwrap().in_flight -= 1;
+    response
+}
+
+async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -> Response {
+    match fault {
+        Some(Fault::Status(429)) => {
+            return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], Json(json!({ "error": { "message": "slow down" } })))
+                .into_response()
+        }
+        Some(Fault::Status(code)) => return error(StatusCode::from_u16(code).unwrap(), &format!("injected fault (request had {auth})")),
+        Some(Fault::Drop) => {
+            let body = Body::from_stream(futures::stream::once(async {
+                Err::<Bytes, std::io::Error>(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected drop"))
+            }));
+            return Response::builder().status(200).header("content-type", "application/json").body(body).unwrap();
+        }
+        Some(Fault::Slow(d)) => tokio::time::sleep(d).await,
+        None => {}
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(body) else { return error(StatusCode::BAD_REQUEST, "not JSON") };
+    state.lock().unwrap().bodies.push(request.clone());
+    let content = &request["messages"][0]["content"];
+    let (Some(url), Some(text)) = (content[0]["image_url"]["url"].as_str(), content[1]["text"].as_str()) else {
+        return error(StatusCode::BAD_REQUEST, &format!("expected one user message: an image_url, then text (Authorization: {auth})"));
+    };
+    if request["temperature"] != 0 {
+        return error(StatusCode::BAD_REQUEST, "the tests expect greedy decoding");
+    }
+    if request["logprobs"] == true {
+        let (yes, no) = logprobs_for(url, text);
+        let mut top = vec![json!({ "token": "Yes", "logprob": yes })];
+        if !state.lock().unwrap().hide_no {
+            top.push(json!({ "token": "No", "logprob": no }));
+        }
+        for i in 0..18 {
+            top.push(json!({ "token": format!("filler{i}"), "logprob": -12.0 - f64::from(i) }));
+        }
+        let first = if yes >= no { "Yes" } else { "No" };
+        return Json(json!({
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": first }, "finish_reason": "length",
+                "logprobs": { "content": [{ "token": first, "logprob": yes.max(no), "top_logprobs": top }] } }],
+            "usage": { "completion_tokens": 1 },
+        }))
+        .into_response();
+    }
+    let answer = text_for(url, text);
+    let max = request["max_tokens"].as_u64().unwrap_or(16) as usize;
+    // One "token" per 4 characters, cut at max_tokens.
+    let tokens = answer.len().div_ceil(4);
+    let (content, finish, used) = if tokens > max { (answer[..max * 4].to_string(), "length", max) } else { (answer, "stop", tokens) };
+    Json(json!({
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": content }, "finish_reason": finish }],
+        "usage": { "completion_tokens": used },
+    }))
+    .into_response()
+}

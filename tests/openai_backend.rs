@@ -1,0 +1,190 @@
+//! The `openai` backend against a loopback fake of an OpenAI-compatible server: scores are what
+//! the server's logprobs imply, requests go out concurrently (bounded), faults leave the release
+//! byte-identical, a hidden answer token is a clear error, and the API key is never printed.
+
+mod common;
+#[path = "fake_openai/mod.rs"]
+mod fake_openai;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use common::*;
+use fake_openai::{FakeOpenAi, Fault};
+
+const KEY: &str = "sk-fakeOPENAIkey0123456789";
+
+/// Images per test build: a slice of the sample keeps 57 requests per image quick.
+const IMAGES: usize = 48;
+
+/// S1a (or S2) on 48 of the sample's images, with the model behind the fake server.
+fn served_spec(s: &Scratch, name: &str, parent: &Path, server: &FakeOpenAi, concurrency: usize) -> PathBuf {
+    let yaml = format!(
+        "extends: {}\nselection:\n  curated_images: {IMAGES}\n  expected_rows: null\n\
+         model:\n  backend: openai\n  id: Qwen/Qwen2-VL-7B-Instruct\n  revision: served-2026-11\n  weight_license: apache-2.0\n  \
+         endpoint: {}\n  family: qwen2_vl\n  concurrency: {concurrency}\n  timeout_s: 5\n",
+        parent.display(),
+        server.url
+    );
+    s.write(name, &yaml)
+}
+
+fn served_build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    bin()
+        .env("OPENAI_API_KEY", KEY)
+        .arg("build")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--no-progress")
+        .args(extra)
+        .assert()
+}
+
+/// Every score cache entry under `cache`: image name -> (question id -> (logit_yes, logit_no)).
+fn cached_scores(cache: &Path) -> BTreeMap<String, BTreeMap<String, (f32, f32)>> {
+    let mut out = BTreeMap::new();
+    for file in files_under(cache).into_iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+        let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let (Some(image), Some(ids), Some(scores)) =
+            (entry["image"].as_str(), entry["question_ids"].as_array(), entry["scores"].as_array())
+        else {
+            continue; // a generation entry
+        };
+        let per_question = ids
+            .iter()
+            .zip(scores)
+            .map(|(id, s)| {
+                (id.as_str().unwrap().to_string(), (s["logit_yes"].as_f64().unwrap() as f32, s["logit_no"].as_f64().unwrap() as f32))
+            })
+            .collect();
+        out.insert(image.to_string(), per_question);
+    }
+    out
+}
+
+#[test]
+fn scores_are_what_the_servers_logprobs_imply_with_requests_in_flight_together() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = served_spec(&s, "served.yaml", &fixture_s1a(), &server, 8);
+    let a = served_build(&spec, &s.path("out"), &s.cache(), &[]).success();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("the OpenAI-compatible server"), "{text}");
+
+    let questions = bpals_release::release_spec::load(&spec).unwrap().prompts.questions();
+    let by_id: BTreeMap<&str, &str> = questions.iter().map(|q| (q.id.as_str(), q.text.as_str())).collect();
+    let scores = cached_scores(&s.cache());
+    assert_eq!(scores.len(), IMAGES, "every curated image was scored");
+    let mut checked = 0;
+    for (image, per_question) in &scores {
+        let bytes = std::fs::read(repo().join("fixtures/sample/images").join(image)).unwrap();
+        let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes));
+        assert_eq!(per_question.len(), questions.len());
+        for (id, got) in per_question {
+            let (yes, no) = fake_openai::logprobs_for(&url, by_id[id.as_str()]);
+            assert_eq!(*got, (yes as f32, no as f32), "{image} {id}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, IMAGES * questions.len());
+    let state = server.state.lock().unwrap();
+    assert_eq!(state.requests, checked, "one request per question");
+    assert!(state.max_in_flight > 1 && state.max_in_flight <= 8, "bounded concurrency: {} in flight at most", state.max_in_flight);
+    assert!(state.auth_headers.iter().all(|h| h == &format!("Bearer {KEY}")), "every request carries the key");
+    let body = &state.bodies[0];
+    assert_eq!(
+        (body["max_tokens"].as_u64(), body["logprobs"].as_bool(), body["model"].as_str()),
+        (Some(1), Some(true), Some("Qwen/Qwen2-VL-7B-Instruct"))
+    );
+    drop(state);
+
+    // The card and build.lock say what scored the release; the key is nowhere.
+    let lock = std::fs::read_to_string(s.path("out/build.lock")).unwrap();
+    assert!(lock.contains("\"backend\": \"openai\"") && lock.contains(&server.url), "the lock pins the backend and the endpoint");
+    for (file, _) in tree_digest(&s.path("out")) {
+        let bytes = std::fs::read(s.path("out").join(&file)).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(KEY), "{file} holds the key");
+    }
+    assert!(!text.contains(KEY));
+
+    // --concurrency overrides the spec.
+    let one = FakeOpenAi::start();
+    let spec = served_spec(&s, "one.yaml", &fixture_s1a(), &one, 8);
+    served_build(&spec, &s.path("one"), &s.path("cache-one"), &["--concurrency", "1", "--jobs", "2"]).success();
+    assert_eq!(one.state.lock().unwrap().max_in_flight, 1);
+}
+
+#[test]
+fn server_faults_leave_the_release_byte_identical() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = served_spec(&s, "served.yaml", &fixture_s1a(), &server, 4);
+    served_build(&spec, &s.path("clean"), &s.path("cache-clean"), &[]).success();
+    server.inject(&[
+        Fault::Status(500),
+        Fault::Status(429),
+        Fault::Drop,
+        Fault::Status(503),
+        Fault::Slow(std::time::Duration::from_millis(300)),
+        Fault::Status(502),
+    ]);
+    served_build(&spec, &s.path("faulty"), &s.path("cache-faulty"), &[]).success();
+    assert_eq!(tree_digest(&s.path("faulty")), tree_digest(&s.path("clean")), "faults change no byte");
+
+    // An audit reruns inference against the endpoint and compares every byte.
+    let before = server.state.lock().unwrap().requests;
+    let a = bin()
+        .env("OPENAI_API_KEY", KEY)
+        .arg("rebuild")
+        .arg(s.path("clean"))
+        .arg("--audit")
+        .arg("--spec")
+        .arg(&spec)
+        .arg("--scratch")
+        .arg(s.path("audit"))
+        .assert()
+        .success();
+    assert!(server.state.lock().unwrap().requests > before, "the audit asked the server again");
+    assert!(stdout(&a).contains("identical"), "{}", stdout(&a));
+}
+
+#[test]
+fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_the_key() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    server.state.lock().unwrap().hide_no = true;
+    let spec = served_spec(&s, "served.yaml", &fixture_s1a(), &server, 4);
+    let err = stderr(&served_build(&spec, &s.path("out"), &s.cache(), &[]).failure());
+    assert!(err.contains("list no \"No\" among their 19 tokens") && err.contains("model.answer_token_ids"), "{err}");
+    assert!(!s.path("out").exists(), "no release is left behind");
+
+    // A 400 echoes the Authorization header back: the key is redacted from the error.
+    server.state.lock().unwrap().hide_no = false;
+    server.inject(&[Fault::Status(400)]);
+    let err = stderr(&served_build(&spec, &s.path("out"), &s.path("cache2"), &["--jobs", "1", "--concurrency", "1"]).failure());
+    assert!(err.contains("the server answered 400") && err.contains("[api key redacted]"), "{err}");
+    assert!(!err.contains(KEY), "{err}");
+}
+
+#[test]
+fn s2_answers_come_from_the_server_with_special_tokens_kept() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = served_spec(&s, "s2.yaml", &fixture_s2(), &server, 8);
+    served_build(&spec, &s.path("out"), &s.cache(), &[]).success();
+    let state = server.state.lock().unwrap();
+    let generation: Vec<_> = state.bodies.iter().filter(|b| b["logprobs"] != true).collect();
+    assert!(!generation.is_empty(), "grounding prompts go to the server");
+    assert!(generation.iter().all(|b| b["max_tokens"] == 48 && b["skip_special_tokens"] == false && b["temperature"] == 0));
+    drop(state);
+    let card = std::fs::read_to_string(s.path("out/README.md")).unwrap();
+    assert!(
+        card.contains("| `ok` |"),
+        "the server's boxes parse:\n{}",
+        card.lines().filter(|l| l.contains("box")).collect::<Vec<_>>().join("\n")
+    );
+}
