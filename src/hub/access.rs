@@ -2,9 +2,9 @@
 //! reject or return one to pending, and grant access to a user who never asked.
 //!
 //! hf-hub 1.0 has no calls for these, so this is plain blocking reqwest against the routes the
-//! Hub's own Python client uses (`/api/datasets/ID/user-access-request/...`). Every call here is
-//! idempotent (setting a status to what it is changes nothing), so each is retried on 429 (after
-//! its Retry-After), 5xx and dropped connections.
+//! Hub's own Python client uses (`/api/datasets/ID/user-access-request/...`). Each call sets a
+//! state, so each is retried on 429 (after its Retry-After), 5xx and dropped connections; when a
+//! retry is refused because the first attempt already set the state, a listing confirms it.
 
 use std::time::Duration;
 
@@ -94,16 +94,30 @@ impl GatedAccess {
             body["rejectionReason"] = reason.into();
         }
         let action = format!("setting {user}'s access request to {} on {}", status.name(), repo.id());
-        self.send(&action, || self.client.post(self.url(repo, "handle")).json(&body)).map(drop)
+        let done = self.send(&action, || self.client.post(self.url(repo, "handle")).json(&body));
+        self.confirm(repo, user, status, done)
     }
 
-    /// Gives `user` access without a request of theirs. A user who already has it is no error.
+    /// Gives `user` access without a request of theirs.
     pub fn grant(&self, repo: &RepoRef, user: &str) -> Result<(), HubError> {
         let body = serde_json::json!({ "user": user });
         let action = format!("granting {user} access to {}", repo.id());
-        match self.send(&action, || self.client.post(self.url(repo, "grant")).json(&body)) {
-            Err(HubError::Status { status: 409, .. }) => Ok(()),
-            other => other.map(drop),
+        let done = self.send(&action, || self.client.post(self.url(repo, "grant")).json(&body));
+        self.confirm(repo, user, RequestStatus::Accepted, done)
+    }
+
+    /// The Hub refuses to set a status a request already has (400, 404 or 409, by route). After
+    /// a retry whose first attempt was applied, that refusal means the work is done: it is
+    /// taken as success when `user` is listed under `status`.
+    fn confirm(&self, repo: &RepoRef, user: &str, status: RequestStatus, done: Result<String, HubError>) -> Result<(), HubError> {
+        match done {
+            Ok(_) => Ok(()),
+            Err(HubError::Status { status: 400 | 404 | 409, .. })
+                if self.list(repo, status)?.iter().any(|u| u.eq_ignore_ascii_case(user)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 

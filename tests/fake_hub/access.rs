@@ -136,11 +136,15 @@ async fn change(
             let Some(request) = requests.get_mut(&key) else {
                 return error(StatusCode::NOT_FOUND, "This user has no access request on this repository");
             };
+            // As the Hub does: a request cannot be set to the status it has.
+            if request.status == status {
+                return error(StatusCode::NOT_FOUND, &format!("The user access request is already in the {status} list"));
+            }
             request.status = status.to_string();
         }
         "grant" => {
             if requests.get(&key).is_some_and(|r| r.status == "accepted") {
-                return error(StatusCode::CONFLICT, "This user already has access to this repository");
+                return error(StatusCode::BAD_REQUEST, "This user already has access to this repository");
             }
             requests.insert(key, AccessRequest { user: user.into(), status: "accepted".into() });
         }
