@@ -168,8 +168,7 @@ impl Ledger {
                 let percent = pledge.and_then(|s| s.step_on(&p.paid.to_string())).map_or(0.0, |s| s.percent);
                 (None, Decimal::from_str(&percent.to_string()).unwrap_or_default())
             };
-            let owed = (p.amount * percent / Decimal::ONE_HUNDRED).round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
-            let mut owed = owed;
+            let mut owed = (p.amount * percent / Decimal::ONE_HUNDRED).round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
             owed.rescale(2);
             let mut entry = Entry {
                 seq: self.entries.len() as u64 + 1,
@@ -201,8 +200,7 @@ impl Ledger {
             .iter()
             .rev()
             .filter(|e| !e.is_refund() && e.buyer.eq_ignore_ascii_case(&refund.username) && e.tier == refund.tier)
-            .filter(|e| e.currency == refund.currency && e.date <= date && !undone(&e.order_id))
-            .next()
+            .find(|e| e.currency == refund.currency && e.date <= date && !undone(&e.order_id))
             .ok_or_else(|| LedgerError::Payment {
                 line: refund.line,
                 message: format!(

@@ -51,7 +51,7 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Left {
     pub user: String,
-    pub status: Option<RequestStatus>,
+    pub status: RequestStatus,
     pub reason: String,
 }
 
@@ -85,7 +85,7 @@ pub fn plan(buyers: &BTreeMap<String, Buyer>, requests: &HubRequests) -> AccessP
             (true, Some(Pending | Rejected)) => Some(Action::Accept),
             (false, Some(Accepted)) => Some(Action::Revoke),
             (false, Some(Pending)) => {
-                out.left.push(Left { user: user.clone(), status: Some(Pending), reason: format!("left pending: {reason}") });
+                out.left.push(Left { user: user.clone(), status: Pending, reason: format!("left pending: {reason}") });
                 None
             }
             _ => None,
@@ -103,7 +103,7 @@ pub fn plan(buyers: &BTreeMap<String, Buyer>, requests: &HubRequests) -> AccessP
             Accepted => "left accepted: no payment on file (access given outside this tool)",
             Rejected => continue,
         };
-        out.left.push(Left { user: user.clone(), status: Some(*status), reason: reason.into() });
+        out.left.push(Left { user: user.clone(), status: *status, reason: reason.into() });
     }
     out
 }

@@ -115,7 +115,13 @@ struct Candidate {
     row: usize,
     tier: Tier,
     labels: u16,
-    count: usize,
+}
+
+impl Candidate {
+    /// Its NIH-asserted rows: one per label.
+    fn rows(&self) -> usize {
+        self.labels.count_ones() as usize
+    }
 }
 
 /// Runs the rule over the NIH table (with its boxes) and the names of the relabelled images.
@@ -128,7 +134,6 @@ pub fn curate(table: &NihTable, relabelled: &BTreeSet<String>, rule: &CurationRu
     let splits = table.split_column()?;
     let seed = rule.seed.to_string();
     let key = |i: usize| (stable_u64(&["curated", &seed, names[i]]), i);
-    let count = |i: usize| masks[i].count_ones() as usize;
 
     let eligible: Vec<usize> = (0..names.len()).filter(|&i| rule.views.iter().any(|v| v == views[i])).collect();
     let boxed = |i: usize| n_boxes[i] > 0;
@@ -160,10 +165,8 @@ pub fn curate(table: &NihTable, relabelled: &BTreeSet<String>, rule: &CurationRu
             }
         }
     }
-    let mut order: Vec<Candidate> = eligible
-        .iter()
-        .map(|&i| Candidate { row: i, tier: tiers.get(&i).copied().unwrap_or(Tier::Rest), labels: masks[i], count: count(i) })
-        .collect();
+    let mut order: Vec<Candidate> =
+        eligible.iter().map(|&i| Candidate { row: i, tier: tiers.get(&i).copied().unwrap_or(Tier::Rest), labels: masks[i] }).collect();
     // Boxed, then coverage, then relabelled, then the rest; seeded within each.
     order.sort_by_cached_key(|c| (c.tier, key(c.row)));
 
@@ -173,7 +176,7 @@ pub fn curate(table: &NihTable, relabelled: &BTreeSet<String>, rule: &CurationRu
     let mut per_patient: BTreeMap<u32, usize> = BTreeMap::new();
     for c in &taken {
         let i = c.row;
-        report.rows += c.count;
+        report.rows += c.rows();
         *report.by_tier.entry(c.tier).or_default() += 1;
         report.with_boxes += usize::from(boxed(i));
         report.with_relabels += usize::from(relabel(i));
@@ -190,8 +193,10 @@ pub fn curate(table: &NihTable, relabelled: &BTreeSet<String>, rule: &CurationRu
     }
     report.patients = per_patient.len();
     report.most_images_of_one_patient = per_patient.values().copied().max().unwrap_or(0);
+    // Every finding, those with no row at all included.
+    let rows_of = |label: &str| report.rows_per_label.get(label).copied().unwrap_or(0);
     if let Some((label, rows)) =
-        report.rows_per_label.iter().find(|(l, r)| **r < rule.min_rows_per_finding && l.as_str() != crate::vocab::NO_FINDING)
+        LABELS.iter().filter(|l| **l != crate::vocab::NO_FINDING).map(|l| (*l, rows_of(l))).find(|(_, r)| *r < rule.min_rows_per_finding)
     {
         return Err(CurateError::Unreachable(format!(
             "{label} has {rows} rows, fewer than min_rows_per_finding {}",
@@ -220,7 +225,7 @@ fn walk<'a>(
     // Label counts of the candidates not yet passed, for the reachability check.
     let mut ahead = [0usize; LABELS.len() + 1];
     for c in order {
-        ahead[c.count] += 1;
+        ahead[c.rows()] += 1;
     }
     let mut taken: Vec<&Candidate> = Vec::with_capacity(rule.images);
     let (mut rows, mut label_rows) = (0usize, [0usize; LABELS.len()]);
@@ -228,7 +233,7 @@ fn walk<'a>(
     // Where the budget starts: the first candidate past the boxed and coverage tiers.
     let mut budget_from: Option<(usize, usize)> = None;
     for c in order {
-        ahead[c.count] -= 1;
+        ahead[c.rows()] -= 1;
         if taken.len() == rule.images {
             break;
         }
@@ -244,17 +249,17 @@ fn walk<'a>(
             let allowed = r0 as f64 + share * (taken.len() + 1 - n0) as f64 + rule.budget_slack as f64;
             // Only an image above the even share can break the budget; one at or below it
             // always brings the running total back toward the line.
-            if !short && c.count as f64 > share && (rows + c.count) as f64 > allowed {
+            if !short && c.rows() as f64 > share && (rows + c.rows()) as f64 > allowed {
                 skip("over the row budget");
                 continue;
             }
         }
-        if !reachable(&ahead, rule.images - taken.len() - 1, (rule.rows as isize) - (rows + c.count) as isize) {
+        if !reachable(&ahead, rule.images - taken.len() - 1, (rule.rows as isize) - (rows + c.rows()) as isize) {
             skip("the exact counts would become unreachable");
             continue;
         }
         *patient += 1;
-        rows += c.count;
+        rows += c.rows();
         add_rows(&mut label_rows, c.labels);
         taken.push(c);
     }
