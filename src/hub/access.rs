@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::retry::{self, Backoff};
 use super::{endpoint_or_default, token, HubError, RepoRef};
 
 /// Where a user's access request stands on a gated repo.
@@ -49,6 +50,8 @@ pub struct GatedAccess {
     client: reqwest::blocking::Client,
     endpoint: String,
     retries: usize,
+    /// Read once, from where hf-hub reads it.
+    token: Option<String>,
 }
 
 /// The first wait after a transient failure; it doubles per attempt, up to [`MAX_BACKOFF`].
@@ -67,7 +70,12 @@ impl GatedAccess {
             .timeout(stall)
             .build()
             .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
-        Ok(GatedAccess { client, endpoint: endpoint_or_default(endpoint), retries: retries.unwrap_or(DEFAULT_RETRIES) })
+        Ok(GatedAccess {
+            client,
+            endpoint: endpoint_or_default(endpoint),
+            retries: retries.unwrap_or(DEFAULT_RETRIES),
+            token: token::value(),
+        })
     }
 
     pub fn endpoint(&self) -> &str {
@@ -123,21 +131,20 @@ impl GatedAccess {
 
     /// Sends with the token, retrying transient failures; the body of a 2xx answer.
     fn send(&self, action: &str, request: impl Fn() -> reqwest::blocking::RequestBuilder) -> Result<String, HubError> {
-        let mut wait = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, MAX_BACKOFF * 4);
         for attempt in 0..=self.retries {
             let mut req = request();
-            if let Some(token) = token::value() {
+            if let Some(token) = &self.token {
                 req = req.bearer_auth(token);
             }
             let last = attempt == self.retries;
             let (retry_after, failure) = match req.send().and_then(|r| {
-                let status = r.status();
-                let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+                let (status, retry_after) = (r.status(), retry::retry_after(r.headers()));
                 r.text().map(|text| (status, retry_after, text))
             }) {
                 Ok((status, _, text)) if status.is_success() => return Ok(text),
                 Ok((status, retry_after, text)) => {
-                    let transient = status.as_u16() == 429 || status.is_server_error();
+                    let transient = retry::is_transient(status);
                     let failure = HubError::Status {
                         action: action.to_string(),
                         status: status.as_u16(),
@@ -146,7 +153,7 @@ impl GatedAccess {
                     if !transient || last {
                         return Err(failure);
                     }
-                    (retry_after.map(Duration::from_secs), failure)
+                    (retry_after, failure)
                 }
                 Err(e) => {
                     let failure = HubError::Protocol(token::redact(&format!("{action}: {e}")));
@@ -156,10 +163,9 @@ impl GatedAccess {
                     (None, failure)
                 }
             };
-            let pause = retry_after.unwrap_or(wait).min(MAX_BACKOFF * 4);
+            let pause = backoff.pause(retry_after);
             eprintln!("  {failure}; retrying in {:.1} s ({}/{})", pause.as_secs_f64(), attempt + 1, self.retries);
             std::thread::sleep(pause);
-            wait = (wait * 2).min(MAX_BACKOFF);
         }
         unreachable!("the last attempt returns")
     }

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod model;
+pub mod retry;
 pub mod token;
 
 use std::collections::BTreeMap;

@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use crate::hub::retry::{self, Backoff};
 use crate::release_spec::{Backend, ModelSpec, Question, ServedModel};
 
 /// The environment variable the API key is read from.
@@ -141,7 +142,7 @@ impl OpenAiScorer {
     /// Posts `body`, retrying transient failures; the answer's JSON.
     async fn post(&self, body: &Value, what: &str) -> Result<Value, InferError> {
         let _permit = self.limit.acquire().await.map_err(|_| fail("the request limiter closed"))?;
-        let mut wait = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, MAX_BACKOFF * 6);
         for attempt in 0..=RETRIES {
             let mut request = self.client.post(self.url()).json(body);
             if let Some(key) = &self.api_key {
@@ -150,18 +151,16 @@ impl OpenAiScorer {
             let last = attempt == RETRIES;
             let retry_after = match request.send().await {
                 Ok(response) => {
-                    let status = response.status();
-                    let retry_after =
-                        response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+                    let (status, retry_after) = (response.status(), retry::retry_after(response.headers()));
                     match response.text().await {
                         Ok(text) if status.is_success() => {
                             return serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")));
                         }
-                        Ok(text) if status.as_u16() == 429 || status.is_server_error() => {
+                        Ok(text) if retry::is_transient(status) => {
                             if last {
                                 return Err(fail(format!("{what}: the server answered {status} {RETRIES} times over: {}", short(&text))));
                             }
-                            retry_after.map(Duration::from_secs)
+                            retry_after
                         }
                         Ok(text) => return Err(fail(format!("{what}: the server answered {status}: {}", short(&text)))),
                         Err(e) if last => return Err(fail(format!("{what}: the answer broke off {}", gave_up(&e)))),
@@ -171,8 +170,7 @@ impl OpenAiScorer {
                 Err(e) if last => return Err(fail(format!("{what}: {}", gave_up(&e)))),
                 Err(_) => None,
             };
-            tokio::time::sleep(retry_after.unwrap_or(wait).min(MAX_BACKOFF * 6)).await;
-            wait = (wait * 2).min(MAX_BACKOFF);
+            tokio::time::sleep(backoff.pause(retry_after)).await;
         }
         unreachable!("the last attempt returns")
     }
@@ -234,23 +232,23 @@ impl Scorer for OpenAiScorer {
     }
 
     fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+        let urls: Vec<String> = images.iter().map(Self::data_url).collect();
+        // Every prompt of every image goes out together; the semaphore bounds them.
+        let asks = images.iter().zip(&urls).zip(prompts).map(|((image, url), prompts)| {
+            futures::future::try_join_all(prompts.iter().enumerate().map(move |(i, prompt)| async move {
+                let what = format!("image {}, prompt {i}", image.name);
+                let answer = self.post(&self.body(url, prompt, max_new_tokens, false), &what).await?;
+                let choice = &answer["choices"][0];
+                let text = choice["message"]["content"].as_str().ok_or_else(|| fail(format!("{what}: the answer has no text")))?;
+                let new_tokens = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
+                Ok::<_, InferError>(Answer { text: text.to_string(), new_tokens, truncated: choice["finish_reason"] == "length" })
+            }))
+        });
+        let answered = self.runtime.block_on(futures::future::try_join_all(asks))?;
         images
             .iter()
-            .zip(prompts)
-            .map(|(image, prompts)| {
-                let url = Self::data_url(image);
-                let asks = prompts.iter().enumerate().map(|(i, prompt)| {
-                    let url = &url;
-                    async move {
-                        let what = format!("image {}, prompt {i}", image.name);
-                        let answer = self.post(&self.body(url, prompt, max_new_tokens, false), &what).await?;
-                        let choice = &answer["choices"][0];
-                        let text = choice["message"]["content"].as_str().ok_or_else(|| fail(format!("{what}: the answer has no text")))?;
-                        let new_tokens = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
-                        Ok(Answer { text: text.to_string(), new_tokens, truncated: choice["finish_reason"] == "length" })
-                    }
-                });
-                let answers = self.runtime.block_on(futures::future::join_all(asks)).into_iter().collect::<Result<Vec<_>, InferError>>()?;
+            .zip(answered)
+            .map(|(image, answers)| {
                 let (w, h) = (image.image.width(), image.image.height());
                 // The frame the server's model saw: the processor's resize, as the spec's pixel bounds give it.
                 let resized = crate::vlm::preprocess::smart_resize(h as usize, w as usize, 28, self.pixels.0, self.pixels.1)
