@@ -147,7 +147,7 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         None => std::env::temp_dir().join(format!("bpals-audit-{}-{}", original_manifest.release_id, std::process::id())),
     };
     let rebuilt = scratch.join("release");
-    let cache_dir = options.cache_dir.clone().unwrap_or_else(|| scratch.join("cache"));
+    let cache_dir = options.cache_dir.clone().unwrap_or_else(|| scratch.join("cache")).into();
     log(&format!("rebuilding {} from {} into {}", original_manifest.release_id, spec_path.display(), rebuilt.display()));
     let build_options = BuildOptions {
         out: rebuilt.clone(),

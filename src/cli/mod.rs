@@ -27,6 +27,7 @@ use clap::Args;
 use serde::Serialize;
 
 use bpals_release::hub;
+use bpals_release::infer::CacheLocation;
 
 /// `--jobs`: how many threads work at once.
 #[derive(Args)]
@@ -54,21 +55,16 @@ pub struct OfflineArg {
 /// `--cache-dir`: the score cache builds and sharded `infer` runs share.
 #[derive(Args)]
 pub struct CacheDirArg {
-    /// Score cache folder, shared by builds and sharded `infer` runs [default:
+    /// Score cache shared by builds and sharded `infer` runs: a folder, or s3://BUCKET/PREFIX,
+    /// gs://… or az://… (credentials from the provider's environment variables) [default:
     /// $XDG_CACHE_HOME/bpals-release, else ~/.cache/bpals-release].
-    #[arg(long, env = "BPALS_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
+    #[arg(long, env = "BPALS_CACHE_DIR", value_parser = CacheLocation::parse)]
+    cache_dir: Option<CacheLocation>,
 }
 
 impl CacheDirArg {
-    pub fn get(&self) -> PathBuf {
-        self.cache_dir.clone().unwrap_or_else(|| {
-            let base = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .unwrap_or_else(|| PathBuf::from(".cache"));
-            base.join("bpals-release")
-        })
+    pub fn get(&self) -> CacheLocation {
+        self.cache_dir.clone().unwrap_or_else(|| CacheLocation::Dir(CacheLocation::default_dir()))
     }
 }
 

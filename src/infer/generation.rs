@@ -4,13 +4,11 @@
 //! many machines merge into the next build. Images decode in batches: several images, each
 //! with several prompts over its shared prefix, in one batch of the engine.
 
-use std::path::{Path, PathBuf};
-
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::cache::{sweep_stale_temp_files, write_entry};
 use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
+use super::store::{CacheLocation, EntryStore};
 use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
 use crate::hashing::{sha256_json, sha256_parts};
 
@@ -68,33 +66,31 @@ struct Entry {
     answers: ImageAnswers,
 }
 
-/// One small JSON file per (image, scorer, prompts, decoding settings), written atomically.
+/// One small JSON entry per (image, scorer, prompts, decoding settings), in a folder or an
+/// object store (see [`super::store`]).
 #[derive(Debug, Clone)]
 pub struct GenerationCache {
-    dir: PathBuf,
+    entries: EntryStore,
 }
 
 impl GenerationCache {
-    pub fn new(root: &Path) -> Self {
-        GenerationCache { dir: root.join("generations-v1") }
+    pub fn open(location: &CacheLocation) -> Result<Self, InferError> {
+        Ok(GenerationCache { entries: location.open("generations-v1")? })
     }
 
     fn key(image_sha256: &str, scorer_hash: &str, prompts: &[String], settings: &DecodingSettings) -> String {
         sha256_parts(&["bpals-generations/1", image_sha256, scorer_hash, &sha256_json(&(prompts, settings))])
     }
 
-    fn path(&self, digest: &str) -> PathBuf {
-        self.dir.join(&digest[..2]).join(format!("{digest}.json"))
-    }
-
     /// The cached answers, or None on a miss; an entry that does not parse or match is a miss.
-    fn get(&self, digest: &str, image_sha256: &str, prompts: &[String]) -> Option<ImageAnswers> {
-        let entry: Entry = serde_json::from_slice(&std::fs::read(self.path(digest)).ok()?).ok()?;
+    fn get(&self, digest: &str, image_sha256: &str, prompts: &[String]) -> Result<Option<ImageAnswers>, InferError> {
+        let Some(bytes) = self.entries.read(digest)? else { return Ok(None) };
+        let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) else { return Ok(None) };
         let valid = entry.key == digest
             && entry.image_sha256 == image_sha256
             && entry.prompts == prompts
             && entry.answers.answers.len() == prompts.len();
-        valid.then_some(entry.answers)
+        Ok(valid.then_some(entry.answers))
     }
 
     fn put(&self, digest: &str, job: &GenerationJob, image_sha256: &str, answers: &ImageAnswers) -> Result<(), InferError> {
@@ -105,7 +101,7 @@ impl GenerationCache {
             prompts: job.prompts.clone(),
             answers: answers.clone(),
         };
-        write_entry(&self.path(digest), &entry)
+        self.entries.write(digest, serde_json::to_vec(&entry).expect("entries serialize"))
     }
 }
 
@@ -123,7 +119,7 @@ pub fn count_cached_answers(
             |n, job| {
                 let (_, sha) = read_image(&job.image)?;
                 let digest = GenerationCache::key(&sha, &scorer_hash, &job.prompts, settings);
-                Ok(n + usize::from(cache.get(&digest, &sha, &job.prompts).is_some()))
+                Ok(n + usize::from(cache.get(&digest, &sha, &job.prompts)?.is_some()))
             },
         )
         .try_reduce(|| 0, |a, b| Ok(a + b))
@@ -147,7 +143,7 @@ pub fn run_generation(
     options: &RunOptions,
 ) -> Result<GenerationReport, InferError> {
     let scorer_hash = scorer.identity().hash();
-    sweep_stale_temp_files(&cache.dir, STALE_TEMP_AGE);
+    cache.entries.sweep_stale_temp_files(STALE_TEMP_AGE);
     let mine: Vec<usize> = (0..jobs.len()).filter(|&j| options.covers(&jobs[j].image.name)).collect();
     let bar = options.progress_bar(mine.len(), "generating");
 
@@ -159,7 +155,7 @@ pub fn run_generation(
             let job = &jobs[j];
             let (bytes, sha) = read_image(&job.image)?;
             let digest = GenerationCache::key(&sha, &scorer_hash, &job.prompts, settings);
-            match cache.get(&digest, &sha, &job.prompts) {
+            match cache.get(&digest, &sha, &job.prompts)? {
                 Some(answers) => done.push((j, answers, false)),
                 None => misses.push((j, bytes, sha, digest)),
             }

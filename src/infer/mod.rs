@@ -9,6 +9,7 @@ pub mod openai;
 mod qwen2vl;
 mod runner;
 mod shard;
+mod store;
 
 use image::DynamicImage;
 use serde::Serialize;
@@ -21,6 +22,7 @@ pub use generation::{
 };
 pub use runner::{count_cached, run, ImageJob, InferReport, RunOptions};
 pub use shard::{parse_shard, shard_from_scheduler, shard_of, ShardSpec, SCHEDULER_INDEX_VARS};
+pub use store::CacheLocation;
 
 use crate::hashing::sha256_json;
 use crate::release_spec::{Backend, ModelSpec, Question};
@@ -94,8 +96,12 @@ pub enum InferError {
         #[source]
         source: std::io::Error,
     },
-    #[error("score cache {}", path.display())]
-    Cache { path: std::path::PathBuf, source: std::io::Error },
+    #[error("score cache {location}")]
+    Cache {
+        location: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("scorer {backend}: {message}")]
     Scorer { backend: String, message: String },
     #[error("{0}")]

@@ -84,7 +84,7 @@ pub fn run(
             return Ok(Outcome::Skipped);
         }
         let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
-        let outcome = if let Some(scores) = cache.get(&key, &question_ids) {
+        let outcome = if let Some(scores) = cache.get(&key, &question_ids)? {
             Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
         } else {
             let decoded = decode_png(&bytes, job)?;
@@ -148,6 +148,6 @@ pub fn count_cached(images: &[ImageJob], scorer: &dyn Scorer, prompt_set_hash: &
     let scorer_hash = scorer.identity().hash();
     images
         .par_iter()
-        .try_fold(|| 0usize, |n, job| Ok(n + usize::from(cache.contains(&read_keyed(job, &scorer_hash, prompt_set_hash)?.1))))
+        .try_fold(|| 0usize, |n, job| Ok(n + usize::from(cache.contains(&read_keyed(job, &scorer_hash, prompt_set_hash)?.1)?)))
         .try_reduce(|| 0, |a, b| Ok(a + b))
 }

@@ -81,7 +81,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
 pub struct BuildOptions {
     pub out: PathBuf,
     pub jobs: usize,
-    pub cache_dir: PathBuf,
+    /// The score cache: a folder or an object store.
+    pub cache_dir: infer::CacheLocation,
     /// Refuse demo inputs (sample, fixture scorer, random weights, unpinned files) at resolve time.
     pub publishable: bool,
     pub progress: bool,
@@ -131,7 +132,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     }
     let jobs = image_jobs(spec, &selection)?;
     let model = infer::locate_model(&spec.model, &infer::ModelAccess { offline: options.offline, progress: options.progress })?;
-    let scorer = infer::scorer_for(&model, &options.cache_dir, options.jobs)?;
+    let scorer = infer::scorer_for(&model, &options.cache_dir.local_dir(), options.jobs)?;
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
 
@@ -173,7 +174,7 @@ fn image_jobs(spec: &ReleaseSpec, selection: &Selection) -> Result<Vec<ImageJob>
 /// Fills the score cache for one shard of the images (`bpals-release infer --shard K/N`).
 pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<ShardSpec>) -> Result<InferShardReport, BuildError> {
     let prepared = prepare(spec, options)?;
-    let cache = ScoreCache::new(&options.cache_dir);
+    let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
     let answered = generate(spec, &prepared.grounding, prepared.scorer.as_ref(), options, shard)?;
@@ -204,7 +205,7 @@ fn generate(
     shard: Option<ShardSpec>,
 ) -> Result<GenerationReport, BuildError> {
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    Ok(infer::run_generation(&grounding.jobs, scorer, &decoding(spec), &GenerationCache::new(&options.cache_dir), &run)?)
+    Ok(infer::run_generation(&grounding.jobs, scorer, &decoding(spec), &GenerationCache::open(&options.cache_dir)?, &run)?)
 }
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
@@ -218,7 +219,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     ));
     log(&format!("select: {} curated images, {} (image, label) rows", selection.images.len(), selection.rows.len()));
 
-    let cache = ScoreCache::new(&options.cache_dir);
+    let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
     let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
     log(&format!("infer: {} images from the cache, {} scored by {}", report.cached, report.computed, scorer.identity().backend));

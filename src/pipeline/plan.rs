@@ -35,7 +35,7 @@ pub struct Plan {
 pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildError> {
     // A dry run never downloads: it plans with what this machine already has.
     let prepared = prepare(spec, &BuildOptions { offline: true, ..options.clone() })?;
-    let cache = ScoreCache::new(&options.cache_dir);
+    let cache = ScoreCache::open(&options.cache_dir)?;
     let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
     let total = prepared.jobs.len();
     let grounding = &prepared.grounding.jobs;
@@ -43,7 +43,7 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
         grounding,
         prepared.scorer.as_ref(),
         &super::decoding(spec),
-        &GenerationCache::new(&options.cache_dir),
+        &GenerationCache::open(&options.cache_dir)?,
     )?;
     let status = |stage: &str| -> String {
         match stage {

@@ -72,7 +72,7 @@ pub struct InferShardReport {
     /// S2: images whose grounding answers were decoded, and those already cached.
     pub generated: usize,
     pub generated_cached: usize,
-    pub cache_dir: PathBuf,
+    pub cache_dir: crate::infer::CacheLocation,
 }
 
 impl fmt::Display for InferShardReport {
@@ -82,11 +82,7 @@ impl fmt::Display for InferShardReport {
         writeln!(
             f,
             "infer {}{shard}: {} images, {} scored, {} already cached (cache: {})",
-            self.release_id,
-            self.images,
-            self.computed,
-            self.cached,
-            self.cache_dir.display()
+            self.release_id, self.images, self.computed, self.cached, self.cache_dir
         )?;
         if self.generated + self.generated_cached > 0 {
             writeln!(f, "  grounding answers: {} images decoded, {} already cached", self.generated, self.generated_cached)?;
