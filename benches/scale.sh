@@ -62,7 +62,7 @@ echo "  one process:          $(elapsed "$t0" "$t1") s"
 echo "  $tasks array tasks:        $(elapsed "$t1" "$t2") s, then the merge build $(elapsed "$t2" "$t3") s"
 echo "  score cache:          $(du -sh "$work/cache-array" | cut -f1) in $(find "$work/cache-array" -type f | wc -l) files"
 echo "  release:              $(du -sh "$work/merged" | cut -f1); build.lock $(stat -c %s "$work/merged/build.lock") bytes," \
-    "manifest.json $(stat -c %s "$work/merged/manifest.json") bytes"
+    "images.sha256 $(stat -c %s "$work/merged/images.sha256") bytes, manifest.json $(stat -c %s "$work/merged/manifest.json") bytes"
 a="$(digest "$work/single")"
 b="$(digest "$work/merged")"
 if [ "$a" = "$b" ]; then

@@ -34,8 +34,8 @@ pub struct BuildLock {
     pub spec: serde_json::Value,
     /// Metadata inputs by file name: sha256 and bytes.
     pub inputs: serde_json::Value,
-    /// sha256 of every curated image, by image index.
-    pub images: BTreeMap<String, String>,
+    /// The per-image input hashes: a file of their own, named here by its digest.
+    pub images: ImageHashesFile,
     pub scorer: serde_json::Value,
     pub scorer_sha256: String,
     pub prompt_set_sha256: String,
@@ -44,7 +44,38 @@ pub struct BuildLock {
     pub stage_keys: BTreeMap<String, String>,
 }
 
-pub const LOCK_FORMAT: &str = "bpals-lock/1";
+/// `images.sha256`: one `<sha256>  <image file>` line per curated image, sorted by name.
+///
+/// At full scale these hashes are 10 MB, almost all of the lock; in a file of their own the lock
+/// stays small enough to read and diff, and an auditor checks a local copy of the images with
+/// `sha256sum -c images.sha256` from inside the images folder, no tool needed. The lock pins the
+/// file's digest, so a rebuild still depends on every image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageHashesFile {
+    pub path: String,
+    pub sha256: String,
+    pub images: usize,
+}
+
+pub const IMAGE_HASHES_FILE: &str = "images.sha256";
+
+impl ImageHashesFile {
+    /// The file's text (sha256sum's format) for images given as (file name, sha256), and how
+    /// the lock names it.
+    pub fn render<'a>(images: impl IntoIterator<Item = (&'a str, &'a str)>) -> (String, ImageHashesFile) {
+        let sorted: BTreeMap<&str, &str> = images.into_iter().collect();
+        let text: String = sorted.iter().map(|(name, sha)| format!("{sha}  {name}\n")).collect();
+        let entry = ImageHashesFile {
+            path: IMAGE_HASHES_FILE.to_string(),
+            sha256: crate::hashing::sha256_hex(text.as_bytes()),
+            images: sorted.len(),
+        };
+        (text, entry)
+    }
+}
+
+/// Version 2 moved the per-image hashes out of the lock into `images.sha256`.
+pub const LOCK_FORMAT: &str = "bpals-lock/2";
 
 impl BuildLock {
     /// The build.lock of the release in `dir`.

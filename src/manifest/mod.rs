@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use error::ManifestError;
-pub use lock::{BuildLock, ToolInfo, LOCK_FORMAT};
+pub use lock::{BuildLock, ImageHashesFile, ToolInfo, IMAGE_HASHES_FILE, LOCK_FORMAT};
 pub use verify::{verify, FileProblem, VerifyReport};
 
 use crate::hashing::sha256_file;

@@ -25,7 +25,7 @@ use crate::infer::{
     Scorer, ShardSpec,
 };
 use crate::inputs::{InputsError, ResolvedSpec};
-use crate::manifest::{self, BuildLock, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
+use crate::manifest::{self, BuildLock, ImageHashesFile, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::release_spec::{gates, series, ReleaseSpec, SpecError, Split};
 use crate::select::{self, SelectError, Selection};
 use crate::shard::{self, ShardError, ShardMeta};
@@ -356,6 +356,10 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     write(&dir.join("README.md"), readme.as_bytes())?;
     write(&dir.join("LICENSE.md"), license.as_bytes())?;
 
+    let (hashes_text, image_hashes) = ImageHashesFile::render(
+        selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.as_str(), s.image_sha256.as_str())),
+    );
+    write(&dir.join(&image_hashes.path), hashes_text.as_bytes())?;
     let lock = BuildLock {
         format: manifest::LOCK_FORMAT.into(),
         tool: ToolInfo::current(),
@@ -363,7 +367,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         spec_sha256: sha256_json(&spec_json),
         spec: spec_json,
         inputs: serde_json::to_value(&table.inputs).expect("plain data"),
-        images: selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.clone(), s.image_sha256.clone())).collect(),
+        images: image_hashes,
         scorer: serde_json::to_value(scorer.identity()).expect("plain data"),
         scorer_sha256: scorer.identity().hash(),
         prompt_set_sha256: prompt_set_hash,
