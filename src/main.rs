@@ -52,6 +52,9 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Time batched against one-at-a-time greedy decoding on one model (see benches/vlm.sh).
     BenchGeneration(cli::bench_generation::BenchGenerationArgs),
+    /// Scoring throughput and MFU of a full-size model from its config alone, with random
+    /// weights made on the device (see benches/gpu.sh).
+    BenchScoring(cli::bench_scoring::BenchScoringArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::BenchGeneration(a) => cli::bench_generation::run(a),
+        Command::BenchScoring(a) => cli::bench_scoring::run(a),
     };
     result.unwrap_or_else(|e| {
         // Each cause once, outermost first. Errors can carry a server's text: neither the Hub

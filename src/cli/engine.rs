@@ -44,23 +44,35 @@ pub enum DtypeArg {
 }
 
 #[cfg(feature = "vlm")]
-pub fn open(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
-    use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
-    let options = EngineOptions {
-        device: match args.device {
+impl DeviceArg {
+    pub fn choice(self) -> bpals_release::vlm::engine::DeviceChoice {
+        use bpals_release::vlm::engine::DeviceChoice;
+        match self {
             DeviceArg::Auto => DeviceChoice::Auto,
             DeviceArg::Cpu => DeviceChoice::Cpu,
             DeviceArg::Cuda => DeviceChoice::Cuda,
-        },
-        dtype: match args.dtype {
+        }
+    }
+}
+
+#[cfg(feature = "vlm")]
+impl DtypeArg {
+    pub fn choice(self) -> bpals_release::vlm::engine::DtypeChoice {
+        use bpals_release::vlm::engine::DtypeChoice;
+        match self {
             DtypeArg::Auto => DtypeChoice::Auto,
             DtypeArg::F32 => DtypeChoice::F32,
             DtypeArg::Bf16 => DtypeChoice::Bf16,
             DtypeArg::F16 => DtypeChoice::F16,
-        },
-        max_pixels: args.max_pixels,
-        allow_cpu: args.allow_cpu,
-    };
+        }
+    }
+}
+
+#[cfg(feature = "vlm")]
+pub fn open(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
+    use bpals_release::vlm::engine::{Engine, EngineOptions};
+    let options =
+        EngineOptions { device: args.device.choice(), dtype: args.dtype.choice(), max_pixels: args.max_pixels, allow_cpu: args.allow_cpu };
     Ok(Engine::open(&model_dir(args)?, &options)?)
 }
 

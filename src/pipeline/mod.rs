@@ -356,9 +356,8 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     write(&dir.join("README.md"), readme.as_bytes())?;
     write(&dir.join("LICENSE.md"), license.as_bytes())?;
 
-    let (hashes_text, image_hashes) = ImageHashesFile::render(
-        selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.as_str(), s.image_sha256.as_str())),
-    );
+    let (hashes_text, image_hashes) =
+        ImageHashesFile::render(selection.images.iter().zip(&scores).map(|(i, s)| (i.image_index.as_str(), s.image_sha256.as_str())));
     write(&dir.join(&image_hashes.path), hashes_text.as_bytes())?;
     let lock = BuildLock {
         format: manifest::LOCK_FORMAT.into(),

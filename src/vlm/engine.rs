@@ -118,6 +118,24 @@ pub struct DescribeReport {
     pub timing_ms: Timing,
 }
 
+/// The device a choice names on this machine, and the dtype (auto: bf16 on a GPU, f32 on the CPU).
+pub fn device_and_kind(device: DeviceChoice, dtype: DtypeChoice) -> Result<(Device, Kind), VlmError> {
+    let device = match device {
+        DeviceChoice::Auto => Device::cuda_if_available(),
+        DeviceChoice::Cpu => Device::Cpu,
+        DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
+        DeviceChoice::Cuda => {
+            return Err(VlmError::Input("--device cuda: libtorch sees no CUDA device (see `bpals-release doctor`)".into()))
+        }
+    };
+    let kind = match (dtype, device) {
+        (DtypeChoice::Auto, Device::Cpu) | (DtypeChoice::F32, _) => Kind::Float,
+        (DtypeChoice::Auto, _) | (DtypeChoice::Bf16, _) => Kind::BFloat16,
+        (DtypeChoice::F16, _) => Kind::Half,
+    };
+    Ok((device, kind))
+}
+
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
@@ -132,19 +150,7 @@ impl Engine {
             }
             dir.preprocessor.max_pixels = max;
         }
-        let device = match options.device {
-            DeviceChoice::Auto => Device::cuda_if_available(),
-            DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
-            DeviceChoice::Cuda => {
-                return Err(VlmError::Input("--device cuda: libtorch sees no CUDA device (see `bpals-release doctor`)".into()))
-            }
-        };
-        let kind = match (options.dtype, device) {
-            (DtypeChoice::Auto, Device::Cpu) | (DtypeChoice::F32, _) => Kind::Float,
-            (DtypeChoice::Auto, _) | (DtypeChoice::Bf16, _) => Kind::BFloat16,
-            (DtypeChoice::F16, _) => Kind::Half,
-        };
+        let (device, kind) = device_and_kind(options.device, options.dtype)?;
         let model = VlModel::load(&dir, device, kind)?;
         let parameters = model.parameters();
         if device == Device::Cpu && parameters > FULL_SIZE_PARAMS && !options.allow_cpu {

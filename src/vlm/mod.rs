@@ -28,6 +28,8 @@ pub mod pixels;
 #[cfg(feature = "vlm")]
 mod text;
 #[cfg(feature = "vlm")]
+pub mod throughput;
+#[cfg(feature = "vlm")]
 mod vision_qwen2;
 #[cfg(feature = "vlm")]
 mod vision_qwen25;

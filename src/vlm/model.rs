@@ -4,7 +4,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::config::Family;
+use super::config::{Family, ModelConfig};
 use super::error::VlmError;
 use super::model_dir::ModelDir;
 use super::rope;
@@ -31,16 +31,26 @@ pub struct VlModel {
 
 impl VlModel {
     pub fn load(dir: &ModelDir, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
-        let weights = Weights::load(&dir.weights, device, kind)?;
-        let vision = match dir.config.family {
-            Family::Qwen2Vl => Vision::Qwen2(VisionQwen2::load(&weights, &dir.config.vision)?),
-            Family::Qwen25Vl => Vision::Qwen25(VisionQwen25::load(&weights, &dir.config.vision)?),
+        Self::from_weights(&Weights::load(&dir.weights, device, kind)?, &dir.config, device, kind)
+    }
+
+    /// The model a config describes with seeded random weights made on the device (see
+    /// [`Weights::random`]): for throughput benchmarks of models too large to ship.
+    pub fn random(config: &ModelConfig, device: Device, kind: Kind, seed: i64) -> Result<VlModel, VlmError> {
+        let weights = Weights::random(device, kind, !config.text.tie_word_embeddings, seed);
+        Self::from_weights(&weights, config, device, kind)
+    }
+
+    fn from_weights(weights: &Weights, config: &ModelConfig, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
+        let vision = match config.family {
+            Family::Qwen2Vl => Vision::Qwen2(VisionQwen2::load(weights, &config.vision)?),
+            Family::Qwen25Vl => Vision::Qwen25(VisionQwen25::load(weights, &config.vision)?),
         };
         Ok(VlModel {
             vision,
-            text: TextModel::load(&weights, &dir.config.text)?,
-            image_token_id: dir.config.image_token_id,
-            merge: dir.config.vision.spatial_merge_size,
+            text: TextModel::load(weights, &config.text)?,
+            image_token_id: config.image_token_id,
+            merge: config.vision.spatial_merge_size,
             parameter_count: weights.parameter_count(),
             device,
             kind,

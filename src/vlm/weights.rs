@@ -10,6 +10,18 @@ use super::error::VlmError;
 
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
+    /// Set for [`Weights::random`]: tensors are made on request instead of read.
+    random: Option<RandomWeights>,
+}
+
+/// Random weights made on the device in the shape each layer asks for, for throughput
+/// benchmarks of full-size models that are not on the machine (no download, no disk).
+struct RandomWeights {
+    device: Device,
+    kind: Kind,
+    /// Whether the checkpoint would have an `lm_head.weight` (untied embeddings).
+    lm_head: bool,
+    parameters: std::cell::Cell<i64>,
 }
 
 /// One naming for both checkpoint layouts: the hub's (`visual.*`, `model.*`, `lm_head.*`) and
@@ -38,18 +50,44 @@ impl Weights {
                 tensors.insert(normalize(&name), tensor.to_device(device).to_kind(kind));
             }
         }
-        Ok(Weights { tensors })
+        Ok(Weights { tensors, random: None })
+    }
+
+    /// Weights drawn from N(0, 0.02^2) (norm scales 1, biases 0) as the model asks for them,
+    /// seeded, on `device` in `kind`. Their outputs mean nothing; their cost is the real model's.
+    pub fn random(device: Device, kind: Kind, lm_head: bool, seed: i64) -> Weights {
+        tch::manual_seed(seed);
+        let random = RandomWeights { device, kind, lm_head, parameters: std::cell::Cell::new(0) };
+        Weights { tensors: HashMap::new(), random: Some(random) }
     }
 
     pub fn parameter_count(&self) -> i64 {
-        self.tensors.values().map(|t| t.numel() as i64).sum()
+        match &self.random {
+            Some(r) => r.parameters.get(),
+            None => self.tensors.values().map(|t| t.numel() as i64).sum(),
+        }
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.tensors.contains_key(name)
+        match &self.random {
+            Some(r) => name != "lm_head.weight" || r.lm_head,
+            None => self.tensors.contains_key(name),
+        }
     }
 
     pub fn get(&self, name: &str, shape: &[i64]) -> Result<Tensor, VlmError> {
+        if let Some(r) = &self.random {
+            let options = (Kind::Float, r.device);
+            let tensor = if name.ends_with(".bias") {
+                Tensor::zeros(shape, options)
+            } else if name.contains("norm") || name.ends_with("ln_q.weight") {
+                Tensor::ones(shape, options)
+            } else {
+                Tensor::randn(shape, options) * 0.02
+            };
+            r.parameters.set(r.parameters.get() + tensor.numel() as i64);
+            return Ok(tensor.to_kind(r.kind));
+        }
         let tensor = self.tensors.get(name).ok_or_else(|| VlmError::Input(format!("the checkpoint has no tensor {name}")))?;
         if tensor.size() != shape {
             return Err(VlmError::Input(format!("tensor {name} has shape {:?}; the config implies {shape:?}", tensor.size())));

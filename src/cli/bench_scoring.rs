@@ -1,0 +1,80 @@
+//! `bpals-release bench-scoring`: images and prefill tokens per second, and MFU, of a full-size
+//! model known only by its config (random weights made on the device). benches/gpu.sh runs it
+//! on Qwen2.5-VL-7B.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::engine::{DeviceArg, DtypeArg};
+
+#[derive(Args)]
+pub struct BenchScoringArgs {
+    /// The model's config.json (only the architecture is read; no weights are loaded).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Its preprocessor_config.json (patch size, pixel bounds, normalisation).
+    #[arg(long)]
+    pub preprocessor: PathBuf,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    pub device: DeviceArg,
+    /// auto: bf16 on CUDA, f32 on the CPU.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
+    pub dtype: DtypeArg,
+    /// Images timed (after the warm-up).
+    #[arg(long, default_value_t = 8)]
+    pub images: usize,
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Width and height of the synthetic images.
+    #[arg(long, default_value_t = 1024)]
+    pub size: u32,
+    /// Questions per image (a release's prompt set: 57 with the sides and zones of S2).
+    #[arg(long, default_value_t = 57)]
+    pub questions: usize,
+    /// Tokens per question after the shared image prefix.
+    #[arg(long, default_value_t = 24)]
+    pub question_tokens: usize,
+    /// The device's dense peak for the dtype, in TFLOP/s, for MFU (H100 SXM bf16: 989).
+    #[arg(long)]
+    pub peak_tflops: Option<f64>,
+    /// Images to project a run time for [default: the 4,628-image baseline].
+    #[arg(long, default_value_t = 4628)]
+    pub project_images: usize,
+}
+
+pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
+    #[cfg(feature = "vlm")]
+    {
+        use anyhow::Context;
+        use bpals_release::vlm::{engine, throughput, ModelConfig, PreprocessorConfig};
+        let read = |path: &PathBuf| -> Result<serde_json::Value> {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))
+        };
+        let config = ModelConfig::from_json(&read(&args.config)?)
+            .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.config.display(), e.key, e.message))?;
+        let preprocessor = PreprocessorConfig::from_json(&read(&args.preprocessor)?)
+            .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.preprocessor.display(), e.key, e.message))?;
+        let (device, kind) = engine::device_and_kind(args.device.choice(), args.dtype.choice())?;
+        let bench = throughput::ScoringBench {
+            images: args.images,
+            size: args.size,
+            questions: args.questions,
+            question_tokens: args.question_tokens,
+            warmup: args.warmup,
+            peak_tflops: args.peak_tflops,
+            project_images: args.project_images,
+        };
+        let report = throughput::run(&config, &preprocessor, device, kind, &bench)?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "vlm"))]
+    {
+        let _ = args;
+        Err(super::engine::no_vlm())
+    }
+}

@@ -1,0 +1,271 @@
+//! Scoring throughput of a full-size model that is not on the machine: the real config, seeded
+//! random weights made on the device, synthetic images, and a release's worth of questions per
+//! image. Reports images and prefill tokens per second and the model FLOP utilisation (MFU)
+//! against the device's dense peak. `bpals-release bench-scoring`; benches/gpu.sh runs it on the
+//! Qwen2.5-VL-7B config.
+//!
+//! FLOPs are counted from the config, the way MFU is usually reported: 2 per multiply-add of
+//! every linear layer, plus attention's two matrix products over the context each token sees
+//! (causal, the shared image prefix once, and Qwen2.5-VL's vision windows). Norms, rotary
+//! embeddings and softmax are left out, so the figure is slightly conservative.
+
+use std::time::Instant;
+
+use image::{DynamicImage, GrayImage, Luma};
+use serde::Serialize;
+use tch::{Device, Kind};
+
+use super::config::{Family, ModelConfig, PreprocessorConfig};
+use super::error::VlmError;
+use super::model::VlModel;
+use super::pixels;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ScoringBench {
+    pub images: usize,
+    /// Width and height of the synthetic images (NIH's are 1024 x 1024).
+    pub size: u32,
+    pub questions: usize,
+    /// Tokens per question after the shared prefix: the question and the chat template's tail.
+    pub question_tokens: usize,
+    /// Images run first and not timed (kernel selection, allocator warm-up).
+    pub warmup: usize,
+    /// The device's dense peak in TFLOP/s for the dtype, for MFU (None: not reported).
+    pub peak_tflops: Option<f64>,
+    /// Images in the release to project a run time for (the baseline: 4,628).
+    pub project_images: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScoringBenchReport {
+    pub family: Family,
+    pub device: String,
+    pub dtype: String,
+    pub parameters: i64,
+    pub image_size: u32,
+    pub grid_thw: (usize, usize, usize),
+    pub vision_patches: usize,
+    pub image_tokens: usize,
+    pub questions: usize,
+    pub prefill_tokens_per_image: usize,
+    pub tflop_per_image: f64,
+    pub images_timed: usize,
+    /// Resizing and normalising one image on one CPU thread (the runner spreads it over --jobs
+    /// threads, outside the engine lock, so it overlaps the device's work).
+    pub preprocess_ms_per_image: f64,
+    /// Vision tower and scoring of every question, per image, on the device.
+    pub device_ms_per_image: f64,
+    pub images_per_second: f64,
+    pub prefill_tokens_per_second: f64,
+    pub achieved_tflops: f64,
+    pub peak_tflops: Option<f64>,
+    pub mfu: Option<f64>,
+    pub project_images: usize,
+    /// At the measured rate.
+    pub projected_seconds: f64,
+    /// At the peak (the roofline of compute), when a peak was given.
+    pub roofline_seconds: Option<f64>,
+}
+
+/// A deterministic grey image with structure at every scale (so no kernel sees constant input).
+fn synthetic_image(size: u32, seed: u32) -> DynamicImage {
+    DynamicImage::ImageLuma8(GrayImage::from_fn(size, size, |x, y| {
+        let v = (x.wrapping_mul(31) ^ y.wrapping_mul(17)).wrapping_add(seed.wrapping_mul(97)) % 251;
+        Luma([v as u8])
+    }))
+}
+
+/// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
+/// question's own tokens (its first token differs, so the shared prefix ends at the image).
+fn prompts(config: &ModelConfig, image_tokens: usize, questions: usize, question_tokens: usize) -> Vec<Vec<u32>> {
+    let vocab = config.text.vocab_size as u32;
+    let filler = |i: usize| 10 + (i as u32 * 7919) % (vocab - 20);
+    let mut prefix: Vec<u32> = (0..14).map(filler).collect();
+    prefix.push(config.vision_start_token_id);
+    prefix.extend(std::iter::repeat_n(config.image_token_id, image_tokens));
+    prefix.push(config.vision_end_token_id);
+    (0..questions)
+        .map(|q| {
+            let mut ids = prefix.clone();
+            ids.extend((0..question_tokens.max(1)).map(|t| filler(1000 + q * question_tokens + t)));
+            ids
+        })
+        .collect()
+}
+
+/// Dense FLOPs of scoring one image: the vision tower over `patches`, the text prefix of
+/// `prefix` tokens once, then `questions` suffixes of `suffix` tokens and their answer logits.
+pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> f64 {
+    let v = &config.vision;
+    let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
+    let mlp = match config.family {
+        Family::Qwen25Vl => 3.0 * d * i, // gate, up, down
+        Family::Qwen2Vl => 2.0 * d * i,  // fc1, fc2
+    };
+    let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
+    let patches_f = patches as f64;
+    let window = v.window_size.map(|w| {
+        let side = (w / v.patch_size / v.spatial_merge_size * v.spatial_merge_size) as f64;
+        (side * side).min(patches_f)
+    });
+    let mut vision = 2.0 * patches_f * (3.0 * (v.temporal_patch_size * v.patch_size * v.patch_size) as f64) * d; // patch embedding
+    for block in 0..v.depth {
+        let context = match window {
+            Some(w) if !v.fullatt_block_indexes.contains(&block) => w,
+            _ => patches_f,
+        };
+        vision += 2.0 * patches_f * block_linear + 4.0 * patches_f * context * d;
+    }
+    let merged = patches_f / (v.spatial_merge_size * v.spatial_merge_size) as f64;
+    let m = d * (v.spatial_merge_size * v.spatial_merge_size) as f64;
+    vision += 2.0 * merged * (m * m + m * v.out_hidden_size as f64);
+
+    let t = &config.text;
+    let h = t.hidden_size as f64;
+    let kv = (t.num_key_value_heads * t.head_dim()) as f64;
+    let per_token = 2.0 * t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
+    let attention = |context_sum: f64| 4.0 * t.num_hidden_layers as f64 * h * context_sum;
+    let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
+    let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
+    let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));
+    let logits = n * 2.0 * h * t.vocab_size as f64;
+    vision + prefix_flops + suffix_flops + logits
+}
+
+/// Runs the benchmark on a model with random weights.
+pub fn run(
+    config: &ModelConfig,
+    preprocessor: &PreprocessorConfig,
+    device: Device,
+    kind: Kind,
+    bench: &ScoringBench,
+) -> Result<ScoringBenchReport, VlmError> {
+    let model = VlModel::random(config, device, kind, 0)?;
+    let vocab = config.text.vocab_size as u32;
+    let answer = (vocab - 1, vocab - 2);
+    let total = bench.warmup + bench.images.max(1);
+
+    let start = Instant::now();
+    let inputs = (0..total)
+        .map(|k| pixels::pixel_values(&synthetic_image(bench.size, k as u32), preprocessor, 1.0 / 255.0, device))
+        .collect::<Result<Vec<_>, _>>()?;
+    let preprocess_ms = start.elapsed().as_secs_f64() * 1000.0 / total as f64;
+    let grid = inputs[0].1;
+    let patches = grid.0 * grid.1 * grid.2;
+    let image_tokens = patches / (config.vision.spatial_merge_size * config.vision.spatial_merge_size);
+    let ids = prompts(config, image_tokens, bench.questions, bench.question_tokens);
+    let prefix = 14 + 2 + image_tokens;
+
+    let mut timed = Instant::now();
+    for (k, (values, grid)) in inputs.iter().enumerate() {
+        if k == bench.warmup {
+            timed = Instant::now();
+        }
+        let embeds = model.image_embeds(values, *grid);
+        // The scores come back to the host, so the device's work is done when this returns.
+        model.score(&ids, &embeds, *grid, answer)?;
+    }
+    let seconds = timed.elapsed().as_secs_f64();
+    let images = bench.images.max(1);
+    let per_image = seconds / images as f64;
+    let flops = flops_per_image(config, patches, prefix, bench.questions, bench.question_tokens);
+    let prefill_tokens = prefix + bench.questions * bench.question_tokens;
+    let achieved = flops / per_image / 1e12;
+    Ok(ScoringBenchReport {
+        family: config.family,
+        device: format!("{device:?}"),
+        dtype: format!("{kind:?}"),
+        parameters: model.parameters(),
+        image_size: bench.size,
+        grid_thw: grid,
+        vision_patches: patches,
+        image_tokens,
+        questions: bench.questions,
+        prefill_tokens_per_image: prefill_tokens,
+        tflop_per_image: flops / 1e12,
+        images_timed: images,
+        preprocess_ms_per_image: preprocess_ms,
+        device_ms_per_image: per_image * 1000.0,
+        images_per_second: 1.0 / per_image,
+        prefill_tokens_per_second: prefill_tokens as f64 / per_image,
+        achieved_tflops: achieved,
+        peak_tflops: bench.peak_tflops,
+        mfu: bench.peak_tflops.map(|peak| achieved / peak),
+        project_images: bench.project_images,
+        projected_seconds: per_image * bench.project_images as f64,
+        roofline_seconds: bench.peak_tflops.map(|peak| flops * bench.project_images as f64 / (peak * 1e12)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(family: &str) -> ModelConfig {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm").join(family).join("config.json");
+        ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn flops_grow_with_every_input_and_count_the_linear_layers() {
+        let c = config("qwen2_5_vl");
+        let base = flops_per_image(&c, 256, 80, 10, 20);
+        assert!(flops_per_image(&c, 512, 80, 10, 20) > base);
+        assert!(flops_per_image(&c, 256, 160, 10, 20) > base);
+        assert!(flops_per_image(&c, 256, 80, 20, 20) > base);
+        // One text token with no context is 2 x the text linear weights (the logits aside).
+        let t = &c.text;
+        let (h, kv) = (t.hidden_size as f64, (t.num_key_value_heads * t.head_dim()) as f64);
+        let linear = t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
+        let one = flops_per_image(&c, 0, 1, 0, 0);
+        assert!((one - (2.0 * linear + 4.0 * t.num_hidden_layers as f64 * h)).abs() < 1e-6, "{one} vs {linear}");
+    }
+
+    /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in
+    /// the text decoder's linear layers, and about 40 TFLOP to score a 1024 x 1024 image.
+    #[test]
+    fn the_benchmark_config_is_the_7b() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
+        let c = ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.config.json")).unwrap()).unwrap())
+            .unwrap();
+        let pre = PreprocessorConfig::from_json(
+            &serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.preprocessor.json")).unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!((c.family, pre.patch_size, pre.max_pixels), (Family::Qwen25Vl, 14, 12845056));
+        let t = &c.text;
+        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;
+        assert!((6.4e9..6.6e9).contains(&text_linear), "{text_linear}");
+        // 1036 x 1036 after resizing: 74 x 74 patches, 1,369 image tokens.
+        let tflop = flops_per_image(&c, 74 * 74, 16 + 1369, 57, 24) / 1e12;
+        assert!((30.0..60.0).contains(&tflop), "{tflop}");
+    }
+
+    #[test]
+    fn random_model_scores_on_the_cpu() {
+        let c = config("qwen2_vl");
+        let pre = PreprocessorConfig::from_json(
+            &serde_json::from_slice(
+                &std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm/qwen2_vl/preprocessor_config.json"))
+                    .unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let bench = ScoringBench {
+            images: 2,
+            size: 112,
+            questions: 5,
+            question_tokens: 6,
+            warmup: 1,
+            peak_tflops: Some(1.0),
+            project_images: 4628,
+        };
+        let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
+        assert_eq!(r.image_tokens * 4, r.vision_patches);
+        assert_eq!(r.prefill_tokens_per_image, 16 + r.image_tokens + 5 * 6);
+        assert!(r.parameters > 0 && r.images_per_second > 0.0 && r.mfu.unwrap() > 0.0);
+        assert!((r.projected_seconds - 4628.0 / r.images_per_second).abs() < 1e-6);
+    }
+}
