@@ -34,6 +34,7 @@ pub mod manifest;
 pub mod pipeline;
 pub mod publish;
 pub mod release_spec;
+pub mod reports;
 pub mod select;
 pub mod shard;
 pub mod signal;

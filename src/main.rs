@@ -55,6 +55,10 @@ enum Command {
     /// Scoring throughput and MFU of a full-size model from its config alone, with random
     /// weights made on the device (see benches/gpu.sh).
     BenchScoring(cli::bench_scoring::BenchScoringArgs),
+    /// Label a radiology report: per NIH finding and device, present / absent / uncertain.
+    LabelReport(cli::label_report::LabelReportArgs),
+    /// The report labeler's precision and recall on the OpenI reports (see benches/labeler.sh).
+    BenchLabeler(cli::bench_labeler::BenchLabelerArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => cli::bench::run(a),
         Command::BenchGeneration(a) => cli::bench_generation::run(a),
         Command::BenchScoring(a) => cli::bench_scoring::run(a),
+        Command::LabelReport(a) => cli::label_report::run(a),
+        Command::BenchLabeler(a) => cli::bench_labeler::run(a),
     };
     result.unwrap_or_else(|e| {
         // Each cause once, outermost first. Errors can carry a server's text: neither the Hub

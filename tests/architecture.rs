@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 23] = [
+const LAYERS: [&str; 24] = [
     "vocab",
     "hashing",
+    "reports",
     "release_spec",
     "manifest",
     "hub",

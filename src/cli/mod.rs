@@ -5,6 +5,7 @@
 pub mod access;
 pub mod bench;
 pub mod bench_generation;
+pub mod bench_labeler;
 pub mod bench_scoring;
 pub mod build;
 pub mod calibrate;
@@ -15,6 +16,7 @@ pub mod doctor;
 pub mod engine;
 pub mod eval;
 pub mod infer;
+pub mod label_report;
 pub mod probe;
 pub mod publish;
 pub mod rebuild;
