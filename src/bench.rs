@@ -89,7 +89,8 @@ fn run_in_pool(spec: &ResolvedSpec, data_entry: &Path, out: &Path, jobs: usize) 
     let records = RecordTable::new(&selection, &sig, &scores, &questions);
     let all: Vec<usize> = (0..selection.rows.len()).collect();
     let meta = ShardMeta { release_id: "bench".into(), release_version: "0.0.0".into(), tool_version: env!("CARGO_PKG_VERSION").into() };
-    let files = shard::write_split(out, &shard::pairs::layout(), "full", &records.records(&all), &spec.output, &meta)?;
+    let files =
+        shard::write_split(out, &shard::pairs::layout(shard::ColumnSet::default()), "full", &records.records(&all), &spec.output, &meta)?;
     mark("shard", &mut lap);
 
     let hashed = manifest::collect_files(out, &|_| None)?;

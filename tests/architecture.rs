@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 24] = [
+const LAYERS: [&str; 26] = [
     "vocab",
     "hashing",
     "reports",
@@ -19,6 +19,8 @@ const LAYERS: [&str; 24] = [
     "infer",
     "signal",
     "diagnose",
+    "reason",
+    "paraphrase",
     "trial",
     "eval",
     "shard",

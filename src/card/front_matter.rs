@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::{CardInput, SplitFacts, TableFacts};
 use crate::release_spec::{Tier, Visibility};
 use crate::shard::schema::ColumnDoc;
-use crate::shard::{pair_columns, IMAGE_COLUMNS};
+use crate::shard::{image_columns, pair_columns, ColumnSet};
 
 #[derive(Debug, Serialize)]
 pub struct FrontMatter {
@@ -91,9 +91,10 @@ impl FrontMatter {
         let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
         // The pair table is the default config; the image table (error traces) is `images`.
-        let pair_columns = pair_columns(spec.prompts.diagnoses());
+        let set = ColumnSet::of(&spec.prompts);
+        let (pair_columns, image_columns) = (pair_columns(set), image_columns(set));
         let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] =
-            [("default", "data", &pair_columns, |s| &s.pairs), ("images", "data/images", &IMAGE_COLUMNS, |s| &s.images)];
+            [("default", "data", &pair_columns, |s| &s.pairs), ("images", "data/images", &image_columns, |s| &s.images)];
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,

@@ -3,6 +3,7 @@
 
 mod front_matter;
 pub mod location_plots;
+pub mod narrative;
 pub mod plots;
 
 use std::path::Path;
@@ -15,7 +16,7 @@ pub use front_matter::{size_category, FrontMatter};
 use crate::infer::ScorerIdentity;
 use crate::release_spec::series::SeriesEntry;
 use crate::release_spec::ReleaseSpec;
-use crate::shard::{pair_columns, ShardFile, IMAGE_COLUMNS};
+use crate::shard::{image_columns, pair_columns, ColumnSet, ShardFile};
 use crate::signal::trace::{TraceStats, ANATOMY, CATEGORIES};
 use crate::signal::SignalStats;
 use crate::trial::TrialSample;
@@ -79,6 +80,8 @@ pub struct CardInput<'a> {
     pub plots: Vec<plots::PlotFile>,
     /// S2's section: location and signs.
     pub diagnose: Option<DiagnoseCard>,
+    /// S3's and S4's sections: the reasoning and the reports.
+    pub narrative: Option<narrative::NarrativeCard>,
     /// How much of the curated set experts have looked at.
     pub coverage: Coverage,
 }
@@ -182,8 +185,8 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
             t.render(minijinja::context! {
                 card => input,
                 front_matter => front,
-                columns => describe(&pair_columns(input.spec.prompts.diagnoses())),
-                image_columns => describe(&IMAGE_COLUMNS),
+                columns => describe(&pair_columns(ColumnSet::of(&input.spec.prompts))),
+                image_columns => describe(&image_columns(ColumnSet::of(&input.spec.prompts))),
                 anatomy => ANATOMY,
                 categories => CATEGORIES,
                 questions => questions,

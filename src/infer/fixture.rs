@@ -72,17 +72,7 @@ impl Scorer for FixtureScorer {
             .iter()
             .zip(prompts)
             .map(|(image, prompts)| {
-                let answers = prompts
-                    .iter()
-                    .map(|p| {
-                        let h = splitmix(stable_u64(&["fixture-box", image.sha256, p]));
-                        let at = |shift: u32, span: u64| (h >> shift) % span;
-                        let (x1, y1) = (100 + at(0, 500), 100 + at(16, 500));
-                        let (x2, y2) = (x1 + 60 + at(32, 300), y1 + 60 + at(48, 300));
-                        let text = format!("<|box_start|>({x1},{y1}),({x2},{y2})<|box_end|>");
-                        Answer { text, new_tokens: 12, truncated: false }
-                    })
-                    .collect();
+                let answers = prompts.iter().map(|p| fixture_answer(image.sha256, p)).collect();
                 let (w, h) = (image.image.width(), image.image.height());
                 ImageAnswers { original: (w, h), resized: (h as usize, w as usize), answers }
             })
@@ -92,4 +82,41 @@ impl Scorer for FixtureScorer {
     fn family(&self) -> &'static str {
         crate::vlm::Family::Qwen2Vl.name()
     }
+}
+
+/// What the fixture "writes" for a prompt, in the format the prompt asks for: a box (S2's
+/// grounding prompts), a `<think>`/`<answer>` pair (S3's prompts name `<answer>`), or a short
+/// report (S4's prompts ask for a report). Every choice is a hash of the image and the prompt.
+fn fixture_answer(image_sha256: &str, prompt: &str) -> Answer {
+    let h = splitmix(stable_u64(&["fixture-box", image_sha256, prompt]));
+    let at = |shift: u32, span: u64| (h >> shift) % span;
+    if prompt.contains("<answer>") {
+        let yes = at(0, 2) == 0;
+        let text = format!(
+            "<think>Fixture reasoning {:04x}: the {} region of the image was {}.</think><answer>{}</answer>",
+            at(8, 0x10000),
+            ["upper", "middle", "lower"][at(24, 3) as usize],
+            if yes { "abnormal" } else { "clear" },
+            if yes { "Yes" } else { "No" }
+        );
+        return Answer { text, new_tokens: 24, truncated: false };
+    }
+    if prompt.to_lowercase().contains("report") {
+        const SENTENCES: [&str; 8] = [
+            "There is a small left pleural effusion.",
+            "Mild cardiomegaly.",
+            "No pneumothorax.",
+            "Right lower lobe atelectasis.",
+            "Possible right upper lobe pneumonia.",
+            "No focal consolidation.",
+            "A nodule is seen in the left upper lobe.",
+            "The lungs are otherwise clear.",
+        ];
+        let text: Vec<&str> = (0..3).map(|k| SENTENCES[at(8 * k, 8) as usize]).collect();
+        return Answer { text: text.join(" "), new_tokens: 30, truncated: false };
+    }
+    let (x1, y1) = (100 + at(0, 500), 100 + at(16, 500));
+    let (x2, y2) = (x1 + 60 + at(32, 300), y1 + 60 + at(48, 300));
+    let text = format!("<|box_start|>({x1},{y1}),({x2},{y2})<|box_end|>");
+    Answer { text, new_tokens: 12, truncated: false }
 }

@@ -6,6 +6,7 @@
 //! Each stage takes typed input and returns typed output; this module only wires them together.
 
 mod diagnosis;
+mod narrative;
 pub mod output;
 mod plan;
 pub(crate) mod records;
@@ -101,6 +102,8 @@ pub struct Prepared {
     pub prompt_set_hash: String,
     /// S2's grounding prompts per image (empty before S2).
     pub grounding: diagnose::GroundingPlan,
+    /// S3's reasoning prompts per image and S4's report prompt (empty before S3).
+    pub narrative: narrative::NarrativePlan,
     pub demo_reasons: Vec<String>,
     pub notes: Vec<String>,
     pub stage_keys: BTreeMap<String, String>,
@@ -157,7 +160,13 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         let key = sha256_parts(&["generate", &stage_keys["select"], &scorer.identity().hash(), &prompt_set_hash]);
         stage_keys.insert("generate".to_string(), key);
     }
-    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, notes, stage_keys })
+    let narrative = narrative::NarrativePlan::new(spec, &selection, &jobs);
+    // S3 and S4: what each generated text depends on (its prompts are in the prompt set's hash).
+    for (stage, _, _) in narrative.stages(spec) {
+        let key = sha256_parts(&[stage, &stage_keys["select"], &scorer.identity().hash(), &prompt_set_hash]);
+        stage_keys.insert(stage.to_string(), key);
+    }
+    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, narrative, demo_reasons, notes, stage_keys })
 }
 
 /// The image file of every curated image; the folder must exist and stay inside the source root.
@@ -178,6 +187,7 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
     let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
     let answered = generate(spec, &prepared.grounding, prepared.scorer.as_ref(), options, shard)?;
+    let narrated = narrative::generate(spec, &prepared.narrative, prepared.scorer.as_ref(), options, shard)?;
     Ok(InferShardReport {
         release_id: spec.release.id.clone(),
         shard,
@@ -187,6 +197,7 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
         cached: report.cached,
         generated: answered.computed,
         generated_cached: answered.cached,
+        narrated: narrated.counts,
         cache_dir: options.cache_dir.clone(),
     })
 }
@@ -209,8 +220,19 @@ fn generate(
 }
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
-    let Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, demo_reasons, mut notes, stage_keys } =
-        prepare(spec, options)?;
+    let Prepared {
+        table,
+        selection,
+        jobs,
+        scorer,
+        questions,
+        prompt_set_hash,
+        grounding,
+        narrative: narrative_plan,
+        demo_reasons,
+        mut notes,
+        stage_keys,
+    } = prepare(spec, options)?;
     log(&format!(
         "ingest: {} images from {}{}",
         table.images(),
@@ -235,6 +257,15 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         ));
     }
     let answers: Vec<ImageAnswers> = answered.answers.into_iter().map(|a| a.expect("every image is in the unsharded run")).collect();
+    let narrated = narrative::generate(spec, &narrative_plan, scorer.as_ref(), options, None)?;
+    for (stage, computed, cached) in &narrated.counts {
+        let what = if *stage == "reason" { "reasoning for the rows of" } else { "a report for each of" };
+        log(&format!(
+            "generate: {what} {} images, {cached} from the cache, {computed} decoded by {}",
+            cached + computed,
+            scorer.identity().backend
+        ));
+    }
 
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
@@ -256,6 +287,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         };
         diagnose::derive(&input, &mut sig.traces)
     });
+    let (reasoning, reports) = narrative::derive(spec, &selection, &sig, diagnosis.as_ref(), &narrative_plan, narrated);
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
     let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
@@ -265,8 +297,11 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         release_version: spec.release.version.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions).with_diagnosis(diagnosis.as_ref());
-    let pair_layout = if diagnosis.is_some() { shard::pairs::diagnose_layout() } else { shard::pairs::layout() };
+    let table_rows = records::RecordTable::new(&selection, &sig, &scores, &questions)
+        .with_diagnosis(diagnosis.as_ref())
+        .with_narrative(reasoning.as_ref(), reports.as_deref());
+    let columns = shard::ColumnSet::of(&spec.prompts);
+    let (pair_layout, image_layout) = (shard::pairs::layout(columns), shard::images::layout(columns));
     let mut splits = Vec::new();
     for split in &spec.output.splits {
         let rows = split_rows(*split, &selection, trial.as_ref());
@@ -274,8 +309,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         let files = pool.install(|| shard::write_split(&dir, &pair_layout, split.name(), &records, &spec.output, &meta))?;
         let images = table_rows.images_of(&rows);
         let image_records = table_rows.image_records(&images);
-        let image_files =
-            pool.install(|| shard::write_split(&dir, &shard::images::layout(), split.name(), &image_records, &spec.output, &meta))?;
+        let image_files = pool.install(|| shard::write_split(&dir, &image_layout, split.name(), &image_records, &spec.output, &meta))?;
         splits.push(SplitFacts {
             name: split.name().to_string(),
             pairs: TableFacts::new(&dir, rows.len(), files),
@@ -350,6 +384,16 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         evaluation,
         plots,
         diagnose: diagnose_card,
+        narrative: narrative::card_section(
+            spec,
+            &selection,
+            &sig,
+            reasoning.as_ref(),
+            reports.as_deref(),
+            main_split.name(),
+            &main_rows,
+            &table_rows.images_of(&main_rows),
+        ),
         coverage: coverage(spec, &selection, &table),
     };
     let (readme, license) = card::render(&card_input)?;

@@ -2,6 +2,8 @@
 
 use crate::diagnose::Diagnosis;
 use crate::infer::ImageScores;
+use crate::paraphrase::ImageReport;
+use crate::reason::Reasoning;
 use crate::release_spec::Question;
 use crate::select::Selection;
 use crate::shard::{ImageRecord, PairRecord};
@@ -18,6 +20,9 @@ pub struct RecordTable<'a> {
     device_question_ids: Vec<String>,
     device_logits: Vec<(Vec<f32>, Vec<f32>)>,
     diagnosis: Option<&'a Diagnosis>,
+    reasoning: Option<&'a Reasoning>,
+    /// S4: one report per selected image.
+    reports: Option<&'a [ImageReport]>,
 }
 
 impl<'a> RecordTable<'a> {
@@ -35,12 +40,28 @@ impl<'a> RecordTable<'a> {
                 (device_idx.iter().map(|&i| s.scores[i].logit_yes).collect(), device_idx.iter().map(|&i| s.scores[i].logit_no).collect())
             })
             .collect();
-        RecordTable { selection, signal, scores, label_questions, label_question_ids, device_question_ids, device_logits, diagnosis: None }
+        RecordTable {
+            selection,
+            signal,
+            scores,
+            label_questions,
+            label_question_ids,
+            device_question_ids,
+            device_logits,
+            diagnosis: None,
+            reasoning: None,
+            reports: None,
+        }
     }
 
     /// Adds S2's per-row location and signs to the records.
     pub fn with_diagnosis(self, diagnosis: Option<&'a Diagnosis>) -> Self {
         RecordTable { diagnosis, ..self }
+    }
+
+    /// Adds S3's reasoning (rows and image traces) and S4's reports.
+    pub fn with_narrative(self, reasoning: Option<&'a Reasoning>, reports: Option<&'a [ImageReport]>) -> Self {
+        RecordTable { reasoning, reports, ..self }
     }
 
     /// Records for the given selection rows, in the order given.
@@ -67,6 +88,7 @@ impl<'a> RecordTable<'a> {
                     scores: &self.scores[row.image].scores,
                     positions: &self.label_questions[row.label],
                     diagnosis: self.diagnosis.map(|d| &d.rows[i]),
+                    reasoning: self.reasoning.map(|r| &r.rows[i]),
                 }
             })
             .collect()
@@ -88,6 +110,8 @@ impl<'a> RecordTable<'a> {
                     device_logit_yes: &self.device_logits[i].0,
                     device_logit_no: &self.device_logits[i].1,
                     trace: &self.signal.traces[i],
+                    reasoning_trace: self.reasoning.map(|r| &r.traces[i]),
+                    report: self.reports.map(|r| &r[i]),
                 }
             })
             .collect()

@@ -72,6 +72,8 @@ pub struct InferShardReport {
     /// S2: images whose grounding answers were decoded, and those already cached.
     pub generated: usize,
     pub generated_cached: usize,
+    /// S3 and S4: (stage, images decoded, images already cached) per generated text.
+    pub narrated: Vec<(&'static str, usize, usize)>,
     pub cache_dir: crate::infer::CacheLocation,
 }
 
@@ -86,6 +88,10 @@ impl fmt::Display for InferShardReport {
         )?;
         if self.generated + self.generated_cached > 0 {
             writeln!(f, "  grounding answers: {} images decoded, {} already cached", self.generated, self.generated_cached)?;
+        }
+        for (stage, computed, cached) in &self.narrated {
+            let what = if *stage == "reason" { "reasoning" } else { "reports" };
+            writeln!(f, "  {what}: {computed} images decoded, {cached} already cached")?;
         }
         Ok(())
     }

@@ -313,12 +313,16 @@ pub struct PromptsLayer {
     pub location: Option<super::diagnose::LocationLayer>,
     /// S2: the radiographic signs of each finding (a child replaces the whole section).
     pub signs: Option<super::diagnose::SignsLayer>,
+    /// S3: the prompt of each row's reasoning (a child replaces the whole section).
+    pub reasoning: Option<super::narrative::ReasoningLayer>,
+    /// S4: the prompt of each image's report-style paragraph (a child replaces the whole section).
+    pub report: Option<super::narrative::ReportLayer>,
 }
 
 impl Merge for PromptsLayer {
     /// Question lists merge per label: a child may reword one label and keep the rest.
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; version, location, signs);
+        merge_options!(self, c; version, location, signs, reasoning, report);
         for (mine, theirs) in [(&mut self.labels, c.labels), (&mut self.support_devices, c.support_devices)] {
             match (mine.as_mut(), theirs) {
                 (Some(m), Some(t)) => m.extend(t),
@@ -477,9 +481,10 @@ pub enum Addition {
 
 impl Addition {
     /// Whether this tool can build the addition. S1b's are terms and card content only; S2's
-    /// are built from `prompts.location` and `prompts.signs`.
+    /// are built from `prompts.location` and `prompts.signs`, S3's from `prompts.reasoning` and
+    /// S4's from `prompts.report`. Every addition is built now.
     pub fn implemented(self) -> bool {
-        !matches!(self, Addition::Reasoning | Addition::ReportText)
+        true
     }
     pub fn describe(self) -> &'static str {
         match self {

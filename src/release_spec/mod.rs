@@ -11,6 +11,7 @@ pub mod diagnose;
 mod expand;
 pub mod gates;
 pub mod layer;
+pub mod narrative;
 mod pledge;
 mod resolve;
 pub mod series;

@@ -2,10 +2,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::diagnose;
 use super::expand::{expand, ExpandError};
 use super::layer::*;
 use super::types::*;
+use super::{diagnose, narrative};
 use super::{locate, LoadedLayer, SpecError};
 use super::{PledgeLayer, PledgeSpec};
 use crate::vocab::{LABELS, SUPPORT_DEVICES};
@@ -147,6 +147,8 @@ fn check_additions(r: &Resolver<'_>, additions: Vec<Addition>, prompts: &PromptS
     for (addition, present, key) in [
         (Addition::LesionLocation, prompts.location.is_some(), "prompts.location"),
         (Addition::ObservableSigns, prompts.signs.is_some(), "prompts.signs"),
+        (Addition::Reasoning, prompts.reasoning.is_some(), "prompts.reasoning"),
+        (Addition::ReportText, prompts.report.is_some(), "prompts.report"),
         (Addition::GivingPledge, pledge, "pledge"),
     ] {
         match (additions.contains(&addition), present) {
@@ -358,7 +360,9 @@ fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<Prom
     }
     let location = p.location.map(diagnose::resolve_location).transpose().map_err(|(key, message)| r.invalid(key, message))?;
     let signs = p.signs.map(diagnose::resolve_signs).transpose().map_err(|(key, message)| r.invalid(key, message))?;
-    let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices, location, signs };
+    let reasoning = p.reasoning.map(narrative::resolve_reasoning).transpose().map_err(|(key, message)| r.invalid(key, message))?;
+    let report = p.report.map(narrative::resolve_report).transpose().map_err(|(key, message)| r.invalid(key, message))?;
+    let prompts = PromptSet { version: r.req(p.version, "prompts.version")?, labels, support_devices, location, signs, reasoning, report };
     Ok(prompts)
 }
 

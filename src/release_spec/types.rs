@@ -197,6 +197,11 @@ pub struct PromptSet {
     pub location: Option<super::diagnose::LocationPrompts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signs: Option<super::diagnose::SignPrompts>,
+    /// S3 and S4: generated text. Left out of the hash when absent, like S2's sections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<super::narrative::ReasoningPrompts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<super::narrative::ReportPrompts>,
 }
 
 impl PromptSet {

@@ -69,3 +69,9 @@ pub fn optional_bools<R>(rows: &[R], f: impl Fn(&R) -> Option<bool>) -> ArrayRef
     rows.iter().for_each(|r| b.append_option(f(r)));
     Arc::new(b.finish())
 }
+
+pub fn bools<R>(rows: &[R], f: impl Fn(&R) -> bool) -> ArrayRef {
+    let mut b = arrow_array::builder::BooleanBuilder::with_capacity(rows.len());
+    rows.iter().for_each(|r| b.append_value(f(r)));
+    Arc::new(b.finish())
+}

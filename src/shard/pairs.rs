@@ -1,15 +1,13 @@
 //! The pair table: one row per (image, label).
 
-use std::sync::Arc;
-
-use arrow_array::builder::BooleanBuilder;
 use arrow_array::{ArrayRef, RecordBatch};
 
 use super::columns::*;
-use super::schema::{diagnose_pair_schema, pair_schema};
+use super::schema::{has_column, pair_columns, schema_of, ColumnSet};
 use super::writer::TableLayout;
 use crate::diagnose::RowDiagnosis;
 use crate::infer::YesNo;
+use crate::reason::RowReasoning;
 use crate::vlm::grounding::ImageBox;
 
 /// One row of the pair table, borrowing from the selection and the scores.
@@ -34,27 +32,42 @@ pub struct PairRecord<'a> {
     pub positions: &'a [usize],
     /// S2's location and signs; None in an S1 release.
     pub diagnosis: Option<&'a RowDiagnosis>,
+    /// S3's reasoning; None before S3.
+    pub reasoning: Option<&'a RowReasoning>,
 }
 
-pub fn layout<'a>() -> TableLayout<PairRecord<'a>> {
-    TableLayout { folder: "data", schema: pair_schema(), to_batch }
+/// The pair table with the columns of the series `set` names.
+pub fn layout<'a>(set: ColumnSet) -> TableLayout<PairRecord<'a>> {
+    TableLayout { folder: "data", schema: schema_of(&pair_columns(set)), to_batch }
 }
 
-/// The pair table with S2's columns after S1's.
-pub fn diagnose_layout<'a>() -> TableLayout<PairRecord<'a>> {
-    TableLayout { folder: "data", schema: diagnose_pair_schema(), to_batch: to_diagnose_batch }
+fn to_batch(schema: &arrow_schema::SchemaRef, rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let mut columns = s1_columns(rows);
+    if has_column(schema, "location_side") {
+        columns.extend(diagnose_columns(rows));
+    }
+    if has_column(schema, "reasoning_text") {
+        let empty = RowReasoning::default();
+        let r: Vec<&RowReasoning> = rows.iter().map(|row| row.reasoning.unwrap_or(&empty)).collect();
+        columns.extend([
+            strings(&r, |r| r.text.as_str()),
+            optional_strings(&r, |r| r.answer.as_deref()),
+            bools(&r, |r| r.parsed),
+            optional_bools(&r, |r| r.says),
+            optional_bools(&r, |r| r.agrees),
+            bools(&r, |r| r.disagrees()),
+            u32s(&r, |r| r.new_tokens as u32),
+            bools(&r, |r| r.truncated),
+        ]);
+    }
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
-fn to_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    RecordBatch::try_new(pair_schema(), s1_columns(rows))
-}
-
-fn to_diagnose_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+fn diagnose_columns(rows: &[PairRecord<'_>]) -> Vec<ArrayRef> {
     let empty = RowDiagnosis::default();
     let d: Vec<&RowDiagnosis> = rows.iter().map(|r| r.diagnosis.unwrap_or(&empty)).collect();
     let boxes: Vec<Option<&ImageBox>> = d.iter().map(|d| d.first_box()).collect();
-    let mut columns = s1_columns(rows);
-    columns.extend([
+    vec![
         optional_strings(&d, |d| d.side()),
         optional_floats(&d, |d| d.side_p.map(|p| p[0])),
         optional_floats(&d, |d| d.side_p.map(|p| p[1])),
@@ -74,20 +87,17 @@ fn to_diagnose_batch(rows: &[PairRecord<'_>]) -> Result<RecordBatch, arrow_schem
         float_lists(&d, |d| d.sign_scores.iter().map(|s| s.logit_no)),
         string_lists(&d, |d| d.signs_seen.as_slice()),
         optional_bools(&d, |d| d.no_sign_seen),
-    ]);
-    RecordBatch::try_new(diagnose_pair_schema(), columns)
+    ]
 }
 
 fn s1_columns(rows: &[PairRecord<'_>]) -> Vec<ArrayRef> {
-    let mut nih = BooleanBuilder::with_capacity(rows.len());
-    rows.iter().for_each(|r| nih.append_value(r.nih_label));
     let columns: Vec<ArrayRef> = vec![
         strings(rows, |r| r.image_index),
         u32s(rows, |r| r.patient_id),
         strings(rows, |r| r.view_position),
         optional_strings(rows, |r| r.official_split),
         strings(rows, |r| r.label),
-        Arc::new(nih.finish()),
+        bools(rows, |r| r.nih_label),
         floats(rows, |r| r.confidence),
         floats(rows, |r| r.agreement),
         floats(rows, |r| r.consistency),

@@ -173,23 +173,103 @@ pub const DIAGNOSE_COLUMNS: [ColumnDoc; 19] = [
     nullable("no_sign_seen", ColumnType::Bool, "True when NIH asserts the finding and the model sees none of its signs; null where the finding has no signs or NIH does not assert it."),
 ];
 
-/// The pair table's columns: S1's, then S2's when the release diagnoses.
-pub fn pair_columns(diagnose: bool) -> Vec<ColumnDoc> {
-    let extra: &[ColumnDoc] = if diagnose { &DIAGNOSE_COLUMNS } else { &[] };
-    PAIR_COLUMNS.iter().chain(extra).copied().collect()
+/// S3 (Reason): appended to the pair table after S2's columns.
+pub const REASON_COLUMNS: [ColumnDoc; 8] = [
+    column("reasoning_text", ColumnType::Utf8, "The model's reasoning about this row's finding: the `<think>` part of its answer, or the whole answer when it did not follow the format. Generated text, not NIH's."),
+    nullable("reasoning_answer", ColumnType::Utf8, "The `<answer>` part as the model wrote it: yes/no, or a list of findings (null when missing)."),
+    column("reasoning_parsed", ColumnType::Bool, "True when the answer part was found and not empty."),
+    nullable("reasoning_says", ColumnType::Bool, "What the answer says of this row's label: a bare yes or no, or whether a findings list asserts it (read by the report labeler); null when unparsed or hedged."),
+    nullable("reasoning_agrees", ColumnType::Bool, "Whether `reasoning_says` matches the row's yes/no score (`confidence` at or above the finding presence threshold); null when `reasoning_says` is."),
+    column("reasoning_disagrees", ColumnType::Bool, "The flag: true when the reasoning's answer contradicts the row's score."),
+    column("reasoning_tokens", ColumnType::UInt32, "New tokens the model generated for this answer."),
+    column("reasoning_truncated", ColumnType::Bool, "True when the answer hit `prompts.reasoning.max_new_tokens`."),
+];
+
+/// The seven columns of one consistency trace (S3, S4), named with a prefix.
+macro_rules! trace_columns {
+    ($prefix:literal, $what:literal) => {
+        [
+            column(concat!($prefix, "_score"), ColumnType::Float64, concat!("exp(-K / tau) of ", $what, ": 1.0 when nothing contradicts.")),
+            column(concat!($prefix, "_k"), ColumnType::UInt32, concat!("K: the tuples of ", $what, " (at most 24).")),
+            column(concat!($prefix, "_category"), ColumnType::ListInt32, "Per tuple: 1 = false finding (the text asserts what the reference lacks), 2 = omission (the reference holds what the text leaves out), 3 = location (the text's side contradicts S2's)."),
+            column(concat!($prefix, "_anatomy"), ColumnType::ListInt32, "Per tuple: anatomy region, 0-8 (see the anatomy table)."),
+            column(concat!($prefix, "_concept"), ColumnType::ListInt32, "Per tuple: the finding, as its position in the 15-label vocabulary."),
+            column(concat!($prefix, "_reference_item"), ColumnType::ListInt32, "Per tuple: position of the finding in the reference list, or -1."),
+            column(concat!($prefix, "_candidate_item"), ColumnType::ListInt32, "Per tuple: the sentence of the report (S4), or the image's row (S3), responsible; -1 for an omission."),
+        ]
+    };
 }
 
-fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {
+/// S3 on the image table: the answers traced against the model's own yes/no findings.
+pub const REASON_TRACE_COLUMNS: [ColumnDoc; 7] = trace_columns!("reasoning_error", "the image's S3 answers against its yes/no scores");
+
+/// S4 on the image table: the report and its two traces.
+pub const REPORT_COLUMNS: [ColumnDoc; 20] = {
+    let head = [
+        column("report_text", ColumnType::Utf8, "A report-style paragraph the model wrote from the image alone. The model's paraphrase: NIH does not release its reports, and none of this text is NIH's."),
+        column("report_tokens", ColumnType::UInt32, "New tokens the model generated."),
+        column("report_truncated", ColumnType::Bool, "True when the report hit `prompts.report.max_new_tokens`."),
+        column("report_sentences", ColumnType::UInt32, "Sentences the labeler read in it."),
+        column("report_findings", ColumnType::ListUtf8, "Findings the report asserts, as the rule-based labeler reads it (`label-report`)."),
+        column("report_uncertain", ColumnType::ListUtf8, "Findings the report hedges (\"possible\", \"cannot be excluded\")."),
+    ];
+    let nih = trace_columns!("report_nih", "the report against NIH's findings");
+    let model = trace_columns!("report_model", "the report against the model's yes/no findings");
+    let mut out = [head[0]; 20];
+    let mut i = 0;
+    while i < 20 {
+        out[i] = if i < 6 {
+            head[i]
+        } else if i < 13 {
+            nih[i - 6]
+        } else {
+            model[i - 13]
+        };
+        i += 1;
+    }
+    out
+};
+
+/// Which later series' columns a release carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColumnSet {
+    pub diagnose: bool,
+    pub reason: bool,
+    pub report: bool,
+}
+
+impl ColumnSet {
+    pub fn of(prompts: &crate::release_spec::PromptSet) -> ColumnSet {
+        ColumnSet { diagnose: prompts.diagnoses(), reason: prompts.reasoning.is_some(), report: prompts.report.is_some() }
+    }
+}
+
+/// The pair table's columns: S1's, then S2's when the release diagnoses (and in every S3 release,
+/// null where it does not), then S3's.
+pub fn pair_columns(set: ColumnSet) -> Vec<ColumnDoc> {
+    let diagnose: &[ColumnDoc] = if set.diagnose || set.reason { &DIAGNOSE_COLUMNS } else { &[] };
+    let reason: &[ColumnDoc] = if set.reason { &REASON_COLUMNS } else { &[] };
+    PAIR_COLUMNS.iter().chain(diagnose).chain(reason).copied().collect()
+}
+
+/// The image table's columns: S1's, then S3's trace, then S4's report.
+pub fn image_columns(set: ColumnSet) -> Vec<ColumnDoc> {
+    let reason: &[ColumnDoc] = if set.reason { &REASON_TRACE_COLUMNS } else { &[] };
+    let report: &[ColumnDoc] = if set.report { &REPORT_COLUMNS } else { &[] };
+    IMAGE_COLUMNS.iter().chain(reason).chain(report).copied().collect()
+}
+
+/// Whether a table's schema holds a column (the batch builders add the columns it names).
+pub fn has_column(schema: &SchemaRef, name: &str) -> bool {
+    schema.column_with_name(name).is_some()
+}
+
+pub fn schema_of(columns: &[ColumnDoc]) -> SchemaRef {
     Arc::new(Schema::new(columns.iter().map(|c| Field::new(c.name, c.kind.arrow(), c.nullable)).collect::<Vec<_>>()))
 }
 
 pub fn pair_schema() -> SchemaRef {
     schema_of(&PAIR_COLUMNS)
-}
-
-/// The pair table with S2's columns.
-pub fn diagnose_pair_schema() -> SchemaRef {
-    schema_of(&pair_columns(true))
 }
 
 pub fn image_schema() -> SchemaRef {

@@ -75,7 +75,8 @@ pub struct TableLayout<R> {
     /// Folder under the release directory, e.g. `data` or `data/images`.
     pub folder: &'static str,
     pub schema: SchemaRef,
-    pub to_batch: fn(&[R]) -> Result<RecordBatch, arrow_schema::ArrowError>,
+    /// Builds a batch of the schema's columns (a table's later-series columns are there or not).
+    pub to_batch: fn(&SchemaRef, &[R]) -> Result<RecordBatch, arrow_schema::ArrowError>,
 }
 
 /// Writes `records` as one split of a table. Returns the files in shard order.
@@ -110,7 +111,7 @@ fn write_file<R>(path: &Path, table: &TableLayout<R>, records: &[R], batch_rows:
     let file = File::create(path).map_err(|e| err(e.to_string()))?;
     let mut writer = ArrowWriter::try_new(file, table.schema.clone(), Some(props)).map_err(|e| err(e.to_string()))?;
     for chunk in records.chunks(batch_rows.max(1)) {
-        writer.write(&(table.to_batch)(chunk).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
+        writer.write(&(table.to_batch)(&table.schema, chunk).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
     }
     writer.close().map_err(|e| err(e.to_string()))?;
     Ok(())

@@ -2,6 +2,7 @@
 //! holding the shipped scores can re-derive every column exactly.
 
 pub mod calibration;
+pub mod text_trace;
 pub mod trace;
 
 use rayon::prelude::*;

@@ -1,0 +1,197 @@
+//! S3 Reason: the model's reasoning behind each row's judgment, asked in NV-Reason-CXR's
+//! `<think>…</think><answer>…</answer>` format, parsed, and checked against the row's yes/no
+//! score. An answer may be yes/no or, as NV-Reason-CXR-3B writes it, a list of findings: the
+//! report labeler ([`crate::reports`]) reads such a list.
+//!
+//! Per image, the answers are also traced against the model's own yes/no findings (chest2err's
+//! shape, [`TextTrace`]): an answer that asserts a finding the scores reject is a false finding,
+//! one that rejects a finding the scores see is an omission.
+
+use crate::infer::{GenerationJob, ImageAnswers, ImageJob};
+use crate::release_spec::narrative::ReasoningPrompts;
+use crate::reports::{Assertion, Labeler};
+use crate::select::Selection;
+use crate::signal::text_trace::{TextTrace, TextTuple};
+use crate::vocab::{LABELS, NO_FINDING};
+
+/// The generation work: per image, one prompt per row, and the rows they answer.
+pub struct ReasoningPlan {
+    pub jobs: Vec<GenerationJob>,
+    pub rows: Vec<Vec<usize>>,
+}
+
+pub fn plan(selection: &Selection, prompts: &ReasoningPrompts, images: &[ImageJob]) -> ReasoningPlan {
+    let mut by_image: Vec<Vec<usize>> = vec![Vec::new(); selection.images.len()];
+    for (i, row) in selection.rows.iter().enumerate() {
+        by_image[row.image].push(i);
+    }
+    let mut plan = ReasoningPlan { jobs: Vec::new(), rows: Vec::new() };
+    for (image, rows) in by_image.into_iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+        let prompts = rows.iter().map(|&i| prompts.for_label(LABELS[selection.rows[i].label])).collect();
+        plan.jobs.push(GenerationJob { image: images[image].clone(), prompts });
+        plan.rows.push(rows);
+    }
+    plan
+}
+
+/// The two parts of an answer in the `<think>`/`<answer>` format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedAnswer {
+    pub think: Option<String>,
+    pub answer: Option<String>,
+}
+
+impl ParsedAnswer {
+    /// Parsed when the answer part is there and not empty (the reasoning part may be missing).
+    pub fn parsed(&self) -> bool {
+        self.answer.as_ref().is_some_and(|a| !a.is_empty())
+    }
+}
+
+/// The text between `<tag>` and `</tag>`; a missing close tag takes the rest (a truncated answer).
+fn section(text: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = text.find(&open)? + open.len();
+    let rest = &text[start..];
+    let end = rest.find(&format!("</{tag}>")).unwrap_or(rest.len());
+    Some(rest[..end].trim().to_string())
+}
+
+pub fn parse(text: &str) -> ParsedAnswer {
+    ParsedAnswer { think: section(text, "think"), answer: section(text, "answer") }
+}
+
+/// What an answer says of the row's label: yes, no, or None when it cannot be read. A yes/no
+/// answer is read by its first word (a bare yes or no); a findings list by the labeler (a listed finding is yes,
+/// one left out or negated is no; for No Finding, any finding listed is no).
+pub fn says(label: &str, answer: &str, labeler: &Labeler) -> Option<bool> {
+    let first = answer.split(|c: char| !c.is_alphanumeric()).find(|w| !w.is_empty())?.to_lowercase();
+    match first.as_str() {
+        "yes" => return Some(true),
+        // A bare "No"; "No effusion, cardiomegaly" is a list, read below.
+        "no" if answer.split_whitespace().count() == 1 => return Some(false),
+        _ => {}
+    }
+    let labels = labeler.label(answer);
+    if label == NO_FINDING {
+        let any = labels.findings.values().any(|c| c.label == Assertion::Present);
+        return Some(!any);
+    }
+    match labels.findings.get(label).map(|c| c.label) {
+        Some(Assertion::Present) => Some(true),
+        Some(Assertion::Uncertain) => None,
+        Some(Assertion::Absent) | None => Some(false),
+    }
+}
+
+/// S3's columns of one row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowReasoning {
+    /// The `<think>` part, or the whole text when the answer did not follow the format.
+    pub text: String,
+    pub answer: Option<String>,
+    pub parsed: bool,
+    /// What the answer says of the label; None when unparsed or unreadable.
+    pub says: Option<bool>,
+    /// Whether that matches the row's yes/no confidence; None when `says` is None.
+    pub agrees: Option<bool>,
+    pub new_tokens: usize,
+    pub truncated: bool,
+}
+
+impl RowReasoning {
+    /// The flag: the reasoning contradicts the score.
+    pub fn disagrees(&self) -> bool {
+        self.agrees == Some(false)
+    }
+}
+
+pub struct Reasoning {
+    /// One per selection row (default for rows without an answer).
+    pub rows: Vec<RowReasoning>,
+    /// One per selected image.
+    pub traces: Vec<TextTrace>,
+}
+
+/// Reads every answer. `confidence[i]` is row i's confidence; a finding is the model's when it
+/// reaches `present_min`.
+pub fn derive(
+    selection: &Selection,
+    plan: &ReasoningPlan,
+    answers: &[ImageAnswers],
+    confidence: &[f64],
+    present_min: f64,
+    tau: f64,
+) -> Reasoning {
+    let labeler = Labeler::builtin();
+    let mut rows = vec![RowReasoning::default(); selection.rows.len()];
+    for (job_rows, answers) in plan.rows.iter().zip(answers) {
+        for (&i, a) in job_rows.iter().zip(&answers.answers) {
+            let parsed = parse(&a.text);
+            let says =
+                parsed.answer.as_deref().filter(|_| parsed.parsed()).and_then(|ans| says(LABELS[selection.rows[i].label], ans, &labeler));
+            rows[i] = RowReasoning {
+                text: parsed.think.clone().unwrap_or_else(|| a.text.trim().to_string()),
+                parsed: parsed.parsed(),
+                answer: parsed.answer,
+                says,
+                agrees: says.map(|s| s == (confidence[i] >= present_min)),
+                new_tokens: a.new_tokens,
+                truncated: a.truncated,
+            };
+        }
+    }
+    let mut image_rows: Vec<Vec<usize>> = vec![Vec::new(); selection.images.len()];
+    for (i, row) in selection.rows.iter().enumerate() {
+        image_rows[row.image].push(i);
+    }
+    let traces = image_rows
+        .iter()
+        .map(|image| {
+            // The reference: the image's findings the scores see, in row order.
+            let reference: Vec<usize> =
+                image.iter().copied().filter(|&i| LABELS[selection.rows[i].label] != NO_FINDING && confidence[i] >= present_min).collect();
+            let mut tuples = Vec::new();
+            for (k, &i) in image.iter().enumerate() {
+                let label = LABELS[selection.rows[i].label];
+                let (Some(says), true) = (rows[i].says, label != NO_FINDING) else { continue };
+                let position = reference.iter().position(|&r| r == i).map_or(-1, |p| p as i32);
+                match (says, position >= 0) {
+                    (true, false) => tuples.push(TextTuple::new(1, label, -1, k as i32)),
+                    (false, true) => tuples.push(TextTuple::new(2, label, position, k as i32)),
+                    _ => {}
+                }
+            }
+            TextTrace::new(tuples, tau)
+        })
+        .collect();
+    Reasoning { rows, traces }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_in_the_think_answer_format() {
+        let p = parse("<think>The costophrenic angle is blunted.</think> <answer>Yes</answer>");
+        assert_eq!((p.think.as_deref(), p.answer.as_deref(), p.parsed()), (Some("The costophrenic angle is blunted."), Some("Yes"), true));
+        let truncated = parse("<think>Looking at the left base, the");
+        assert_eq!((truncated.think.as_deref(), truncated.parsed()), (Some("Looking at the left base, the"), false));
+        assert!(!parse("Yes.").parsed(), "no tags: not parsed");
+    }
+
+    #[test]
+    fn answers_are_read_as_yes_no_or_findings_lists() {
+        let l = Labeler::builtin();
+        assert_eq!(says("Effusion", "Yes.", &l), Some(true));
+        assert_eq!(says("Effusion", "no", &l), Some(false));
+        assert_eq!(says("Effusion", "Left pleural effusion, cardiomegaly", &l), Some(true));
+        assert_eq!(says("Nodule", "Left pleural effusion, cardiomegaly", &l), Some(false), "left out of the list");
+        assert_eq!(says("Effusion", "No pleural effusion. Cardiomegaly.", &l), Some(false), "negated in the list");
+        assert_eq!(says("Pneumonia", "Possible pneumonia", &l), None);
+        assert_eq!(says("No Finding", "No acute findings", &l), Some(true));
+        assert_eq!(says("No Finding", "Cardiomegaly", &l), Some(false));
+        assert_eq!(says("Effusion", "", &l), None);
+    }
+}
