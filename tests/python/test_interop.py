@@ -1,7 +1,7 @@
 """A built release, read the way buyers read it: pyarrow, polars, DuckDB, and the Hub's YAML.
 
-Builds the embedded-sample S1b and S2 releases once each (full + trial splits) with the
-project's binary; every reader test runs on both.
+Builds the embedded-sample S1b, S2 and S4 releases once each (full + trial splits) with the
+project's binary; every reader test runs on each.
 """
 import fnmatch
 import hashlib
@@ -36,7 +36,7 @@ def built(name, tmp_path_factory):
     return BUILT[name]
 
 
-@pytest.fixture(scope="module", params=["s1b", "s2"])
+@pytest.fixture(scope="module", params=["s1b", "s2", "s4"])
 def release(request, tmp_path_factory):
     return built(request.param, tmp_path_factory)
 
@@ -203,3 +203,29 @@ def test_s2_card_documents_its_columns_and_location(tmp_path_factory):
     assert features[-len(S2_COLUMNS):] == S2_COLUMNS
     assert "## Diagnose (S2)" in body and "### Location evaluation" in body
     assert (s2 / "location_eval.json").is_file() and (s2 / "plots" / "full-sample-boxes.png").is_file()
+
+
+S3_COLUMNS = ["reasoning_text", "reasoning_answer", "reasoning_parsed", "reasoning_says", "reasoning_agrees",
+              "reasoning_disagrees", "reasoning_tokens", "reasoning_truncated"]
+
+
+def test_s4_adds_reasoning_and_reports_and_keeps_every_earlier_column(tmp_path_factory):
+    s2, s4 = built("s2", tmp_path_factory), built("s4", tmp_path_factory)
+    a = pl.read_parquet(str(s2 / "data" / "full-*.parquet"))
+    b = pl.read_parquet(str(s4 / "data" / "full-*.parquet"))
+    assert b.columns == a.columns + S3_COLUMNS
+    assert b.select(a.columns).equals(a), "an S2 reader reads S4 unchanged"
+    assert b.schema["reasoning_says"] == pl.Boolean and b.schema["reasoning_tokens"] == pl.UInt32
+    # The flag is exactly the rows whose verdict contradicts the score.
+    assert b["reasoning_disagrees"].sum() == b.filter(pl.col("reasoning_agrees") == False).height  # noqa: E712
+    images = pq.read_table(str(s4 / "data" / "images" / "full-00000-of-00001.parquet"))
+    assert images.schema.field("report_text").type == "string"
+    assert images.schema.field("report_nih_category").type == "list<item: int32>"
+    texts = images.column("report_text").to_pylist()
+    assert len(texts) == 640 and all(isinstance(t, str) for t in texts)
+    # Scores follow the tuple counts: exp(-K / tau), 1.0 with no tuple.
+    rows = images.select(["report_nih_score", "report_nih_k"]).to_pylist()
+    assert all((r["report_nih_k"] == 0) == (r["report_nih_score"] == 1.0) for r in rows)
+    path = str(s4 / "data" / "images" / "full-*.parquet")
+    ((n,),) = duckdb.sql(f"select count(*) from read_parquet('{path}') where len(report_findings) > 0").fetchall()
+    assert n == sum(1 for f in images.column("report_findings").to_pylist() if f)
