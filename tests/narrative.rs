@@ -75,14 +75,31 @@ fn sharded_generation_merges_and_an_s3_release_rebuilds_byte_for_byte() {
     assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("merged")));
 
     build(&fixture(3), &s.path("s3"), &s.cache(), &[]).success();
-    bin().args(["rebuild", "--audit"]).arg(s.path("s3")).arg("--spec").arg(fixture(3)).arg("--scratch").arg(s.path("audit")).assert().success();
+    bin()
+        .args(["rebuild", "--audit"])
+        .arg(s.path("s3"))
+        .arg("--spec")
+        .arg(fixture(3))
+        .arg("--scratch")
+        .arg(s.path("audit"))
+        .assert()
+        .success();
 }
 
 #[test]
 fn reasoning_and_report_sections_are_checked_at_resolve_time() {
     let s = Scratch::new();
     let cases = [
-        ("prompts:\n  reasoning:\n    prompt: \"Is it there?\"\n", "prompts.reasoning.prompt", "must contain {finding}"),
+        (
+            "prompts:\n  reasoning:\n    prompt: \"Is it there?\"\n    no_finding: \"normal?\"\n    max_new_tokens: 8\n",
+            "prompts.reasoning.no_finding",
+            "applies only to a per-row prompt",
+        ),
+        (
+            "prompts:\n  reasoning:\n    prompt: \"Is there {finding}?\"\n    max_new_tokens: 8\n",
+            "prompts.reasoning.no_finding",
+            "is required",
+        ),
         (
             "prompts:\n  reasoning:\n    prompt: \"{finding}?\"\n    no_finding: \"normal?\"\n    max_new_tokens: 0\n",
             "prompts.reasoning.max_new_tokens",
@@ -92,7 +109,8 @@ fn reasoning_and_report_sections_are_checked_at_resolve_time() {
     ];
     for (i, (yaml, key, message)) in cases.iter().enumerate() {
         let spec = s.write(&format!("bad{i}.yaml"), &format!("extends: {}\n{yaml}", fixture(4).display()));
-        let a = bin().arg("build").arg(&spec).arg("--out").arg(s.path(&format!("out{i}"))).arg("--cache-dir").arg(s.cache()).assert().failure();
+        let a =
+            bin().arg("build").arg(&spec).arg("--out").arg(s.path(&format!("out{i}"))).arg("--cache-dir").arg(s.cache()).assert().failure();
         let err = stderr(&a);
         assert!(err.contains(key) && err.contains(message), "case {i}: {err}");
         assert!(!s.path(&format!("out{i}")).exists(), "nothing is written");
@@ -110,7 +128,10 @@ fn reasoning_and_report_sections_are_checked_at_resolve_time() {
     // An S2 spec that asks for reasoning without listing the addition is refused.
     let spec = s.write(
         "no-addition.yaml",
-        &format!("extends: {}\nprompts:\n  reasoning:\n    prompt: \"{{finding}}?\"\n    no_finding: \"normal?\"\n    max_new_tokens: 8\n", repo().join("tests/specs/s2-fixture-scorer.yaml").display()),
+        &format!(
+            "extends: {}\nprompts:\n  reasoning:\n    prompt: \"{{finding}}?\"\n    no_finding: \"normal?\"\n    max_new_tokens: 8\n",
+            repo().join("tests/specs/s2-fixture-scorer.yaml").display()
+        ),
     );
     let a = bin().arg("build").arg(&spec).arg("--out").arg(s.path("x")).arg("--cache-dir").arg(s.cache()).assert().failure();
     assert!(stderr(&a).contains("additions does not list the reasoning"), "{}", stderr(&a));

@@ -176,7 +176,10 @@ fn the_s4_sample_build_writes_reasoning_and_reports_and_says_how_much_parses() {
     let out = s.path("s4");
     let a = build(&spec("s4.yaml"), &out, &s.cache(), &["--jobs", "2"]).success();
     let log = stderr(&a);
-    assert!(log.contains("generate: reasoning for the rows of 640 images") && log.contains("generate: a report for each of 640 images"), "{log}");
+    assert!(
+        log.contains("generate: reasoning for the rows of 640 images") && log.contains("generate: a report for each of 640 images"),
+        "{log}"
+    );
     bin().arg("verify").arg(&out).assert().success();
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     let parse_line = card.lines().find(|l| l.starts_with("| answers that parse |")).expect("the S3 table");
@@ -187,4 +190,50 @@ fn the_s4_sample_build_writes_reasoning_and_reports_and_says_how_much_parses() {
         assert!(card.contains("Fewer than 95% of the answers parse"), "the card says the S3 answers are not a check");
     }
     assert!(card.contains("## Report (S4)") && card.contains("never NIH"), "{card}");
+
+    // The reports against the sample's drawn truth (what the images show, not NIH's noisy labels).
+    let truth = drawn_truth();
+    let (mut tp, mut fp, mut fneg) = (0usize, 0usize, 0usize);
+    for (image, said) in report_findings(&out.join("data/images/full-00000-of-00001.parquet")) {
+        let drawn = truth.get(&image).cloned().unwrap_or_default();
+        tp += said.iter().filter(|f| drawn.contains(*f)).count();
+        fp += said.iter().filter(|f| !drawn.contains(*f)).count();
+        fneg += drawn.iter().filter(|f| !said.contains(*f)).count();
+    }
+    let (precision, recall) = (tp as f64 / (tp + fp) as f64, tp as f64 / (tp + fneg) as f64);
+    eprintln!("s4 reports against the drawn truth: precision {precision:.3}, recall {recall:.3} ({tp} true findings)");
+    assert!(precision >= 0.55 && recall >= 0.45, "the trained model's reports follow the images: {precision} / {recall}");
+}
+
+/// Per image, the findings the sample's generator drew (fixtures/sample/truth.csv).
+fn drawn_truth() -> std::collections::HashMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
+    let mut out: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f[2] == "1" && f[1] != "No Finding" {
+            out.entry(f[0].to_string()).or_default().push(f[1].to_string());
+        }
+    }
+    out
+}
+
+/// (image_index, report_findings) of every row of an S4 image shard.
+fn report_findings(file: &std::path::Path) -> Vec<(String, Vec<String>)> {
+    use parquet::file::reader::FileReader;
+    use parquet::record::{ListAccessor, RowAccessor};
+    let reader = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(file).unwrap()).unwrap();
+    let names: Vec<String> =
+        reader.metadata().file_metadata().schema_descr_ptr().root_schema().get_fields().iter().map(|f| f.name().to_string()).collect();
+    let at = |name: &str| names.iter().position(|n| n == name).unwrap();
+    let (image, findings) = (at("image_index"), at("report_findings"));
+    reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(|row| {
+            let row = row.unwrap();
+            let list = row.get_list(findings).unwrap();
+            (row.get_string(image).unwrap().clone(), (0..list.len()).map(|k| list.get_string(k).unwrap().clone()).collect())
+        })
+        .collect()
 }

@@ -85,19 +85,20 @@ impl Scorer for FixtureScorer {
 }
 
 /// What the fixture "writes" for a prompt, in the format the prompt asks for: a box (S2's
-/// grounding prompts), a `<think>`/`<answer>` pair (S3's prompts name `<answer>`), or a short
-/// report (S4's prompts ask for a report). Every choice is a hash of the image and the prompt.
+/// grounding prompts), a `<think>`/`<answer>` pair with a findings list (S3's prompts ask it to
+/// think), or a short report (S4's prompts ask for a report). Every choice is a hash of the
+/// image and the prompt.
 fn fixture_answer(image_sha256: &str, prompt: &str) -> Answer {
     let h = splitmix(stable_u64(&["fixture-box", image_sha256, prompt]));
     let at = |shift: u32, span: u64| (h >> shift) % span;
-    if prompt.contains("<answer>") {
-        let yes = at(0, 2) == 0;
+    if prompt.to_lowercase().contains("think") {
+        const FINDINGS: [&str; 6] = ["Atelectasis", "Cardiomegaly", "Effusion", "Nodule", "Pneumothorax", "Edema"];
+        let listed: Vec<&str> = FINDINGS.iter().enumerate().filter(|(k, _)| at(*k as u32 * 4, 3) == 0).map(|(_, f)| *f).collect();
         let text = format!(
-            "<think>Fixture reasoning {:04x}: the {} region of the image was {}.</think><answer>{}</answer>",
-            at(8, 0x10000),
-            ["upper", "middle", "lower"][at(24, 3) as usize],
-            if yes { "abnormal" } else { "clear" },
-            if yes { "Yes" } else { "No" }
+            "<think>Fixture reasoning {:04x}: the {} region of the image was read.</think><answer>{}</answer>",
+            at(40, 0x10000),
+            ["upper", "middle", "lower"][at(56, 3) as usize],
+            if listed.is_empty() { "No Finding".to_string() } else { listed.join(", ") }
         );
         return Answer { text, new_tokens: 24, truncated: false };
     }

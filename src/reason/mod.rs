@@ -14,10 +14,12 @@ use crate::select::Selection;
 use crate::signal::text_trace::{TextTrace, TextTuple};
 use crate::vocab::{LABELS, NO_FINDING};
 
-/// The generation work: per image, one prompt per row, and the rows they answer.
+/// The generation work: per image, its distinct prompts, and for each of its rows (row, the
+/// answer that row reads). A per-row prompt asks each row its own question; an image-level one
+/// is asked once and its answer read for every row.
 pub struct ReasoningPlan {
     pub jobs: Vec<GenerationJob>,
-    pub rows: Vec<Vec<usize>>,
+    pub rows: Vec<Vec<(usize, usize)>>,
 }
 
 pub fn plan(selection: &Selection, prompts: &ReasoningPrompts, images: &[ImageJob]) -> ReasoningPlan {
@@ -27,9 +29,18 @@ pub fn plan(selection: &Selection, prompts: &ReasoningPrompts, images: &[ImageJo
     }
     let mut plan = ReasoningPlan { jobs: Vec::new(), rows: Vec::new() };
     for (image, rows) in by_image.into_iter().enumerate().filter(|(_, r)| !r.is_empty()) {
-        let prompts = rows.iter().map(|&i| prompts.for_label(LABELS[selection.rows[i].label])).collect();
-        plan.jobs.push(GenerationJob { image: images[image].clone(), prompts });
-        plan.rows.push(rows);
+        let mut asked: Vec<String> = Vec::new();
+        let mut reads = Vec::with_capacity(rows.len());
+        for &i in &rows {
+            let prompt = prompts.for_label(LABELS[selection.rows[i].label]);
+            let k = asked.iter().position(|p| *p == prompt).unwrap_or_else(|| {
+                asked.push(prompt);
+                asked.len() - 1
+            });
+            reads.push((i, k));
+        }
+        plan.jobs.push(GenerationJob { image: images[image].clone(), prompts: asked });
+        plan.rows.push(reads);
     }
     plan
 }
@@ -126,7 +137,8 @@ pub fn derive(
     let labeler = Labeler::builtin();
     let mut rows = vec![RowReasoning::default(); selection.rows.len()];
     for (job_rows, answers) in plan.rows.iter().zip(answers) {
-        for (&i, a) in job_rows.iter().zip(&answers.answers) {
+        for &(i, k) in job_rows {
+            let a = &answers.answers[k];
             let parsed = parse(&a.text);
             let says =
                 parsed.answer.as_deref().filter(|_| parsed.parsed()).and_then(|ans| says(LABELS[selection.rows[i].label], ans, &labeler));
@@ -171,6 +183,23 @@ pub fn derive(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_level_prompt_is_asked_once_and_a_per_row_prompt_per_row() {
+        use crate::release_spec::narrative::ReasoningPrompts;
+        use crate::select::{ImageRef, PairRow};
+        let image =
+            ImageRef { image_index: "a.png".into(), patient_id: 1, view_position: "PA".into(), official_split: None, labels: 0b100 };
+        let rows = [2, 5, 14].map(|label| PairRow { image: 0, label, nih_label: label == 2 }).to_vec();
+        let selection = Selection { images: vec![image], rows, candidates: 1, capped: false };
+        let images = [ImageJob { name: "a.png".into(), path: "a.png".into() }];
+        let once = ReasoningPrompts { prompt: "Which findings?".into(), no_finding: None, max_new_tokens: 8 };
+        let p = plan(&selection, &once, &images);
+        assert_eq!((p.jobs[0].prompts.len(), p.rows[0].clone()), (1, vec![(0, 0), (1, 0), (2, 0)]));
+        let per_row = ReasoningPrompts { prompt: "Is there {finding}?".into(), no_finding: Some("Normal?".into()), max_new_tokens: 8 };
+        let p = plan(&selection, &per_row, &images);
+        assert_eq!(p.jobs[0].prompts, ["Is there effusion?", "Is there nodule?", "Normal?"]);
+    }
 
     #[test]
     fn answers_parse_in_the_think_answer_format() {

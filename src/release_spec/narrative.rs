@@ -3,8 +3,8 @@
 //! ```yaml
 //! prompts:
 //!   reasoning:                     # S3: one answer per (image, label) row
-//!     prompt: "Is there {finding} in this chest X-ray? Think ... <think></think> ... <answer></answer>."
-//!     no_finding: "Is this chest X-ray normal, with no finding? ..."
+//!     prompt: "Which findings does this chest X-ray show? Think first, then answer."
+//!     # or per row: "Is there {finding} ...?" with `no_finding:` for No Finding rows
 //!     max_new_tokens: 96
 //!   report:                        # S4: one paragraph per image
 //!     prompt: "Describe the findings of this chest X-ray as a radiology report would."
@@ -41,23 +41,29 @@ pub enum Conditioning {
     ImageOnly,
 }
 
-/// S3: the prompt that asks the model to reason about one row's finding.
+/// S3: the prompt that asks the model to reason about a row's finding. With `{finding}` in it,
+/// each row is asked about its own finding (and `no_finding` asks No Finding rows); without,
+/// it is one question about the whole image, NV-Reason-CXR's way, asked once per image and its
+/// findings list read for every row of the image.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReasoningPrompts {
-    /// `{finding}` is replaced by the finding's words.
     pub prompt: String,
-    /// For `No Finding` rows.
-    pub no_finding: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_finding: Option<String>,
     pub max_new_tokens: usize,
 }
 
 impl ReasoningPrompts {
+    /// Whether each row gets a prompt of its own.
+    pub fn per_row(&self) -> bool {
+        self.prompt.contains("{finding}")
+    }
+
     /// The prompt of one row.
     pub fn for_label(&self, label: &str) -> String {
-        if label == NO_FINDING {
-            self.no_finding.clone()
-        } else {
-            self.prompt.replace("{finding}", &finding_words(label))
+        match (&self.no_finding, label == NO_FINDING) {
+            (Some(no_finding), true) => no_finding.clone(),
+            _ => self.prompt.replace("{finding}", &finding_words(label)),
         }
     }
 }
@@ -93,14 +99,14 @@ fn tokens(key: &'static str, value: Option<usize>) -> Result<usize, (&'static st
 
 pub fn resolve_reasoning(layer: ReasoningLayer) -> Result<ReasoningPrompts, (&'static str, String)> {
     let prompt = non_empty("prompts.reasoning.prompt", layer.prompt)?;
-    if !prompt.contains("{finding}") {
-        return Err(("prompts.reasoning.prompt", "must contain {finding}, where the row's finding is named".into()));
-    }
-    Ok(ReasoningPrompts {
-        prompt,
-        no_finding: non_empty("prompts.reasoning.no_finding", layer.no_finding)?,
-        max_new_tokens: tokens("prompts.reasoning.max_new_tokens", layer.max_new_tokens)?,
-    })
+    let no_finding = match (prompt.contains("{finding}"), layer.no_finding) {
+        (true, none_or_some) => Some(non_empty("prompts.reasoning.no_finding", none_or_some)?),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err(("prompts.reasoning.no_finding", "applies only to a per-row prompt, one with {finding} in it".into()))
+        }
+    };
+    Ok(ReasoningPrompts { prompt, no_finding, max_new_tokens: tokens("prompts.reasoning.max_new_tokens", layer.max_new_tokens)? })
 }
 
 pub fn resolve_report(layer: ReportLayer) -> Result<ReportPrompts, (&'static str, String)> {
