@@ -126,19 +126,12 @@ fn gates_refuse_before_any_work() {
     let spec = derived_spec(&s, "nc.yaml", "release:\n  tier: standard\nmodel:\n  backend: fixture\n  weight_license: qwen-research\n");
     let err = failing_build(&s, &spec);
     assert!(err.contains("tier-license") && err.contains("qwen-research"), "{err}");
-    // S3 additions are not built yet: refused at resolve, never an S2 build under the S3 name.
-    let err = failing_build(&s, &spec_path("s3.yaml"));
-    assert!(err.contains("not-implemented") && err.contains("reasoning"), "{err}");
     // A publishable build refuses the sample and the fixture scorer.
     let out = s.path("pub");
     let a = build(&fixture_s1a(), &out, &s.cache(), &["--publishable"]).failure();
     let err = checked(&s, "build_publishable", stderr(&a));
     assert!(err.contains("embedded synthetic sample") && err.contains("fixture scorer"), "{err}");
     assert!(!s.cache().exists(), "nothing was scored");
-}
-
-fn spec_path(name: &str) -> std::path::PathBuf {
-    spec(name)
 }
 
 #[test]

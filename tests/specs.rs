@@ -36,11 +36,14 @@ fn s1a_and_s1b_carry_the_facts() {
 }
 
 #[test]
-fn later_series_are_refused_until_built() {
-    for (name, what) in [("s3.yaml", "reasoning"), ("s4.yaml", "report-style text")] {
-        let err = load(name).unwrap_err().to_string();
-        assert!(err.contains("not-implemented") && err.contains(what), "{name}: {err}");
-    }
+fn s3_and_s4_resolve_with_their_prompts() {
+    let s3 = load("s3.yaml").unwrap();
+    let reasoning = s3.prompts.reasoning.as_ref().expect("S3 asks for reasoning");
+    assert!(!reasoning.per_row(), "the sample's question is about the whole image");
+    assert!(s3.prompts.report.is_none() && s3.prompts.location.is_some(), "S3 extends S2, not S4");
+    let s4 = load("s4.yaml").unwrap();
+    assert_eq!(s4.prompts.report.as_ref().map(|r| r.conditioning), Some(release_spec::narrative::Conditioning::ImageOnly));
+    assert_ne!(s3.prompts.hash(), load("s2.yaml").unwrap().prompts.hash(), "the reasoning prompt is part of the prompt set");
 }
 
 #[test]
