@@ -207,6 +207,6 @@ fn the_report_labeler_holds_its_openi_precision_and_recall() {
     let finding = |name: &str| e.findings.iter().find(|f| f.finding == name).unwrap().clone();
     eprintln!("OpenI even-numbered reports: precision {:?}, recall {:?}", e.overall.precision, e.overall.recall);
     assert!(e.overall.precision.unwrap() >= 0.90, "{:?}", e.overall);
-    assert!(e.overall.recall.unwrap() >= 0.89, "{:?}", e.overall);
+    assert!(e.overall.recall.unwrap() >= 0.91, "{:?}", e.overall);
     assert!(finding("Mass").recall.unwrap() >= 0.40 && finding("Pneumonia").precision.unwrap() >= 0.66);
 }
