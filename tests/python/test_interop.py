@@ -13,6 +13,7 @@ import subprocess
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -219,8 +220,8 @@ def test_s4_adds_reasoning_and_reports_and_keeps_every_earlier_column(tmp_path_f
     # The flag is exactly the rows whose verdict contradicts the score.
     assert b["reasoning_disagrees"].sum() == b.filter(pl.col("reasoning_agrees") == False).height  # noqa: E712
     images = pq.read_table(str(s4 / "data" / "images" / "full-00000-of-00001.parquet"))
-    assert images.schema.field("report_text").type == "string"
-    assert images.schema.field("report_nih_category").type == "list<item: int32>"
+    assert images.schema.field("report_text").type == pa.string()
+    assert images.schema.field("report_nih_category").type == pa.list_(pa.int32())
     texts = images.column("report_text").to_pylist()
     assert len(texts) == 640 and all(isinstance(t, str) for t in texts)
     # Scores follow the tuple counts: exp(-K / tau), 1.0 with no tuple.
