@@ -2,7 +2,7 @@
 //! original image's pixels.
 //!
 //! - Qwen2.5-VL writes JSON, `[{"bbox_2d": [x1, y1, x2, y2], "label": "..."}]` (often inside a
-//!   ```json fence), in pixels of the *resized* image the vision tower saw.
+//!   fenced `json` block), in pixels of the *resized* image the vision tower saw.
 //! - Qwen2-VL writes `<|object_ref_start|>label<|object_ref_end|><|box_start|>(x1,y1),(x2,y2)<|box_end|>`
 //!   on a 0-1000 scale of the image.
 //!
