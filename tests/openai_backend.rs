@@ -1,6 +1,7 @@
 //! The `openai` backend against a loopback fake of an OpenAI-compatible server: scores are what
 //! the server's logprobs imply, requests go out concurrently (bounded), faults leave the release
-//! byte-identical, a hidden answer token is a clear error, and the API key is never printed.
+//! byte-identical, a hidden answer token is a clear error, and the API key is never printed. S2,
+//! S3 and S4 generation go through the same server.
 
 mod common;
 #[path = "fake_openai/mod.rs"]
@@ -187,4 +188,41 @@ fn s2_answers_come_from_the_server_with_special_tokens_kept() {
         "the server's boxes parse:\n{}",
         card.lines().filter(|l| l.contains("box")).collect::<Vec<_>>().join("\n")
     );
+}
+
+#[test]
+fn s3_reasoning_and_s4_reports_come_from_the_server_and_faults_change_no_byte() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = served_spec(&s, "s4.yaml", &repo().join("tests/specs/s4-fixture-scorer.yaml"), &server, 8);
+    served_build(&spec, &s.path("clean"), &s.path("cache-clean"), &[]).success();
+    {
+        let state = server.state.lock().unwrap();
+        let text = |b: &&serde_json::Value| b["messages"][0]["content"][1]["text"].as_str().unwrap_or("").to_string();
+        let asked = |needle: &str| state.bodies.iter().filter(|b| text(b).contains(needle)).collect::<Vec<_>>();
+        let (reasoning, reports) = (asked("Think first"), asked("Write a short report"));
+        assert_eq!((reasoning.len(), reports.len()), (IMAGES, IMAGES), "one reasoning and one report request per image");
+        assert!(reasoning.iter().chain(&reports).all(|b| b["max_tokens"] == 96 && b["temperature"] == 0));
+    }
+    let card = std::fs::read_to_string(s.path("clean/README.md")).unwrap();
+    let parsed = card.lines().find(|l| l.starts_with("| answers that parse |")).unwrap_or_default();
+    assert!(parsed.ends_with("(100.0%) |"), "the server's reasoning parses: {parsed}");
+    assert!(card.contains("## Report (S4): report-style text per image"));
+
+    // Faults during generation only: the scores come from a copy of the clean cache.
+    copy_tree(&s.path("cache-clean"), &s.path("cache-faulty"));
+    std::fs::remove_dir_all(s.path("cache-faulty/generations-v1")).unwrap();
+    let before = server.state.lock().unwrap().requests;
+    server.inject(&[
+        Fault::Status(503),
+        Fault::Drop,
+        Fault::Status(429),
+        Fault::Slow(std::time::Duration::from_millis(300)),
+        Fault::Status(500),
+    ]);
+    let a = served_build(&spec, &s.path("faulty"), &s.path("cache-faulty"), &[]).success();
+    let asked = server.state.lock().unwrap().requests - before;
+    assert!(asked > 2 * IMAGES, "every image is asked again, some more than once: {asked}");
+    assert!(stderr(&a).contains("0 from the cache"), "{}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("faulty")), tree_digest(&s.path("clean")), "faults change no byte");
 }

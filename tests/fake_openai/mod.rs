@@ -84,10 +84,34 @@ pub fn logprobs_for(data_url: &str, question: &str) -> (f64, f64) {
     (-0.01 - at(0), -0.01 - at(2))
 }
 
-/// The text this server generates for `prompt` about the image at `data_url`: a Qwen2-VL box.
+/// The text this server generates for `prompt` about the image at `data_url`, in the format the
+/// prompt asks for: a `<think>`/`<answer>` pair for a prompt that says "think" (S3), a few report
+/// sentences for one that asks for a report (S4), and a Qwen2-VL box otherwise (S2).
 pub fn text_for(data_url: &str, prompt: &str) -> String {
     let d = digest(&["text", data_url, prompt]);
     let at = |i: usize, span: u16| u16::from_le_bytes([d[i], d[i + 1]]) % span;
+    let lower = prompt.to_lowercase();
+    if lower.contains("think") {
+        let seen: Vec<&str> = ["Effusion", "Cardiomegaly", "Atelectasis", "Mass"]
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| at(2 * k, 2) == 0)
+            .map(|(_, f)| *f)
+            .collect();
+        let answer = if seen.is_empty() { "No Finding".to_string() } else { seen.join(", ") };
+        return format!("<think>Served reasoning {}: both lungs were inspected.</think><answer>{answer}</answer>", at(10, 1000));
+    }
+    if lower.contains("report") {
+        const SENTENCES: [&str; 6] = [
+            "Small right pleural effusion.",
+            "The heart is enlarged.",
+            "There is no pneumothorax.",
+            "Left basilar atelectasis.",
+            "A mass is seen in the right upper lobe.",
+            "Clear lungs.",
+        ];
+        return (0..2).map(|k| SENTENCES[usize::from(at(2 * k, 6))]).collect::<Vec<_>>().join(" ");
+    }
     let (x1, y1) = (100 + at(0, 500), 100 + at(2, 500));
     format!("<|box_start|>({x1},{y1}),({},{})<|box_end|>", x1 + 60 + at(4, 300), y1 + 60 + at(6, 300))
 }
