@@ -1,6 +1,8 @@
 //! The release directory appears only when complete: everything is written to a hidden staging
 //! directory beside it, then renamed into place. A killed build leaves only the staging
-//! directory, which the next build removes.
+//! directory, which the next build removes. Before the rename every file is flushed to disk, so
+//! a power cut after a build says it is done cannot leave a release with empty files in it.
+//! (Cache entries are not synced: a torn entry fails its check and is scored again.)
 
 use std::path::{Path, PathBuf};
 
@@ -26,11 +28,13 @@ impl Staging {
 
     /// Moves the finished release into place, replacing any previous one.
     pub fn commit(self) -> std::io::Result<PathBuf> {
+        sync_tree(&self.dir)?;
         let old = hidden_sibling(&self.target, "old");
         if self.target.exists() {
             std::fs::rename(&self.target, &old)?;
         }
         std::fs::rename(&self.dir, &self.target)?;
+        sync_dir(self.target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")))?;
         if old.exists() {
             std::fs::remove_dir_all(&old)?;
         }
@@ -44,6 +48,28 @@ impl Drop for Staging {
         if self.dir.exists() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Flushes every file under `dir`, then each folder's entries, to disk.
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Flushes a folder's entries (its names, not its files' contents). Where a folder cannot be
+/// opened for syncing (not a Unix), there is nothing more to do.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::File::open(dir) {
+        Ok(f) if cfg!(unix) => f.sync_all(),
+        _ => Ok(()),
     }
 }
 
