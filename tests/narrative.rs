@@ -136,3 +136,40 @@ fn reasoning_and_report_sections_are_checked_at_resolve_time() {
     let a = bin().arg("build").arg(&spec).arg("--out").arg(s.path("x")).arg("--cache-dir").arg(s.cache()).assert().failure();
     assert!(stderr(&a).contains("additions does not list the reasoning"), "{}", stderr(&a));
 }
+
+/// The number in a card table row that starts with `| {name} |`.
+fn card_count(card: &str, name: &str) -> usize {
+    let line = card.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("no `{name}` row"));
+    line.split('|').nth(2).and_then(|c| c.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+#[test]
+fn a_per_row_reasoning_prompt_asks_each_row_its_own_question() {
+    let s = Scratch::new();
+    let spec = s.write(
+        "per-row.yaml",
+        &format!(
+            "extends: {}\nprompts:\n  reasoning:\n    prompt: \"Is there {{finding}} in this chest X-ray? Think first, then answer.\"\n    \
+             no_finding: \"Is this chest X-ray normal? Think first, then answer.\"\n    max_new_tokens: 64\n",
+            fixture(3).display()
+        ),
+    );
+    build(&spec, &s.path("out"), &s.cache(), &[]).success();
+    let card = std::fs::read_to_string(s.path("out/README.md")).unwrap();
+    let rows = card_count(&card, "rows");
+    assert_eq!(card_count(&card, "answers that parse"), rows, "every fixture answer follows the format");
+    let (agree, disagree) = (card_count(&card, "agree with the score"), card_count(&card, "disagree (flagged)"));
+    assert!(agree > 0 && disagree > 0 && agree + disagree == card_count(&card, "answers that say yes or no of the label"));
+    assert!(card.contains("Prompt: `Is there {finding} in this chest X-ray?"), "the card shows the prompt as written");
+
+    // One question per row, the row's finding in words: "pleural thickening", never "Pleural_Thickening".
+    let mut asked = Vec::new();
+    for file in files_under(&s.cache().join("generations-v1")) {
+        let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let prompts = entry["prompts"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string());
+        asked.extend(prompts.filter(|p| p.contains("Think first")));
+    }
+    assert_eq!(asked.len(), rows, "each row is asked its own question");
+    assert!(asked.iter().any(|p| p.contains("normal?")) && asked.iter().any(|p| p.starts_with("Is there effusion in")));
+    assert!(!asked.iter().any(|p| p.contains('_') || p.contains("{finding}")));
+}
