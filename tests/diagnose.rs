@@ -33,7 +33,7 @@ fn an_s2_release_adds_location_and_signs_after_every_s1_column() {
     assert!(card.contains("## Diagnose (S2): location and observable signs"), "the card has an S2 section");
     assert!(card.contains("| `box_status` | string, nullable |"), "the schema documents the new columns");
     assert!(card.contains("| S2 | Diagnose |") && card.contains("| tentative | builds it |"), "the roadmap shows S2 as built");
-    assert!(card.lines().any(|l| l.starts_with("| S3 |") && l.ends_with("| builds it |")), "S3 is built too");
+    assert!(card_row(&card, "S3").ends_with("| builds it |"), "S3 is built too");
     assert!(card.contains("fixture stand-in"), "the card says the scorer is a fixture");
 
     // `eval --boxes` reads the shards back and gets the build's own location evaluation.

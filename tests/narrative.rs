@@ -139,7 +139,7 @@ fn reasoning_and_report_sections_are_checked_at_resolve_time() {
 
 /// The number in a card table row that starts with `| {name} |`.
 fn card_count(card: &str, name: &str) -> usize {
-    let line = card.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("no `{name}` row"));
+    let line = card_row(card, name);
     line.split('|').nth(2).and_then(|c| c.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
 }
 

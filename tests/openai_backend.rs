@@ -205,7 +205,7 @@ fn s3_reasoning_and_s4_reports_come_from_the_server_and_faults_change_no_byte() 
         assert!(reasoning.iter().chain(&reports).all(|b| b["max_tokens"] == 96 && b["temperature"] == 0));
     }
     let card = std::fs::read_to_string(s.path("clean/README.md")).unwrap();
-    let parsed = card.lines().find(|l| l.starts_with("| answers that parse |")).unwrap_or_default();
+    let parsed = card_row(&card, "answers that parse");
     assert!(parsed.ends_with("(100.0%) |"), "the server's reasoning parses: {parsed}");
     assert!(card.contains("## Report (S4): report-style text per image"));
 

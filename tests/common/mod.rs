@@ -103,6 +103,12 @@ pub fn stdout(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stdout).into_owned()
 }
 
+/// The card table row that starts with `| {name} |`; a missing row fails the test by name.
+pub fn card_row<'a>(card: &'a str, name: &str) -> &'a str {
+    let start = format!("| {name} |");
+    card.lines().find(|l| l.starts_with(&start)).unwrap_or_else(|| panic!("the card has no `{name}` row"))
+}
+
 /// Copies the embedded sample into the scratch folder so a test can damage it.
 pub fn copy_sample(scratch: &Scratch) -> PathBuf {
     let dst = scratch.path("sample");
