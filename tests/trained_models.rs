@@ -171,9 +171,9 @@ fn batched_generation_equals_one_at_a_time(family: &str) {
     for name in images {
         let image = image::open(repo().join("fixtures/sample/images").join(name)).unwrap();
         let (pixel_values, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, model.device).unwrap();
-        encoded.push((model.image_embeds(&pixel_values, grid), grid));
+        encoded.push((model.encode_image(&pixel_values, grid), grid));
     }
-    let batch: Vec<GenerationImage> = encoded.iter().map(|(e, g)| GenerationImage { embeds: e, grid: *g }).collect();
+    let batch: Vec<GenerationImage> = encoded.iter().map(|(e, g)| GenerationImage { features: e, grid: *g }).collect();
     // Every image gets a different subset of the prompts, so prefixes and suffixes are ragged.
     let mut ids = Vec::new();
     for (i, (_, grid)) in encoded.iter().enumerate() {

@@ -145,7 +145,7 @@ impl Scorer for Qwen2VlScorer {
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
-        let embeds = engine.model.image_embeds(&pixel_values, grid);
+        let features = engine.model.encode_image(&pixel_values, grid);
         let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
         let key = (grid, crate::hashing::stable_u64(&texts));
         let prompt_ids = match prompts.entry(key) {
@@ -158,7 +158,7 @@ impl Scorer for Qwen2VlScorer {
                     .map_err(engine_err("the prompts"))?,
             ),
         };
-        let scores = engine.model.score(prompt_ids, &embeds, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?;
+        let scores = engine.model.score(prompt_ids, &features, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?;
         Ok(scores)
     }
 
@@ -177,7 +177,8 @@ impl Scorer for Qwen2VlScorer {
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let engine = &loaded.engine;
-        let embeds: Vec<tch::Tensor> = pixel_values.iter().map(|(values, grid)| engine.model.image_embeds(values, *grid)).collect();
+        let features: Vec<crate::vlm::ImageFeatures> =
+            pixel_values.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
         let mut ids = Vec::new();
         for (i, ((_, grid), texts)) in pixel_values.iter().zip(prompts).enumerate() {
             for text in texts.iter() {
@@ -185,7 +186,7 @@ impl Scorer for Qwen2VlScorer {
             }
         }
         let batch: Vec<GenerationImage> =
-            embeds.iter().zip(&pixel_values).map(|(e, (_, grid))| GenerationImage { embeds: e, grid: *grid }).collect();
+            features.iter().zip(&pixel_values).map(|(f, (_, grid))| GenerationImage { features: f, grid: *grid }).collect();
         let requests: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();
         let names: Vec<&str> = images.iter().map(|i| i.name).collect();
         let generated = engine

@@ -5,28 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// Full-attention vision tower with LayerNorm and quick-GELU.
-    Qwen2Vl,
-    /// Window attention with full-attention blocks, RMSNorm and gated SiLU.
-    #[serde(rename = "qwen2_5_vl")]
-    Qwen25Vl,
-}
-
-impl Family {
-    /// The family's name as specs write it (`prompts.location.ground`) and as it serializes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Qwen2Vl => "qwen2_vl",
-            Family::Qwen25Vl => "qwen2_5_vl",
-        }
-    }
-    pub fn from_name(name: &str) -> Option<Family> {
-        [Family::Qwen2Vl, Family::Qwen25Vl].into_iter().find(|f| f.name() == name)
-    }
-}
+pub use super::families::Family;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TextConfig {
@@ -41,12 +20,36 @@ pub struct TextConfig {
     /// Split of the rotary half-dimension between the temporal, height and width positions.
     pub mrope_section: Vec<usize>,
     pub tie_word_embeddings: bool,
+    /// Width of one attention head (explicit in Qwen3 configs, hidden_size / heads before).
+    pub head_dim: usize,
+    /// The family's variant of the shared decoder.
+    pub variant: TextVariant,
 }
 
 impl TextConfig {
     pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_attention_heads
+        self.head_dim
     }
+}
+
+/// How a family's text decoder differs from the others: the switches of the shared decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TextVariant {
+    /// An explicit head width; `None`: hidden_size / num_attention_heads.
+    pub head_dim: Option<usize>,
+    /// Biases on the q, k and v projections, and on the output projection.
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// RMSNorm over each head's queries and keys before the rotary positions (Qwen3).
+    pub qk_norm: bool,
+    /// M-RoPE frequencies assigned to time, height and width in turn (Qwen3-VL), instead of in
+    /// three contiguous sections (Qwen2-VL).
+    pub mrope_interleaved: bool,
+}
+
+impl TextVariant {
+    /// The Qwen2 decoder of Qwen2-VL and Qwen2.5-VL.
+    pub const QWEN2: TextVariant = TextVariant { head_dim: None, qkv_bias: true, o_bias: false, qk_norm: false, mrope_interleaved: false };
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -65,6 +68,37 @@ pub struct VisionConfig {
     /// Qwen2.5-VL: attention window in pixels, and the blocks that attend globally.
     pub window_size: Option<usize>,
     pub fullatt_block_indexes: Vec<usize>,
+    /// Qwen3-VL: the learned position embeddings (a square grid), and the blocks whose output
+    /// goes through a DeepStack merger to the text model.
+    pub num_position_embeddings: Option<usize>,
+    pub deepstack_visual_indexes: Vec<usize>,
+    /// The vision MLP's GELU as libtorch names its `approximate` argument ("tanh" or "none").
+    pub mlp_gelu: &'static str,
+    /// Base of the vision tower's 2D rotary angles.
+    pub rope_theta: f64,
+}
+
+impl Default for VisionConfig {
+    /// The fields every family reads are zero here; each family fills them in.
+    fn default() -> Self {
+        VisionConfig {
+            depth: 0,
+            hidden_size: 0,
+            intermediate_size: 0,
+            out_hidden_size: 0,
+            num_heads: 0,
+            patch_size: 0,
+            spatial_merge_size: 0,
+            temporal_patch_size: 0,
+            in_channels: 3,
+            window_size: None,
+            fullatt_block_indexes: Vec::new(),
+            num_position_embeddings: None,
+            deepstack_visual_indexes: Vec::new(),
+            mlp_gelu: "none",
+            rope_theta: 10000.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -84,16 +118,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn err(key: &str, message: impl Into<String>) -> ConfigError {
+pub(crate) fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), message: message.into() }
 }
 
 /// Looks a key up in the first object that has it.
-fn get<'a>(objects: &[&'a Value], key: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(objects: &[&'a Value], key: &str) -> Option<&'a Value> {
     objects.iter().find_map(|o| o.get(key).filter(|v| !v.is_null()))
 }
 
-fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigError> {
+pub(crate) fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigError> {
     let v = get(objects, key).ok_or_else(|| err(key, "missing"))?;
     v.as_u64().map(|n| n as usize).ok_or_else(|| err(key, format!("expected a non-negative integer, got {v}")))
 }
@@ -103,7 +137,15 @@ fn f64_at(objects: &[&Value], key: &str) -> Result<f64, ConfigError> {
     v.as_f64().ok_or_else(|| err(key, format!("expected a number, got {v}")))
 }
 
-fn usizes(v: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
+/// An optional number of one object.
+pub(crate) fn f64_in(object: &Value, key: &str) -> Result<Option<f64>, ConfigError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| err(key, format!("expected a number, got {v}"))),
+    }
+}
+
+pub(crate) fn usizes(v: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
     v.as_array()
         .and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>())
         .ok_or_else(|| err(key, format!("expected a list of integers, got {v}")))
@@ -111,31 +153,23 @@ fn usizes(v: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
 
 impl ModelConfig {
     pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
-        let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or_default();
-        let architectures: Vec<&str> =
-            root.get("architectures").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        let family = match model_type {
-            "qwen2_vl" => Family::Qwen2Vl,
-            "qwen2_5_vl" => Family::Qwen25Vl,
-            _ if architectures.contains(&"Qwen2VLForConditionalGeneration") => Family::Qwen2Vl,
-            _ if architectures.contains(&"Qwen2_5_VLForConditionalGeneration") => Family::Qwen25Vl,
-            other => {
-                return Err(err(
-                    "model_type",
-                    format!("{other:?} (architectures {architectures:?}) is not a supported architecture: expected qwen2_vl or qwen2_5_vl"),
-                ))
-            }
-        };
+        let family = Family::of_config(root)?;
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
         let text_scope: Vec<&Value> = text_obj.into_iter().chain(std::iter::once(root)).collect();
         let (rope_theta, mrope_section) = rope(&text_scope)?;
+        let variant = family.text_variant(&text_scope)?;
+        let hidden_size = usize_at(&text_scope, "hidden_size")?;
+        let num_attention_heads = usize_at(&text_scope, "num_attention_heads")?;
+        if num_attention_heads == 0 || (variant.head_dim.is_none() && hidden_size % num_attention_heads != 0) {
+            return Err(err("hidden_size", format!("{hidden_size} is not divisible by num_attention_heads {num_attention_heads}")));
+        }
         let text = TextConfig {
             vocab_size: usize_at(&text_scope, "vocab_size")?,
-            hidden_size: usize_at(&text_scope, "hidden_size")?,
+            hidden_size,
             intermediate_size: usize_at(&text_scope, "intermediate_size")?,
             num_hidden_layers: usize_at(&text_scope, "num_hidden_layers")?,
-            num_attention_heads: usize_at(&text_scope, "num_attention_heads")?,
+            num_attention_heads,
             num_key_value_heads: usize_at(&text_scope, "num_key_value_heads")?,
             rms_norm_eps: f64_at(&text_scope, "rms_norm_eps")?,
             rope_theta,
@@ -144,43 +178,11 @@ impl ModelConfig {
                 .or_else(|| get(&text_scope, "tie_word_embeddings"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            head_dim: variant.head_dim.unwrap_or(hidden_size / num_attention_heads),
+            variant,
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
-        let v = [vision_obj];
-        let vision = match family {
-            Family::Qwen2Vl => {
-                let width = usize_at(&v, "embed_dim")?;
-                VisionConfig {
-                    depth: usize_at(&v, "depth")?,
-                    hidden_size: width,
-                    intermediate_size: width * usize_at(&v, "mlp_ratio").unwrap_or(4),
-                    out_hidden_size: usize_at(&v, "hidden_size")?,
-                    num_heads: usize_at(&v, "num_heads")?,
-                    patch_size: usize_at(&v, "patch_size")?,
-                    spatial_merge_size: usize_at(&v, "spatial_merge_size")?,
-                    temporal_patch_size: usize_at(&v, "temporal_patch_size")?,
-                    in_channels: usize_at(&v, "in_channels").or_else(|_| usize_at(&v, "in_chans")).unwrap_or(3),
-                    window_size: None,
-                    fullatt_block_indexes: Vec::new(),
-                }
-            }
-            Family::Qwen25Vl => VisionConfig {
-                depth: usize_at(&v, "depth")?,
-                hidden_size: usize_at(&v, "hidden_size")?,
-                intermediate_size: usize_at(&v, "intermediate_size")?,
-                out_hidden_size: usize_at(&v, "out_hidden_size")?,
-                num_heads: usize_at(&v, "num_heads")?,
-                patch_size: usize_at(&v, "patch_size")?,
-                spatial_merge_size: usize_at(&v, "spatial_merge_size")?,
-                temporal_patch_size: usize_at(&v, "temporal_patch_size")?,
-                in_channels: usize_at(&v, "in_channels").or_else(|_| usize_at(&v, "in_chans")).unwrap_or(3),
-                window_size: Some(usize_at(&v, "window_size")?),
-                fullatt_block_indexes: match vision_obj.get("fullatt_block_indexes") {
-                    Some(x) => usizes(x, "vision_config.fullatt_block_indexes")?,
-                    None => return Err(err("vision_config.fullatt_block_indexes", "missing")),
-                },
-            },
-        };
+        let vision = family.vision_config(vision_obj)?;
         let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
         let config = ModelConfig {
             family,
@@ -197,9 +199,6 @@ impl ModelConfig {
     /// Shapes that must agree for the model to exist at all.
     fn check(&self) -> Result<(), ConfigError> {
         let t = &self.text;
-        if t.num_attention_heads == 0 || t.hidden_size % t.num_attention_heads != 0 {
-            return Err(err("hidden_size", format!("{} is not divisible by num_attention_heads {}", t.hidden_size, t.num_attention_heads)));
-        }
         if t.num_key_value_heads == 0 || t.num_attention_heads % t.num_key_value_heads != 0 {
             return Err(err(
                 "num_key_value_heads",
@@ -229,6 +228,15 @@ impl ModelConfig {
         }
         if let Some(bad) = v.fullatt_block_indexes.iter().find(|&&i| i >= v.depth) {
             return Err(err("vision_config.fullatt_block_indexes", format!("block {bad} does not exist (depth {})", v.depth)));
+        }
+        if let Some(bad) = v.deepstack_visual_indexes.iter().find(|&&i| i >= v.depth) {
+            return Err(err("vision_config.deepstack_visual_indexes", format!("block {bad} does not exist (depth {})", v.depth)));
+        }
+        if v.deepstack_visual_indexes.len() > t.num_hidden_layers {
+            return Err(err(
+                "vision_config.deepstack_visual_indexes",
+                format!("{} DeepStack features for {} decoder layers", v.deepstack_visual_indexes.len(), t.num_hidden_layers),
+            ));
         }
         Ok(())
     }

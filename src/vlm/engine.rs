@@ -8,6 +8,7 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::error::VlmError;
+use super::families::ImageFeatures;
 use super::generate::{Generated, GenerationImage, GenerationPrompt};
 use super::grounding::{self, Grounding, ImageGeometry};
 use super::model::VlModel;
@@ -195,23 +196,23 @@ impl Engine {
     }
 
     /// Reads, preprocesses and encodes one image, timing each step.
-    fn encode_image(&self, path: &Path) -> Result<(ImageInfo, tch::Tensor, Timing), VlmError> {
+    fn encode_image(&self, path: &Path) -> Result<(ImageInfo, ImageFeatures, Timing), VlmError> {
         let mut timing = Timing { load: self.load_ms, ..Default::default() };
         let start = Instant::now();
         let (_, pixel_values, info) = self.load_image(path)?;
         timing.preprocess = ms(start);
         let start = Instant::now();
-        let embeds = self.model.image_embeds(&pixel_values, info.grid_thw);
+        let features = self.model.encode_image(&pixel_values, info.grid_thw);
         timing.vision = ms(start);
-        Ok((info, embeds, timing))
+        Ok((info, features, timing))
     }
 
     /// Yes/no logits for each question about one image, the image prefix run once.
     pub fn probe(&self, image_path: &Path, questions: &[String]) -> Result<ProbeReport, VlmError> {
-        let (info, embeds, mut timing) = self.encode_image(image_path)?;
+        let (info, features, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
         let prompts = questions.iter().map(|q| self.dir.prompt(q, info.grid_thw).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>()?;
-        let scores = self.model.score(&prompts, &embeds, info.grid_thw, self.dir.answer_token_ids()?)?;
+        let scores = self.model.score(&prompts, &features, info.grid_thw, self.dir.answer_token_ids()?)?;
         timing.text = ms(start);
         let questions =
             questions.iter().zip(scores).map(|(q, s)| ProbeAnswer { question: q.clone(), answer: s, p_yes: s.p_yes() }).collect();
@@ -220,11 +221,11 @@ impl Engine {
 
     /// Greedy generation for a free-form prompt about one image.
     pub fn describe(&self, image_path: &Path, prompt: &str, max_new_tokens: usize) -> Result<DescribeReport, VlmError> {
-        let (info, embeds, mut timing) = self.encode_image(image_path)?;
+        let (info, features, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
         let p = self.dir.prompt(prompt, info.grid_thw)?;
         let stop = self.dir.stop_token_ids();
-        let image = GenerationImage { embeds: &embeds, grid: info.grid_thw };
+        let image = GenerationImage { features: &features, grid: info.grid_thw };
         let request = GenerationPrompt { image: 0, ids: &p.input_ids };
         let Generated { tokens, truncated } =
             self.model.generate_batch(&[image], &[request], max_new_tokens, &stop)?.pop().expect("one prompt, one answer");
@@ -272,7 +273,7 @@ impl Engine {
         new_tokens: usize,
         runs: usize,
     ) -> Result<GenerationBench, VlmError> {
-        let (info, embeds, _) = self.encode_image(image_path)?;
+        let (info, features, _) = self.encode_image(image_path)?;
         let ids = (0..sequences)
             .map(|i| {
                 self.dir
@@ -280,7 +281,7 @@ impl Engine {
                     .map(|p| p.input_ids)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let image = [GenerationImage { embeds: &embeds, grid: info.grid_thw }];
+        let image = [GenerationImage { features: &features, grid: info.grid_thw }];
         let prompts: Vec<GenerationPrompt> = ids.iter().map(|p| GenerationPrompt { image: 0, ids: p }).collect();
         let (mut batched_ms, mut one_ms) = (f64::INFINITY, f64::INFINITY);
         let (mut batched, mut alone) = (Vec::new(), Vec::new());

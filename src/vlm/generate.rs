@@ -9,12 +9,13 @@
 use tch::{Device, Kind, Tensor};
 
 use super::error::VlmError;
+use super::families::ImageFeatures;
 use super::model::VlModel;
 use super::text::{AttentionPath, KvCache};
 
-/// One image's embeddings and patch grid.
+/// One image's features and patch grid.
 pub struct GenerationImage<'a> {
-    pub embeds: &'a Tensor,
+    pub features: &'a ImageFeatures,
     pub grid: (usize, usize, usize),
 }
 
@@ -89,7 +90,8 @@ impl VlModel {
                 let positions = self.index(&[at.as_slice(), &at, &at].concat()).view([3, n, 1]);
                 valid = Tensor::cat(&[&valid, &Tensor::ones([n, 1], (Kind::Bool, self.device))], 1);
                 let mask = additive(&valid.view([n, 1, 1, -1]), self.kind);
-                let hidden = self.text.forward_masked(&self.text.embed(&ids), &positions, &mut cache, &mask, AttentionPath::FoldedGroups);
+                let hidden =
+                    self.text.forward_masked(&self.text.embed(&ids), &positions, &mut cache, &mask, AttentionPath::FoldedGroups, None);
                 next = argmax_rows(&self.text.logits(&hidden.squeeze_dim(1)))?;
             }
             Ok(results)
@@ -117,9 +119,7 @@ impl VlModel {
             let common = (0..shortest).take_while(|&i| members.iter().all(|&p| prompts[p].ids[i] == lead[i])).count().min(shortest - 1);
             let mut cache = KvCache::default();
             if common > 0 {
-                let (axes, _) = self.positions(lead, image.grid)?;
-                let embeds = self.embed(&lead[..common], Some(image.embeds))?;
-                let _ = self.text.forward(&embeds, &self.positions_tensor(&axes, 0, common), &mut cache);
+                let _ = self.prefill(lead, common, image.features, image.grid, &mut cache)?;
             }
             for &p in &members {
                 let ids = prompts[p].ids;
@@ -178,8 +178,14 @@ impl VlModel {
         );
         let ids = self.index(&ids).view([n, s]);
         let positions = self.index(&positions.concat()).view([3, n, s]);
-        let hidden =
-            self.text.forward_masked(&self.text.embed(&ids), &positions, &mut cache, &additive(&sees, self.kind), AttentionPath::Repeated);
+        let hidden = self.text.forward_masked(
+            &self.text.embed(&ids),
+            &positions,
+            &mut cache,
+            &additive(&sees, self.kind),
+            AttentionPath::Repeated,
+            None,
+        );
         let last: Vec<i64> = rows.iter().enumerate().map(|(i, r)| i as i64 * s + r.suffix.len() as i64 - 1).collect();
         let last = hidden.view([n * s, -1]).index_select(0, &self.index(&last));
         let first = argmax_rows(&self.text.logits(&last))?;

@@ -5,6 +5,8 @@
 //!   fenced `json` block), in pixels of the *resized* image the vision tower saw.
 //! - Qwen2-VL writes `<|object_ref_start|>label<|object_ref_end|><|box_start|>(x1,y1),(x2,y2)<|box_end|>`
 //!   on a 0-1000 scale of the image.
+//! - Qwen3-VL writes Qwen2.5-VL's JSON, but on a 0-1000 scale of the image (its cookbooks'
+//!   grounding prompts), so its boxes do not depend on the resize.
 //!
 //! Parsing is strict: a box is taken only when it is complete and well-formed, and a malformed
 //! one makes the whole answer `unparseable` rather than being guessed at.
@@ -93,7 +95,7 @@ pub struct ImageGeometry {
 /// Reads the boxes of `answer` as `family` writes them.
 pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding {
     let raw = match family {
-        Family::Qwen25Vl => parse_json_boxes(answer),
+        Family::Qwen25Vl | Family::Qwen3Vl => parse_json_boxes(answer),
         Family::Qwen2Vl => parse_box_tokens(answer),
     };
     let boxes = match raw {
@@ -104,7 +106,7 @@ pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding
     // The coordinate frame: the resized image's pixels, or 0-1000.
     let (frame_w, frame_h) = match family {
         Family::Qwen25Vl => (geometry.resized.1 as f64, geometry.resized.0 as f64),
-        Family::Qwen2Vl => (1000.0, 1000.0),
+        Family::Qwen2Vl | Family::Qwen3Vl => (1000.0, 1000.0),
     };
     let (w, h) = (f64::from(geometry.original.0), f64::from(geometry.original.1));
     let mut status = BoxStatus::Ok;
@@ -250,6 +252,10 @@ mod tests {
         assert_eq!((g.boxes[0].x1, g.boxes[0].y1, g.boxes[0].x2, g.boxes[0].y2), (1000.0, 500.0, 2000.0, 1000.0));
         // Qwen2-VL: 0-1000 of the image, whatever its size; the edges map to the edges.
         let g = parse(Family::Qwen2Vl, "<|box_start|>(0,500),(1000,1000)<|box_end|>", wide);
+        // Qwen3-VL: the same 0-1000 frame, written as JSON in a fenced block.
+        let qwen3 = parse(Family::Qwen3Vl, "```json\n[{\"bbox_2d\": [0, 500, 1000, 1000], \"label\": \"effusion\"}]\n```", wide);
+        assert_eq!(qwen3.boxes, g.boxes.iter().map(|b| ImageBox { label: Some("effusion".into()), ..b.clone() }).collect::<Vec<_>>());
+        assert_eq!(parse(Family::Qwen3Vl, r#"[{"bbox_2d": [0, 0, 1036, 10]}]"#, NIH).status, BoxStatus::OutsideImage);
         assert_eq!((g.boxes[0].x1, g.boxes[0].y1, g.boxes[0].x2, g.boxes[0].y2), (0.0, 500.0, 2000.0, 1000.0));
     }
 

@@ -169,27 +169,38 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scal
     Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, false)
 }
 
-/// cos and sin of the 2D rotary angles, per patch in merge-block order: (patches, 1, head_dim).
-pub fn vision_rotary(grid: (usize, usize, usize), merge: usize, head_dim: i64, device: Device) -> (Tensor, Tensor) {
+/// Each patch's (row, column) on the patch grid, listed in merge-block order: the patches of one
+/// merge x merge block together, blocks row by row, as the vision towers lay them out.
+pub fn merge_block_order(grid: (usize, usize, usize), merge: usize) -> (Vec<usize>, Vec<usize>) {
     let (t, h, w) = grid;
-    let (mut hpos, mut wpos) = (Vec::with_capacity(t * h * w), Vec::with_capacity(t * h * w));
+    let (mut rows, mut cols) = (Vec::with_capacity(t * h * w), Vec::with_capacity(t * h * w));
     for _ in 0..t {
         for hb in 0..h / merge {
             for wb in 0..w / merge {
                 for i in 0..merge {
                     for j in 0..merge {
-                        hpos.push((hb * merge + i) as f32);
-                        wpos.push((wb * merge + j) as f32);
+                        rows.push(hb * merge + i);
+                        cols.push(wb * merge + j);
                     }
                 }
             }
         }
     }
+    (rows, cols)
+}
+
+/// cos and sin of the 2D rotary angles (base `theta`), per patch in merge-block order:
+/// (patches, 1, head_dim).
+pub fn vision_rotary(grid: (usize, usize, usize), merge: usize, head_dim: i64, theta: f64, device: Device) -> (Tensor, Tensor) {
+    let (rows, cols) = merge_block_order(grid, merge);
     let dim = head_dim / 2;
     let inv_freq = Tensor::arange_start_step(0, dim, 2, (Kind::Float, device)).to_kind(Kind::Float) / dim as f64;
-    let inv_freq = Tensor::from(10000.0f32).to_device(device).pow(&inv_freq).reciprocal();
-    let angles = |pos: Vec<f32>| Tensor::from_slice(&pos).to_device(device).unsqueeze(1) * inv_freq.unsqueeze(0);
-    let half = Tensor::cat(&[angles(hpos), angles(wpos)], -1);
+    let inv_freq = Tensor::from(theta as f32).to_device(device).pow(&inv_freq).reciprocal();
+    let angles = |pos: Vec<usize>| {
+        let pos: Vec<f32> = pos.into_iter().map(|p| p as f32).collect();
+        Tensor::from_slice(&pos).to_device(device).unsqueeze(1) * inv_freq.unsqueeze(0)
+    };
+    let half = Tensor::cat(&[angles(rows), angles(cols)], -1);
     let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
     (full.cos(), full.sin())
 }

@@ -1,4 +1,5 @@
-//! The vision-language model: Qwen2-VL and Qwen2.5-VL.
+//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL and Qwen3-VL, one folder per family
+//! under [`families`].
 //!
 //! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
 //! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the
@@ -8,6 +9,7 @@
 pub mod config;
 pub mod cpu_kernels;
 pub mod error;
+pub mod families;
 pub mod grounding;
 pub mod model_dir;
 pub mod preprocess;
@@ -30,13 +32,12 @@ mod text;
 #[cfg(feature = "vlm")]
 pub mod throughput;
 #[cfg(feature = "vlm")]
-mod vision_qwen2;
-#[cfg(feature = "vlm")]
-mod vision_qwen25;
-#[cfg(feature = "vlm")]
 mod weights;
 
-pub use config::{Family, ModelConfig, PreprocessorConfig, TextConfig, VisionConfig};
+pub use config::{ModelConfig, PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
 pub use error::VlmError;
+pub use families::Family;
+#[cfg(feature = "vlm")]
+pub use families::ImageFeatures;
 pub use model_dir::{ChatTemplateSource, ModelDir};
 pub use yes_no::YesNo;

@@ -4,23 +4,17 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::config::{Family, ModelConfig};
+use super::config::ModelConfig;
 use super::error::VlmError;
+use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
-use super::text::{KvCache, TextModel};
-use super::vision_qwen2::VisionQwen2;
-use super::vision_qwen25::VisionQwen25;
+use super::text::{Deepstack, KvCache, TextModel};
 use super::weights::Weights;
 use super::YesNo;
 
-pub enum Vision {
-    Qwen2(VisionQwen2),
-    Qwen25(VisionQwen25),
-}
-
 pub struct VlModel {
-    pub vision: Vision,
+    pub vision: VisionTower,
     pub text: TextModel,
     image_token_id: u32,
     merge: usize,
@@ -42,12 +36,8 @@ impl VlModel {
     }
 
     fn from_weights(weights: &Weights, config: &ModelConfig, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
-        let vision = match config.family {
-            Family::Qwen2Vl => Vision::Qwen2(VisionQwen2::load(weights, &config.vision)?),
-            Family::Qwen25Vl => Vision::Qwen25(VisionQwen25::load(weights, &config.vision)?),
-        };
         Ok(VlModel {
-            vision,
+            vision: VisionTower::load(config.family, weights, &config.vision)?,
             text: TextModel::load(weights, &config.text)?,
             image_token_id: config.image_token_id,
             merge: config.vision.spatial_merge_size,
@@ -61,16 +51,14 @@ impl VlModel {
         self.parameter_count
     }
 
-    pub fn image_embeds(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
-        tch::no_grad(|| match &self.vision {
-            Vision::Qwen2(v) => v.forward(&pixels.to_device(self.device), grid),
-            Vision::Qwen25(v) => v.forward(&pixels.to_device(self.device), grid),
-        })
+    /// The vision tower's features of one image's `pixel_values`, patch grid (t, h, w).
+    pub fn encode_image(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+        tch::no_grad(|| self.vision.forward(&pixels.to_device(self.device), grid))
     }
 
     /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
     /// the image embeddings.
-    pub(super) fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
+    fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
         let t = Tensor::from_slice(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>()).to_device(self.device).unsqueeze(0);
         let embeds = self.text.embed(&t);
         let Some(start) = ids.iter().position(|&i| i == self.image_token_id) else { return Ok(embeds) };
@@ -91,17 +79,37 @@ impl VlModel {
         rope::position_ids(ids, self.image_token_id, &grids, self.merge)
     }
 
-    pub(super) fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
+    fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
         let flat: Vec<i64> = axes.iter().flat_map(|a| a[from..to].iter().copied()).collect();
         Tensor::from_slice(&flat).to_device(self.device).view([3, 1, (to - from) as i64])
     }
 
+    /// Runs the first `len` tokens of `ids` (the image's among them) into `cache`, DeepStack
+    /// features added where the family has them; returns their hidden states (1, len, hidden).
+    pub(super) fn prefill(
+        &self,
+        ids: &[u32],
+        len: usize,
+        image: &ImageFeatures,
+        grid: (usize, usize, usize),
+        cache: &mut KvCache,
+    ) -> Result<Tensor, VlmError> {
+        let chunk = &ids[..len];
+        let embeds = self.embed(chunk, Some(&image.embeds))?;
+        let (axes, _) = self.positions(ids, grid)?;
+        let deepstack = match chunk.iter().position(|&i| i == self.image_token_id) {
+            Some(start) if !image.deepstack.is_empty() => {
+                Some(Deepstack { start: start as i64, layers: image.deepstack.iter().map(Tensor::shallow_clone).collect() })
+            }
+            _ => None,
+        };
+        Ok(self.text.forward(&embeds, &self.positions_tensor(&axes, 0, len), cache, deepstack.as_ref()))
+    }
+
     /// Logits (vocab) predicting the token after `ids`, from one full pass.
-    pub fn last_logits(&self, ids: &[u32], image_embeds: &Tensor, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
+    pub fn last_logits(&self, ids: &[u32], image: &ImageFeatures, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
         tch::no_grad(|| {
-            let embeds = self.embed(ids, Some(image_embeds))?;
-            let (axes, _) = self.positions(ids, grid)?;
-            let hidden = self.text.forward(&embeds, &self.positions_tensor(&axes, 0, ids.len()), &mut KvCache::default());
+            let hidden = self.prefill(ids, ids.len(), image, grid, &mut KvCache::default())?;
             Ok(self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1)).view([-1]).to_kind(Kind::Float))
         })
     }
@@ -112,7 +120,7 @@ impl VlModel {
     pub fn score(
         &self,
         prompts: &[Vec<u32>],
-        image_embeds: &Tensor,
+        image: &ImageFeatures,
         grid: (usize, usize, usize),
         answer: (u32, u32),
     ) -> Result<Vec<YesNo>, VlmError> {
@@ -123,11 +131,9 @@ impl VlModel {
             let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
             let mut common = (0..shortest).take_while(|&i| prompts.iter().all(|p| p[i] == prompts[0][i])).count();
             common = common.min(shortest - 1); // every prompt keeps at least one token of its own
-            let (axes0, _) = self.positions(&prompts[0], grid)?;
             let mut cache = KvCache::default();
-            let prefix = self.embed(&prompts[0][..common], Some(image_embeds))?;
             // Only the cache it leaves is needed.
-            let _ = self.text.forward(&prefix, &self.positions_tensor(&axes0, 0, common), &mut cache);
+            let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
 
             let longest = prompts.iter().map(|p| p.len() - common).max().unwrap_or(1);
             let mut ids = Vec::new();
@@ -147,7 +153,7 @@ impl VlModel {
             let flat: Vec<i64> = positions.concat();
             let positions = Tensor::from_slice(&flat).to_device(self.device).view([3, n, longest as i64]);
             let mut batch_cache = cache.expand(n);
-            let hidden = self.text.forward(&self.text.embed(&ids), &positions, &mut batch_cache);
+            let hidden = self.text.forward(&self.text.embed(&ids), &positions, &mut batch_cache, None);
             // Each prompt's last real token, then only the two answer rows of the LM head: the
             // full vocabulary projection would cost vocab/2 times as much and is never read.
             let last: Vec<i64> =

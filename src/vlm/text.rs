@@ -1,5 +1,9 @@
-//! The text decoder both families share: Qwen2 layers (grouped-query attention with q/k/v
-//! biases, RMSNorm, gated SiLU MLP) with multimodal rotary positions (M-RoPE), and a KV cache.
+//! The text decoder the families share: Qwen2 and Qwen3 layers (grouped-query attention,
+//! RMSNorm, gated SiLU MLP) with multimodal rotary positions (M-RoPE), a KV cache, and DeepStack's
+//! image features added after the first layers. Where Qwen3 differs (q/k norms, no q/k/v bias,
+//! an explicit head width, interleaved M-RoPE) the family's [`TextVariant`] says so.
+//!
+//! [`TextVariant`]: super::config::TextVariant
 
 use tch::{Kind, Tensor};
 
@@ -8,13 +12,15 @@ use super::error::VlmError;
 use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::weights::Weights;
 
-/// Grouped-query self-attention with q/k/v biases and rotary positions. Each call appends its
-/// keys and values to the layer's slot of the KV cache and attends over all of them.
+/// Grouped-query self-attention with rotary positions (and, in Qwen3, each head's queries and
+/// keys normalised first). Each call appends its keys and values to the layer's slot of the KV
+/// cache and attends over all of them.
 struct SelfAttention {
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
@@ -25,11 +31,21 @@ impl SelfAttention {
         let h = cfg.hidden_size as i64;
         let (heads, kv_heads, head_dim) = (cfg.num_attention_heads as i64, cfg.num_key_value_heads as i64, cfg.head_dim() as i64);
         let at = |name: &str| format!("{prefix}.{name}");
+        let (bias, o_bias) = (cfg.variant.qkv_bias, cfg.variant.o_bias);
+        let qk_norm = if cfg.variant.qk_norm {
+            Some((
+                RmsNorm::load(w, &at("q_norm"), head_dim, cfg.rms_norm_eps)?,
+                RmsNorm::load(w, &at("k_norm"), head_dim, cfg.rms_norm_eps)?,
+            ))
+        } else {
+            None
+        };
         Ok(SelfAttention {
-            q: Linear::load(w, &at("q_proj"), h, heads * head_dim, true)?,
-            k: Linear::load(w, &at("k_proj"), h, kv_heads * head_dim, true)?,
-            v: Linear::load(w, &at("v_proj"), h, kv_heads * head_dim, true)?,
-            o: Linear::load(w, &at("o_proj"), heads * head_dim, h, false)?,
+            q: Linear::load(w, &at("q_proj"), h, heads * head_dim, bias)?,
+            k: Linear::load(w, &at("k_proj"), h, kv_heads * head_dim, bias)?,
+            v: Linear::load(w, &at("v_proj"), h, kv_heads * head_dim, bias)?,
+            o: Linear::load(w, &at("o_proj"), heads * head_dim, h, o_bias)?,
+            qk_norm,
             heads,
             kv_heads,
             head_dim,
@@ -40,8 +56,12 @@ impl SelfAttention {
     fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>, path: AttentionPath) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
         let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
-        let q = rotary.apply(&split_heads(self.q.forward(x), self.heads));
-        let k = rotary.apply(&split_heads(self.k.forward(x), self.kv_heads));
+        let (q, k) = (split_heads(self.q.forward(x), self.heads), split_heads(self.k.forward(x), self.kv_heads));
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
+            None => (q, k),
+        };
+        let (q, k) = (rotary.apply(&q), rotary.apply(&k));
         let v = split_heads(self.v.forward(x), self.kv_heads);
         let (k, v) = match slot.take() {
             Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
@@ -120,7 +140,15 @@ pub struct TextModel {
     norm: RmsNorm,
     lm_head: Tensor,
     inv_freq: Tensor,
-    cfg: TextConfig,
+    /// For each rotary frequency, the position axis it turns with: 0 time, 1 height, 2 width.
+    rope_axes: Tensor,
+}
+
+/// DeepStack features for one forward pass: the `layers[i].size(0)` sequence positions from
+/// `start` (the image's) get `layers[i]` added after decoder layer i.
+pub struct Deepstack {
+    pub start: i64,
+    pub layers: Vec<Tensor>,
 }
 
 /// Keys and values of every layer for the positions seen so far: (batch, kv_heads, seq, head_dim).
@@ -198,14 +226,8 @@ impl TextModel {
         let device = embed_tokens.device();
         let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
         let inv_freq = Tensor::from(cfg.rope_theta as f32).to_device(device).pow(&exponents).reciprocal();
-        Ok(TextModel {
-            embed_tokens,
-            layers,
-            norm: RmsNorm::load(w, "model.norm", h, cfg.rms_norm_eps)?,
-            lm_head,
-            inv_freq,
-            cfg: cfg.clone(),
-        })
+        let rope_axes = Tensor::from_slice(&mrope_axes(&cfg.mrope_section, cfg.variant.mrope_interleaved)).to_device(device);
+        Ok(TextModel { embed_tokens, layers, norm: RmsNorm::load(w, "model.norm", h, cfg.rms_norm_eps)?, lm_head, inv_freq, rope_axes })
     }
 
     pub fn embed(&self, ids: &Tensor) -> Tensor {
@@ -213,37 +235,44 @@ impl TextModel {
     }
 
     /// cos and sin for positions (3, batch, seq): each rotary frequency takes its angle from the
-    /// temporal, height or width position according to `mrope_section`.
+    /// temporal, height or width position, as `rope_axes` says.
     fn rotary(&self, positions: &Tensor) -> Rotary {
         let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq; // (3, b, s, d/2)
-        let mut parts = Vec::new();
-        let mut start = 0i64;
-        for (i, &len) in self.cfg.mrope_section.iter().enumerate() {
-            parts.push(angles.get(i as i64 % 3).narrow(-1, start, len as i64));
-            start += len as i64;
-        }
-        let half = Tensor::cat(&parts, -1);
+        let (b, s, half) = (angles.size()[1], angles.size()[2], angles.size()[3]);
+        let axes = self.rope_axes.view([1, 1, 1, half]).expand([1, b, s, half], false);
+        let half = angles.gather(0, &axes, false).squeeze_dim(0);
         let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
         Rotary { cos: full.cos().to_kind(Kind::Float), sin: full.sin().to_kind(Kind::Float) }
     }
 
     /// Runs `embeds` (batch, seq, hidden) at `positions` (3, batch, seq) after what `cache` holds,
     /// causally, and returns the final hidden states (batch, seq, hidden).
-    pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache) -> Tensor {
+    pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache, deepstack: Option<&Deepstack>) -> Tensor {
         let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated)
+        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated, deepstack)
     }
 
     /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
     /// batched decoder hides each row's padding with it.
-    pub fn forward_masked(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache, mask: &Tensor, path: AttentionPath) -> Tensor {
+    pub fn forward_masked(
+        &self,
+        embeds: &Tensor,
+        positions: &Tensor,
+        cache: &mut KvCache,
+        mask: &Tensor,
+        path: AttentionPath,
+        deepstack: Option<&Deepstack>,
+    ) -> Tensor {
         let rotary = self.rotary(positions);
         if cache.layers.len() < self.layers.len() {
             cache.layers.resize_with(self.layers.len(), || None);
         }
         let mut x = embeds.shallow_clone();
-        for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
+        for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             x = layer.forward(&x, &rotary, mask, slot, path);
+            if let Some(features) = deepstack.and_then(|d| d.layers.get(index).map(|f| (d.start, f))) {
+                x = add_rows(&x, features.0, features.1);
+            }
         }
         self.norm.forward(&x)
     }
@@ -259,9 +288,47 @@ impl TextModel {
     }
 }
 
+/// `x` (batch, seq, hidden) with `rows` (n, hidden) added at sequence positions start..start + n.
+fn add_rows(x: &Tensor, start: i64, rows: &Tensor) -> Tensor {
+    let (n, seq) = (rows.size()[0], x.size()[1]);
+    let added = x.narrow(1, start, n) + rows.to_kind(x.kind()).unsqueeze(0);
+    Tensor::cat(&[x.narrow(1, 0, start), added, x.narrow(1, start + n, seq - start - n)], 1)
+}
+
+/// For each of the head_dim / 2 rotary frequencies, the M-RoPE axis it takes its angle from:
+/// contiguous runs of `section` (Qwen2-VL), or time, height and width in turn while each axis
+/// has frequencies left, the rest time (Qwen3-VL's interleaved layout).
+fn mrope_axes(section: &[usize], interleaved: bool) -> Vec<i64> {
+    if !interleaved {
+        return section.iter().enumerate().flat_map(|(axis, &len)| std::iter::repeat_n(axis as i64 % 3, len)).collect();
+    }
+    let half: usize = section.iter().sum();
+    let axis = |j: usize| match j % 3 {
+        1 if j < 3 * section[1] => 1,
+        2 if j < 3 * section[2] => 2,
+        _ => 0,
+    };
+    (0..half).map(axis).collect()
+}
+
 /// Additive mask for `seq` new queries after `past` cached positions: query i (absolute
 /// position past + i) sees keys 0..=past + i. Shape (1, 1, seq, past + seq).
 fn causal_mask(seq: i64, past: i64, kind: Kind, device: tch::Device) -> Tensor {
     let mask = Tensor::ones([seq, past + seq], (Kind::Float, device)).triu(past + 1) * f64::from(f32::MIN);
     mask.to_kind(kind).view([1, 1, seq, past + seq])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mrope_axes_in_sections_and_interleaved() {
+        assert_eq!(super::mrope_axes(&[2, 3, 3], false), vec![0, 0, 1, 1, 1, 2, 2, 2]);
+        // Qwen3-VL's [24, 20, 20] over 64 frequencies: t h w t h w ... until h and w run out at 60.
+        let axes = super::mrope_axes(&[24, 20, 20], true);
+        assert_eq!(&axes[..7], &[0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(&axes[58..], &[1, 2, 0, 0, 0, 0]);
+        for axis in 0..3 {
+            assert_eq!(axes.iter().filter(|&&a| a == axis).count(), [24, 20, 20][axis as usize]);
+        }
+    }
 }

@@ -100,8 +100,8 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
     let mlp = match config.family {
-        Family::Qwen25Vl => 3.0 * d * i, // gate, up, down
-        Family::Qwen2Vl => 2.0 * d * i,  // fc1, fc2
+        Family::Qwen25Vl => 3.0 * d * i,                  // gate, up, down
+        Family::Qwen2Vl | Family::Qwen3Vl => 2.0 * d * i, // fc1, fc2
     };
     let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
     let patches_f = patches as f64;
@@ -119,13 +119,17 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     }
     let merged = patches_f / (v.spatial_merge_size * v.spatial_merge_size) as f64;
     let m = d * (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    vision += 2.0 * merged * (m * m + m * v.out_hidden_size as f64);
+    // The merger, and Qwen3-VL's DeepStack mergers (the same shape, one per index).
+    let mergers = (1 + v.deepstack_visual_indexes.len()) as f64;
+    vision += mergers * 2.0 * merged * (m * m + m * v.out_hidden_size as f64);
 
     let t = &config.text;
     let h = t.hidden_size as f64;
+    // The query heads' width: hidden_size in Qwen2, heads x head_dim in Qwen3 (4,096 in the 8B).
+    let q = (t.num_attention_heads * t.head_dim()) as f64;
     let kv = (t.num_key_value_heads * t.head_dim()) as f64;
-    let per_token = 2.0 * t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
-    let attention = |context_sum: f64| 4.0 * t.num_hidden_layers as f64 * h * context_sum;
+    let per_token = 2.0 * t.num_hidden_layers as f64 * (2.0 * h * q + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
+    let attention = |context_sum: f64| 4.0 * t.num_hidden_layers as f64 * q * context_sum;
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
     let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));
@@ -162,9 +166,9 @@ pub fn run(
         if k == bench.warmup {
             timed = Instant::now();
         }
-        let embeds = model.image_embeds(values, *grid);
+        let features = model.encode_image(values, *grid);
         // The scores come back to the host, so the device's work is done when this returns.
-        model.score(&ids, &embeds, *grid, answer)?;
+        model.score(&ids, &features, *grid, answer)?;
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = bench.images.max(1);

@@ -10,6 +10,8 @@ use super::error::VlmError;
 
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
+    /// The file each tensor was read from, for errors that name it.
+    sources: HashMap<String, PathBuf>,
     /// Set for [`Weights::random`]: tensors are made on request instead of read.
     random: Option<RandomWeights>,
 }
@@ -39,6 +41,7 @@ fn normalize(name: &str) -> String {
 impl Weights {
     pub fn load(files: &[PathBuf], device: Device, kind: Kind) -> Result<Weights, VlmError> {
         let mut tensors = HashMap::new();
+        let mut sources = HashMap::new();
         for file in files {
             let read = Tensor::read_safetensors(file).map_err(|e| VlmError::NotA {
                 path: file.clone(),
@@ -47,10 +50,11 @@ impl Weights {
             })?;
             for (name, tensor) in read {
                 let kind = if tensor.is_floating_point() { kind } else { tensor.kind() };
+                sources.insert(normalize(&name), file.clone());
                 tensors.insert(normalize(&name), tensor.to_device(device).to_kind(kind));
             }
         }
-        Ok(Weights { tensors, random: None })
+        Ok(Weights { tensors, sources, random: None })
     }
 
     /// Weights drawn from N(0, 0.02^2) (norm scales 1, biases 0) as the model asks for them,
@@ -58,7 +62,7 @@ impl Weights {
     pub fn random(device: Device, kind: Kind, lm_head: bool, seed: i64) -> Weights {
         tch::manual_seed(seed);
         let random = RandomWeights { device, kind, lm_head, parameters: std::cell::Cell::new(0) };
-        Weights { tensors: HashMap::new(), random: Some(random) }
+        Weights { tensors: HashMap::new(), sources: HashMap::new(), random: Some(random) }
     }
 
     pub fn parameter_count(&self) -> i64 {
@@ -88,9 +92,15 @@ impl Weights {
             r.parameters.set(r.parameters.get() + tensor.numel() as i64);
             return Ok(tensor.to_kind(r.kind));
         }
-        let tensor = self.tensors.get(name).ok_or_else(|| VlmError::Input(format!("the checkpoint has no tensor {name}")))?;
+        let Some(tensor) = self.tensors.get(name) else {
+            let mut files: Vec<String> = self.sources.values().map(|p| p.display().to_string()).collect();
+            files.sort();
+            files.dedup();
+            return Err(VlmError::Input(format!("the checkpoint ({}) has no tensor {name}", files.join(", "))));
+        };
         if tensor.size() != shape {
-            return Err(VlmError::Input(format!("tensor {name} has shape {:?}; the config implies {shape:?}", tensor.size())));
+            let message = format!("tensor {name} has shape {:?}; config.json implies {shape:?}", tensor.size());
+            return Err(VlmError::File { path: self.sources[name].clone(), message });
         }
         Ok(tensor.shallow_clone())
     }

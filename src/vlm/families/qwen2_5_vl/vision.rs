@@ -4,10 +4,10 @@
 
 use tch::Tensor;
 
-use super::config::VisionConfig;
-use super::error::VlmError;
-use super::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, VisionAttention};
-use super::weights::Weights;
+use crate::vlm::config::VisionConfig;
+use crate::vlm::error::VlmError;
+use crate::vlm::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, VisionAttention};
+use crate::vlm::weights::Weights;
 
 const EPS: f64 = 1e-6;
 
@@ -77,7 +77,7 @@ impl VisionQwen25 {
         let mut x = by_window(&pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>));
         let heads = cfg.num_heads as i64;
         let head_dim = cfg.hidden_size as i64 / heads;
-        let (cos, sin) = vision_rotary(grid, cfg.spatial_merge_size, head_dim, device);
+        let (cos, sin) = vision_rotary(grid, cfg.spatial_merge_size, head_dim, cfg.rope_theta, device);
         let (cos, sin) = (by_window(&cos.squeeze_dim(1)).unsqueeze(1), by_window(&sin.squeeze_dim(1)).unsqueeze(1));
         let n = x.size()[0];
         let whole = [n];

@@ -3,10 +3,10 @@
 
 use tch::Tensor;
 
-use super::config::VisionConfig;
-use super::error::VlmError;
-use super::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, VisionAttention};
-use super::weights::Weights;
+use crate::vlm::config::VisionConfig;
+use crate::vlm::error::VlmError;
+use crate::vlm::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, VisionAttention};
+use crate::vlm::weights::Weights;
 
 const EPS: f64 = 1e-6;
 
@@ -79,7 +79,7 @@ impl VisionQwen2 {
         let mut x = pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
         let heads = self.cfg.num_heads as i64;
         let head_dim = self.cfg.hidden_size as i64 / heads;
-        let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, x.device());
+        let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, self.cfg.rope_theta, x.device());
         for block in &self.blocks {
             x = block.forward(&x, &cos, &sin);
         }

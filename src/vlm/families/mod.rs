@@ -1,0 +1,162 @@
+//! The model families the native engine runs, one folder each.
+//!
+//! A family folder holds what is its own: `mod.rs` reads its part of `config.json` (no libtorch),
+//! `vision.rs` is its vision tower. What the families share stays shared: the text decoder
+//! ([`super::text`], whose per-family differences are the switches of [`TextConfig`]), the small
+//! layers, the KV cache, the prompt, M-RoPE positions and the batched decoder. The engine sees a
+//! family only through [`Family`], [`VisionTower`] and the [`ImageFeatures`] a tower returns.
+//!
+//! Adding a family: a folder here with `vision_config`, `text_variant` and a tower; an arm in
+//! [`Family`], [`VisionTower`] and the grounding parser; fixtures and goldens from a script
+//! under `fixtures/vlm/`.
+//!
+//! [`TextConfig`]: super::config::TextConfig
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::config::{ConfigError, TextVariant, VisionConfig};
+
+pub mod qwen2_5_vl;
+pub mod qwen2_vl;
+pub mod qwen3_vl;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Full-attention vision tower with LayerNorm and quick-GELU.
+    Qwen2Vl,
+    /// Window attention with full-attention blocks, RMSNorm and gated SiLU.
+    #[serde(rename = "qwen2_5_vl")]
+    Qwen25Vl,
+    /// Learned, interpolated position embeddings and DeepStack in the vision tower; the Qwen3
+    /// decoder (q/k norms, explicit head_dim) with interleaved M-RoPE.
+    Qwen3Vl,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl];
+
+    /// The family's name: its `model_type` in config.json, and how specs write it
+    /// (`prompts.location.ground`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Qwen2Vl => "qwen2_vl",
+            Family::Qwen25Vl => "qwen2_5_vl",
+            Family::Qwen3Vl => "qwen3_vl",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// transformers' class for the family, which older configs name instead of a model_type.
+    fn architecture(self) -> &'static str {
+        match self {
+            Family::Qwen2Vl => "Qwen2VLForConditionalGeneration",
+            Family::Qwen25Vl => "Qwen2_5_VLForConditionalGeneration",
+            Family::Qwen3Vl => "Qwen3VLForConditionalGeneration",
+        }
+    }
+
+    /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl".
+    pub fn supported() -> String {
+        Family::ALL.map(Family::name).join(", ")
+    }
+
+    /// The family a config.json describes, from `model_type` (or, failing that, `architectures`).
+    pub fn of_config(root: &Value) -> Result<Family, ConfigError> {
+        let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or_default();
+        let architectures: Vec<&str> =
+            root.get("architectures").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        if let Some(family) = Family::from_name(model_type) {
+            return Ok(family);
+        }
+        if let Some(family) = Family::ALL.into_iter().find(|f| architectures.contains(&f.architecture())) {
+            return Ok(family);
+        }
+        Err(ConfigError {
+            key: "model_type".into(),
+            message: format!(
+                "{model_type:?} (architectures {architectures:?}) is not a family the native engine runs; it runs {}",
+                Family::supported()
+            ),
+        })
+    }
+
+    /// The family's `vision_config` section.
+    pub(crate) fn vision_config(self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        match self {
+            Family::Qwen2Vl => qwen2_vl::vision_config(vision),
+            Family::Qwen25Vl => qwen2_5_vl::vision_config(vision),
+            Family::Qwen3Vl => qwen3_vl::vision_config(vision),
+        }
+    }
+
+    /// How the family's text decoder differs from the shared one's defaults.
+    pub(crate) fn text_variant(self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        match self {
+            Family::Qwen2Vl | Family::Qwen25Vl => Ok(TextVariant::QWEN2),
+            Family::Qwen3Vl => qwen3_vl::text_variant(text_scope),
+        }
+    }
+}
+
+#[cfg(feature = "vlm")]
+pub use tower::{ImageFeatures, VisionTower};
+
+#[cfg(feature = "vlm")]
+mod tower {
+    use tch::Tensor;
+
+    use super::Family;
+    use crate::vlm::config::VisionConfig;
+    use crate::vlm::error::VlmError;
+    use crate::vlm::weights::Weights;
+
+    /// What a vision tower gives the text model for one image.
+    pub struct ImageFeatures {
+        /// One embedding per merged patch, (tokens, text hidden): they replace the image's
+        /// placeholder tokens.
+        pub embeds: Tensor,
+        /// DeepStack (Qwen3-VL): feature maps of the same shape, added to the hidden states at
+        /// the image's positions after the first decoder layers, one per layer. Empty elsewhere.
+        pub deepstack: Vec<Tensor>,
+    }
+
+    impl ImageFeatures {
+        /// The same features on another device and dtype.
+        pub fn to(&self, device: tch::Device, kind: tch::Kind) -> ImageFeatures {
+            ImageFeatures {
+                embeds: self.embeds.to_device(device).to_kind(kind),
+                deepstack: self.deepstack.iter().map(|t| t.to_device(device).to_kind(kind)).collect(),
+            }
+        }
+    }
+
+    pub enum VisionTower {
+        Qwen2(super::qwen2_vl::vision::VisionQwen2),
+        Qwen25(super::qwen2_5_vl::vision::VisionQwen25),
+        Qwen3(super::qwen3_vl::vision::VisionQwen3),
+    }
+
+    impl VisionTower {
+        pub fn load(family: Family, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+            Ok(match family {
+                Family::Qwen2Vl => VisionTower::Qwen2(super::qwen2_vl::vision::VisionQwen2::load(w, cfg)?),
+                Family::Qwen25Vl => VisionTower::Qwen25(super::qwen2_5_vl::vision::VisionQwen25::load(w, cfg)?),
+                Family::Qwen3Vl => VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?),
+            })
+        }
+
+        /// The features of one image's `pixel_values` with patch grid (t, h, w).
+        pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+            match self {
+                VisionTower::Qwen2(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
+                VisionTower::Qwen25(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
+                VisionTower::Qwen3(v) => v.forward(pixels, grid),
+            }
+        }
+    }
+}
