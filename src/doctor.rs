@@ -33,6 +33,8 @@ pub struct ModelState {
 pub struct DoctorReport {
     pub tool: ToolInfo,
     pub vlm_feature: bool,
+    /// The model families the native engine runs (`model_type` in a checkpoint's config.json).
+    pub engine_families: Vec<crate::vlm::Family>,
     pub libtorch: Option<LibtorchInfo>,
     /// The CPU kernel pins in force (see `vlm::cpu_kernels`): the engine's CPU logits are the
     /// same bits on every AVX2 machine only when each is reproducible.
@@ -117,6 +119,7 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
     DoctorReport {
         tool: ToolInfo::current(),
         vlm_feature: cfg!(feature = "vlm"),
+        engine_families: crate::vlm::Family::ALL.to_vec(),
         libtorch,
         cpu_kernels: crate::vlm::cpu_kernels::settings(),
         hub_token: crate::hub::token::source().unwrap_or_else(|| "none configured".into()),

@@ -60,6 +60,36 @@ fn the_engine_builds_a_labelled_deterministic_release() {
     assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
 }
 
+/// A Qwen3-VL checkpoint in the published layout (two shards and an index) under the family-
+/// neutral backend name: the release verifies, audits byte for byte, and its lock names the
+/// family and the backend.
+#[test]
+fn a_qwen3_vl_release_builds_verifies_and_audits() {
+    let s = Scratch::new();
+    let model = repo().join("fixtures/vlm/qwen3_vl");
+    let spec = derived_spec(
+        &s,
+        "qwen3.yaml",
+        &format!(
+            "selection:\n  curated_images: 12\n  expected_rows: 15\nmodel:\n  backend: native\n  path: {}\n  id: bpals/tiny-qwen3-vl\n  revision: fixture-v1\n  weight_license: apache-2.0\n  demo_weights: random\n",
+            model.display()
+        ),
+    );
+    let out = s.path("qwen3");
+    let a = build(&spec, &out, &s.cache(), &["--jobs", "2"]).success();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("scored by the native engine") && text.contains("DEMO BUILD"), "{text}");
+    bin().arg("verify").arg(&out).assert().success();
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["scorer"]["backend"], "native");
+    assert_eq!(lock["scorer"]["preprocessing"]["family"], "qwen3_vl");
+    assert_eq!(lock["scorer"]["preprocessing"]["patch_size"], 16);
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains("(native backend, **random weights, no medical information**)"), "{card}");
+    let a = bin().args(["rebuild", "--audit", "--spec"]).arg(&spec).arg(&out).arg("--scratch").arg(s.path("audit")).assert().success();
+    assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
+}
+
 /// The README's main job: `build specs/s1a.yaml` on a fresh clone runs the engine on the tiny
 /// trained model over the whole embedded sample, finds the planted label errors, says it is a
 /// demo, verifies, and publish refuses it.

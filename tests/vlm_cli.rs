@@ -89,7 +89,8 @@ fn bad_images_and_models_get_clear_errors() {
         .assert()
         .failure();
     assert!(
-        stderr(&a).contains("tensor model.layers.0.mlp.gate_proj.weight has shape [128, 64]; the config implies [96, 64]"),
+        stderr(&a)
+            .contains("model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [128, 64]; config.json implies [96, 64]"),
         "{}",
         stderr(&a)
     );
@@ -122,6 +123,98 @@ fn doctor_reports_the_machine_and_never_the_token() {
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));
     assert_eq!(r["model"]["backend"], "qwen2vl");
+    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]));
     assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/trained/qwen2_vl"), "{r}");
     assert!(r["next_step"].as_str().unwrap().len() > 10);
+}
+
+/// Qwen3-VL in the published layout: probe on the sharded checkpoint with an NIH-size image
+/// (16-pixel patches: 64 x 64 patches, 1,024 image tokens), describe on the untied one.
+#[test]
+fn probe_and_describe_run_qwen3_vl() {
+    let a = bin()
+        .args(["probe", "--model", &model("qwen3_vl"), "--image", &image("qwen3_vl", "nih-1024.png")])
+        .args(["--question", "Is there a pleural effusion in this chest X-ray?"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], "qwen3_vl");
+    assert_eq!(r["image"]["grid_thw"], serde_json::json!([1, 64, 64]));
+    assert_eq!(r["image"]["image_tokens"], 1024);
+    // The goldens' logits for the same prompt (transformers 5.23), within 1e-4.
+    let goldens: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/qwen3_vl/goldens/goldens.json")).unwrap()).unwrap();
+    let want = &goldens["cases"][0]["yes_no_logits"];
+    for (key, i) in [("logit_yes", 0), ("logit_no", 1)] {
+        let (got, want) = (r["questions"][0][key].as_f64().unwrap(), want[i].as_f64().unwrap());
+        assert!((got - want).abs() < 1e-4, "{key}: {got} vs transformers {want}");
+    }
+
+    let a = bin()
+        .args(["describe", "--model", &model("qwen3_vl_untied"), "--image", &image("qwen3_vl_untied", "tall-77x123.png")])
+        .args(["--prompt", "Describe the findings.", "--max-new-tokens", "6"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], "qwen3_vl");
+    assert_eq!(r["new_tokens"], 6);
+}
+
+/// What a broken or unsupported checkpoint says: the file and the key.
+#[test]
+fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
+    let s = Scratch::new();
+    let probe = |dir: &std::path::Path| {
+        let a = bin()
+            .args(["probe", "--model"])
+            .arg(dir)
+            .args(["--question", "Is it?", "--image", &image("qwen3_vl", "odd-201x59.png")])
+            .assert()
+            .failure();
+        stderr(&a)
+    };
+    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| {
+        let dir = s.path(name);
+        copy_tree(&repo().join("fixtures/vlm/qwen3_vl"), &dir);
+        change(&dir);
+        dir
+    };
+    let edit_config = |dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)| {
+        let path = dir.join("config.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    };
+
+    let moe = broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_vl_moe".into()));
+    let err = probe(&moe);
+    assert!(err.contains("config.json: key `model_type`: \"qwen3_vl_moe\""), "{err}");
+    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl"), "{err}");
+
+    let no_head_dim = broken("no-head-dim", &|d| edit_config(d, &|v| drop(v["text_config"].as_object_mut().unwrap().remove("head_dim"))));
+    let err = probe(&no_head_dim);
+    assert!(err.contains("config.json: key `text_config.head_dim`: missing"), "{err}");
+
+    let no_deepstack = broken("no-deepstack", &|d| {
+        edit_config(d, &|v| drop(v["vision_config"].as_object_mut().unwrap().remove("deepstack_visual_indexes")))
+    });
+    let err = probe(&no_deepstack);
+    assert!(err.contains("config.json: key `vision_config.deepstack_visual_indexes`: missing"), "{err}");
+
+    let missing_shard = broken("missing-shard", &|d| std::fs::remove_file(d.join("model-00002-of-00002.safetensors")).unwrap());
+    let err = probe(&missing_shard);
+    assert!(
+        err.contains("model.safetensors.index.json: weight_map names model-00002-of-00002.safetensors, which is not in the directory"),
+        "{err}"
+    );
+
+    // A wider vision MLP in the config than in the shards: the shard holding the tensor is named.
+    let wrong_shape = broken("wrong-shape", &|d| edit_config(d, &|v| v["vision_config"]["intermediate_size"] = 40.into()));
+    let err = probe(&wrong_shape);
+    assert!(
+        err.contains(
+            "-of-00002.safetensors: tensor visual.blocks.0.mlp.linear_fc1.weight has shape [48, 32]; config.json implies [40, 32]"
+        ),
+        "{err}"
+    );
 }

@@ -4,9 +4,9 @@
 mod cache;
 mod fixture;
 mod generation;
-pub mod openai;
 #[cfg(feature = "vlm")]
-mod qwen2vl;
+mod native;
+pub mod openai;
 mod runner;
 mod shard;
 mod store;
@@ -139,10 +139,10 @@ pub struct ModelAccess {
 /// snapshot of `id`@`revision`, fetched into the cache first when it is missing (unless
 /// offline). The commit the snapshot holds goes into the scorer's identity, so build.lock pins it.
 pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec, InferError> {
-    if model.backend != Backend::Qwen2vl || model.dir.is_some() {
+    if !model.backend.is_native() || model.dir.is_some() {
         return Ok(model.clone());
     }
-    let fail = |message: String| InferError::Scorer { backend: "qwen2vl".into(), message };
+    let fail = |message: String| InferError::Scorer { backend: model.backend.name().into(), message };
     if !cfg!(feature = "vlm") {
         return Err(fail(NO_VLM_FEATURE.into())); // before downloading gigabytes it cannot run
     }
@@ -159,14 +159,16 @@ pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path, workers: usiz
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
         Backend::Openai => Ok(Box::new(openai::OpenAiScorer::connect(model)?)),
         #[cfg(feature = "vlm")]
-        Backend::Qwen2vl => {
-            let dir = model
-                .dir
-                .as_ref()
-                .ok_or_else(|| InferError::Scorer { backend: "qwen2vl".into(), message: "the model has not been located".into() })?;
-            Ok(Box::new(qwen2vl::Qwen2VlScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root), workers)?))
+        Backend::Native | Backend::Qwen2vl => {
+            let dir = model.dir.as_ref().ok_or_else(|| InferError::Scorer {
+                backend: model.backend.name().into(),
+                message: "the model has not been located".into(),
+            })?;
+            Ok(Box::new(native::NativeScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root), workers)?))
         }
         #[cfg(not(feature = "vlm"))]
-        Backend::Qwen2vl => Err(InferError::Scorer { backend: "qwen2vl".into(), message: NO_VLM_FEATURE.into() }),
+        Backend::Native | Backend::Qwen2vl => {
+            Err(InferError::Scorer { backend: model.backend.name().into(), message: NO_VLM_FEATURE.into() })
+        }
     }
 }

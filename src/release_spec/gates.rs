@@ -78,7 +78,7 @@ pub fn demo_reasons(spec: &ReleaseSpec) -> Vec<String> {
     if let Some(weights) = spec.model.demo_weights {
         reasons.push(format!("model {} {}", spec.model.id, weights.demo_reason()));
     }
-    if spec.model.backend == Backend::Qwen2vl && spec.model.path.is_none() && !crate::hashing::is_commit(&spec.model.revision) {
+    if spec.model.backend.is_native() && spec.model.path.is_none() && !crate::hashing::is_commit(&spec.model.revision) {
         reasons.push(format!(
             "model {} revision {:?} is a branch or tag, which can move: pin model.revision to a 40-hex commit",
             spec.model.id, spec.model.revision

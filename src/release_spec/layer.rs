@@ -189,10 +189,32 @@ impl Merge for TrialLayer {
 pub enum Backend {
     /// Deterministic stand-in scorer: no model, no medical information. Never publishable.
     Fixture,
-    /// Qwen2-VL / Qwen2.5-VL on libtorch (the native engine).
+    /// The native engine on libtorch: any family it runs (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), read
+    /// from the checkpoint's config.json.
+    Native,
+    /// The native engine's first name, from when it ran the Qwen2 families only. Kept so that
+    /// specs and locks written with it rebuild to the same bytes (the card names the backend as
+    /// the spec spells it).
     Qwen2vl,
     /// Any OpenAI-compatible server (vLLM, SGLang) serving the model: `model.endpoint`.
     Openai,
+}
+
+impl Backend {
+    /// Whether the native engine scores (under either name).
+    pub fn is_native(self) -> bool {
+        matches!(self, Backend::Native | Backend::Qwen2vl)
+    }
+
+    /// The name as specs write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fixture => "fixture",
+            Backend::Native => "native",
+            Backend::Qwen2vl => "qwen2vl",
+            Backend::Openai => "openai",
+        }
+    }
 }
 
 impl std::fmt::Display for Backend {
@@ -200,6 +222,7 @@ impl std::fmt::Display for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Backend::Fixture => "the fixture scorer",
+            Backend::Native => "the native engine",
             Backend::Qwen2vl => "the qwen2vl engine",
             Backend::Openai => "the OpenAI-compatible server",
         })

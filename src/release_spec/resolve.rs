@@ -274,8 +274,8 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
     let revision: String = r.req(m.revision.clone(), "model.revision")?;
     // A local directory is resolved against the spec's folder; `inputs` checks that it exists
     // and looks for a Hub model in the Hugging Face cache.
-    let dir = match (backend, &m.path) {
-        (Backend::Qwen2vl, Some(path)) => Some(r.base_dir("model.path").join(path)),
+    let dir = match &m.path {
+        Some(path) if backend.is_native() => Some(r.base_dir("model.path").join(path)),
         _ => None,
     };
     let commit = None;

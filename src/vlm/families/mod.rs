@@ -73,7 +73,9 @@ impl Family {
         if let Some(family) = Family::from_name(model_type) {
             return Ok(family);
         }
-        if let Some(family) = Family::ALL.into_iter().find(|f| architectures.contains(&f.architecture())) {
+        // Only a config that names no model_type is judged by its architectures: a named but
+        // unsupported type (`qwen3_vl_moe`) is refused even if its class list looks familiar.
+        if let Some(family) = Family::ALL.into_iter().find(|f| model_type.is_empty() && architectures.contains(&f.architecture())) {
             return Ok(family);
         }
         Err(ConfigError {

@@ -1,5 +1,5 @@
-//! The `qwen2vl` scorer: the native Qwen2-VL / Qwen2.5-VL engine behind the pipeline's
-//! [`Scorer`] interface. Per image: preprocess, run the vision tower once, then score every
+//! The `native` scorer (`qwen2vl` is its older name): the native engine, any family it runs,
+//! behind the pipeline's [`Scorer`] interface. Per image: preprocess, run the vision tower once, then score every
 //! question over the shared image prefix.
 //!
 //! libtorch tensors are not `Sync`, so each engine sits behind a mutex. On the CPU every worker
@@ -12,12 +12,12 @@ use std::sync::Mutex;
 
 use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::DigestCache;
-use crate::release_spec::{Backend, ModelSpec, Question};
+use crate::release_spec::{ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::generate::{GenerationImage, GenerationPrompt};
 use crate::vlm::pixels;
 
-pub struct Qwen2VlScorer {
+pub struct NativeScorer {
     identity: ScorerIdentity,
     engines: Vec<Mutex<Loaded>>,
     /// The token ids of "Yes" and "No", read once from the tokenizer.
@@ -47,17 +47,17 @@ struct Loaded {
 type PromptKey = ((usize, usize, usize), u64);
 
 fn err(message: impl std::fmt::Display) -> InferError {
-    InferError::Scorer { backend: "qwen2vl".into(), message: message.to_string() }
+    InferError::Scorer { backend: "native".into(), message: message.to_string() }
 }
 
 /// An engine error, with what the scorer was doing.
 fn engine_err(context: impl std::fmt::Display) -> impl FnOnce(crate::vlm::VlmError) -> InferError {
-    move |source| InferError::Engine { backend: "qwen2vl".into(), context: context.to_string(), source }
+    move |source| InferError::Engine { backend: "native".into(), context: context.to_string(), source }
 }
 
-impl Qwen2VlScorer {
+impl NativeScorer {
     /// `workers`: how many threads will call `score` at once (engines loaded on the CPU).
-    pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache, workers: usize) -> Result<Qwen2VlScorer, InferError> {
+    pub fn open(model: &ModelSpec, dir: &Path, digests: &DigestCache, workers: usize) -> Result<NativeScorer, InferError> {
         let options = EngineOptions {
             device: match model.device {
                 crate::release_spec::DevicePolicy::Auto => DeviceChoice::Auto,
@@ -86,7 +86,7 @@ impl Qwen2VlScorer {
         let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
-            backend: Backend::Qwen2vl,
+            backend: model.backend,
             model_id: model.id.clone(),
             revision: model.revision.clone(),
             commit: model.commit.clone(),
@@ -113,7 +113,7 @@ impl Qwen2VlScorer {
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(Qwen2VlScorer { identity, engines, answer, pixels, family })
+        Ok(NativeScorer { identity, engines, answer, pixels, family })
     }
 }
 
@@ -127,7 +127,7 @@ fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result
     Ok(crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
-impl Scorer for Qwen2VlScorer {
+impl Scorer for NativeScorer {
     fn identity(&self) -> &ScorerIdentity {
         &self.identity
     }
