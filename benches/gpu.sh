@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU readiness, on a machine with a CUDA device (nothing here downloads anything):
 #   1. the CUDA parity test: the fixture models on the GPU (f32 and bf16) against the CPU (f32);
-#   2. scoring throughput of a full-size Qwen2.5-VL-7B (benches/configs: the real architecture,
-#      random bf16 weights made on the device), 1024x1024 images, 57 questions each: images per
-#      second, prefill tokens per second, and MFU against the GPU's dense bf16 peak; then the
-#      4,628-image baseline's projected time against its compute roofline.
+#   2. scoring throughput of full-size Qwen2.5-VL-7B and Qwen3-VL-8B (benches/configs: the real
+#      architectures, random bf16 weights made on the device), 1024x1024 images, 57 questions
+#      each: images per second, prefill tokens per second, and MFU against the GPU's dense bf16
+#      peak; then the 4,628-image baseline's projected time against its compute roofline.
 # Targets: prefill MFU >= 40%; the baseline within 2x of the roofline (about 4 minutes on an H100).
 #
 #   benches/gpu.sh [IMAGES]            (default 16 timed images, after one warm-up)
@@ -30,13 +30,14 @@ echo "GPU: $name (dense bf16 peak taken as $GPU_PEAK_TFLOPS TFLOP/s)"
 echo "== CUDA parity (fixture models, GPU f32 and bf16 against CPU f32)"
 cargo test --release --locked --features vlm --test vlm_cuda -- --ignored --nocapture 2>&1 | grep -E "vs cpu|test result|panicked"
 
-echo "== Qwen2.5-VL-7B scoring throughput (random weights, 1024x1024, 57 questions)"
 cargo build --release --locked --quiet --features vlm
 bin="${CARGO_TARGET_DIR:-$root/target}/release/bpals-release"
-report="$("$bin" bench-scoring --config benches/configs/qwen2_5_vl_7b.config.json \
-  --preprocessor benches/configs/qwen2_5_vl_7b.preprocessor.json --device cuda --dtype bf16 \
+for model in qwen2_5_vl_7b qwen3_vl_8b; do
+echo "== $model scoring throughput (random weights, 1024x1024, 57 questions)"
+report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" \
+  --preprocessor "benches/configs/$model.preprocessor.json" --device cuda --dtype bf16 \
   --images "$images" --size 1024 --questions 57 --peak-tflops "$GPU_PEAK_TFLOPS")"
-echo "$report" > "${GPU_BENCH_JSON:-/dev/null}"
+[ -n "${GPU_BENCH_DIR:-}" ] && echo "$report" > "$GPU_BENCH_DIR/$model.json"
 python3 - "$report" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
@@ -48,3 +49,4 @@ print(f"  preprocessing {r['preprocess_ms_per_image']:.0f} ms per image on one C
 ratio = r['projected_seconds'] / r['roofline_seconds']
 print(f"  baseline of {r['project_images']} images: {r['projected_seconds']/60:.1f} min projected, roofline {r['roofline_seconds']/60:.1f} min, ratio {ratio:.2f} (target <= 2)")
 PY
+done

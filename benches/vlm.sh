@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Benchmark of the native VLM engine, printed as ratios measured in the same run:
-#   (a) this engine against transformers scoring one question on the same "mid" random Qwen2-VL
-#       (text 512 x 8, vision 512 x 8, a 448x448 image, 2 CPU threads); target <= 1.0;
-#   (b) 45 questions on one image against 1 question (the image prefix runs once); target <= 2.5;
-#   (c) 32 sequences of 64 new tokens decoded as one batch against one at a time; target <= 0.3.
+# Benchmark of the native VLM engine, printed as ratios measured in the same run, for a "mid"
+# random Qwen2-VL and a "mid" random Qwen3-VL (text 512 x 8, vision 512 x 8, a 448x448 image,
+# 2 CPU threads):
+#   (a) this engine against transformers scoring one question; target <= 1.0;
+#   (b) this engine against transformers scoring 45 questions on one image (the engine runs the
+#       image prefix once, transformers a padded batch of 45); target <= 1.0; and the engine's
+#       45 questions against its 1 question; target <= 2.5;
+#   (c) 32 sequences of 64 new tokens decoded as one batch against one at a time; target <= 0.3;
+#   (d) the full-size architectures of benches/configs cut to two layers each, real widths, on
+#       the CPU: one 1024x1024 image, 57 questions (numbers, no target: the shapes run here).
 # Each side keeps its best of three. Needs the venv of fixtures/vlm/requirements.txt:
 #
 #   VLM_VENV=/path/to/venv benches/vlm.sh
@@ -21,34 +26,48 @@ profile="${BENCH_PROFILE:-release}"
 if [ "$profile" = release ]; then cargo build --release --locked --quiet --features vlm; else cargo build --locked --quiet --features vlm; fi
 bin="${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release"
 
-reference="$("$venv/bin/python" benches/vlm_reference.py "$work")"
 questions=()
 for i in $(seq 1 45); do questions+=(--question "Question number $i: is there a finding of kind $i in this chest X-ray?"); done
-best() { # best total of preprocess + vision + text over three runs
-  local best=""
+best() { # MODEL ARGS...: best total of preprocess + vision + text over three runs
+  local model="$1" best=""
+  shift
   for run in 1 2 3; do
     local ms
-    ms="$("$bin" probe --model "$work" --image "$work/image-448.png" --device cpu "$@" | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])')"
+    ms="$("$bin" probe --model "$model" --image "$model/image-448.png" --device cpu "$@" | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])')"
     best="$("$venv/bin/python" -c "print(min(float('$ms'), float('${best:-inf}')))")"
   done
   echo "$best"
 }
-one="$(best --question "Is there a pleural effusion in this chest X-ray?")"
-many="$(best "${questions[@]}")"
-"$venv/bin/python" - "$reference" "$one" "$many" <<'PY'
+for family in qwen2_vl qwen3_vl; do
+  reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
+  one="$(best "$work/$family" --question "Is there a pleural effusion in this chest X-ray?")"
+  many="$(best "$work/$family" "${questions[@]}")"
+  "$venv/bin/python" - "$family" "$reference" "$one" "$many" <<'PY'
 import json, sys
-ref = json.loads(sys.argv[1]); one = float(sys.argv[2]); many = float(sys.argv[3])
-t = ref["transformers_one_question_ms"]
-print(f"mid Qwen2-VL, {ref['parameters']:,} parameters, 448x448 image, 2 threads, best of 3")
-print(f"  transformers, 1 question: {t:8.1f} ms")
-print(f"  this engine,  1 question: {one:8.1f} ms   ratio {one / t:.2f} (target <= 1.0)")
-print(f"  this engine, 45 questions: {many:8.1f} ms   ratio to 1 question {many / one:.2f} (target <= 2.5)")
+family, ref, one, many = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+t1, t45 = ref["transformers_one_question_ms"], ref["transformers_45_questions_ms"]
+print(f"mid {family}, {ref['parameters']:,} parameters, 448x448 image, 2 threads, best of 3")
+print(f"  1 question:   transformers {t1:8.1f} ms, this engine {one:8.1f} ms   ratio {one / t1:.2f} (target <= 1.0)")
+print(f"  45 questions: transformers {t45:8.1f} ms, this engine {many:8.1f} ms   ratio {many / t45:.2f} (target <= 1.0)")
+print(f"  this engine, 45 questions against 1: {many / one:.2f} (target <= 2.5)")
 PY
+done
 # (c) greedy decoding, batched against one at a time, both in this binary on 2 threads.
-generation="$("$bin" bench-generation --model "$work" --image "$work/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
+generation="$("$bin" bench-generation --model "$work/qwen2_vl" --image "$work/qwen2_vl/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
 "$venv/bin/python" - "$generation" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 print(f"  decoding {r['sequences']} sequences x {r['new_tokens']} new tokens: batched {r['batched_ms']:.0f} ms, one at a time {r['one_at_a_time_ms']:.0f} ms")
 print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']}")
 PY
+# (d) the full-size architectures, two layers each, real widths, on the CPU.
+for model in qwen2_5_vl_7b qwen3_vl_8b; do
+  report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
+    --device cpu --layers 2 --images 1 --warmup 0 --size 1024 --questions 57)"
+  "$venv/bin/python" - "$model" "$report" <<'PY'
+import json, sys
+name, r = sys.argv[1], json.loads(sys.argv[2])
+print(f"{name} cut to {r['text_layers']} text layers and {r['vision_blocks']} vision blocks ({r['parameters']/1e9:.2f}B parameters), CPU f32:")
+print(f"  {r['image_tokens']} image tokens, {r['tflop_per_image']:.2f} TFLOP per image, {r['device_ms_per_image']/1000:.1f} s per image, {r['achieved_tflops']*1000:.0f} GFLOP/s")
+PY
+done

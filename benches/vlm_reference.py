@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Reference side of benches/vlm.sh: builds the "mid" random Qwen2-VL (text 512 x 8 layers,
-vision 512 x 8 blocks) once, writes a 448x448 test image, and times transformers scoring one
-yes/no question (processor + forward to the last-position logits) on 2 CPU threads, best of 3.
+"""Reference side of benches/vlm.sh: builds a "mid" random model of a family once (Qwen2-VL or
+Qwen3-VL: text 512 x 8 layers, vision 512 x 8 blocks; Qwen3-VL with DeepStack at three blocks),
+writes a 448x448 test image, and times transformers on 2 CPU threads, best of 3: scoring one
+yes/no question (processor + forward to the last-position logits), and 45 questions about the
+image as one padded batch (how transformers scores many prompts).
 
-Usage: vlm_reference.py WORKDIR   (prints JSON; needs fixtures/vlm/requirements.txt)
+Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl or qwen3_vl; prints JSON; needs
+fixtures/vlm/requirements.txt)
 """
 
 import json
@@ -18,14 +21,45 @@ import transformers
 from PIL import Image
 
 HERE = Path(__file__).resolve().parent
-TINY = HERE.parent / "fixtures" / "vlm" / "qwen2_vl"
+FIXTURES = HERE.parent / "fixtures" / "vlm"
 QUESTION = "Is there a pleural effusion in this chest X-ray?"
+# The same 45 questions benches/vlm.sh asks the engine.
+QUESTIONS = [f"Question number {i}: is there a finding of kind {i} in this chest X-ray?" for i in range(1, 46)]
 
 
-def build(out: Path) -> None:
-    if (out / "model.safetensors").exists():
+def image(out: Path) -> None:
+    y, x = np.mgrid[0:448, 0:448]
+    Image.fromarray(((x * 3 + y * 5) % 256).astype(np.uint8), "L").save(out / "image-448.png")
+
+
+def build_qwen3_vl(out: Path) -> None:
+    """Qwen3-VL with the tiny fixture's tokenizer: head_dim 64, interleaved M-RoPE, the real 48 x 48
+    position grid, DeepStack after blocks 1, 3 and 5."""
+    tiny = FIXTURES / "qwen3_vl"
+    config = json.loads((tiny / "config.json").read_text())
+    text = dict(config["text_config"], hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=64)
+    text["rope_parameters"] = dict(text["rope_parameters"], mrope_section=[12, 10, 10])
+    vision = dict(config["vision_config"], depth=8, hidden_size=512, intermediate_size=2048, num_heads=8, out_hidden_size=512, num_position_embeddings=2304, deepstack_visual_indexes=[1, 3, 5])
+    ids = {k: config[k] for k in ["image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"]}
+    mid = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    torch.manual_seed(0)
+    transformers.Qwen3VLForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
+    for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]:
+        shutil.copy(tiny / name, out / name)
+    pre = json.loads((tiny / "preprocessor_config.json").read_text())
+    pre["size"] = {"shortest_edge": 64 * 64, "longest_edge": 448 * 448}
+    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+
+
+def build(out: Path, family: str) -> None:
+    if (out / "image-448.png").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
+    if family == "qwen3_vl":
+        build_qwen3_vl(out)
+        image(out)
+        return
+    TINY = FIXTURES / "qwen2_vl"
     tiny = json.loads((TINY / "config.json").read_text())
     text = {k: v for k, v in tiny["text_config"].items() if k != "layer_types"}
     text = dict(text, hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2)
@@ -40,27 +74,42 @@ def build(out: Path) -> None:
     pre = json.loads((TINY / "preprocessor_config.json").read_text())
     pre["size"] = {"shortest_edge": 56 * 56, "longest_edge": 448 * 448}
     (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
-    y, x = np.mgrid[0:448, 0:448]
-    Image.fromarray(((x * 3 + y * 5) % 256).astype(np.uint8), "L").save(out / "image-448.png")
+    image(out)
 
 
-def main() -> None:
-    work = Path(sys.argv[1])
-    build(work)
-    torch.set_num_threads(2)
-    processor = transformers.AutoProcessor.from_pretrained(work)
-    model = transformers.Qwen2VLForConditionalGeneration.from_pretrained(work).eval()
-    image = Image.open(work / "image-448.png")
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
-    prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+def best_ms(processor, model, picture, questions) -> float:
+    """Best of 3: the processor and one forward to the last-position logits, all prompts batched."""
+    prompts = [
+        processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}], add_generation_prompt=True, tokenize=False)
+        for q in questions
+    ]
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        inputs = processor(text=[prompt], images=[image], return_tensors="pt", return_mm_token_type_ids=True)
+        inputs = processor(text=prompts, images=[picture] * len(prompts), return_tensors="pt", padding=True, return_mm_token_type_ids=True)
         with torch.no_grad():
             model(**inputs, logits_to_keep=1)
         best = min(best, time.perf_counter() - start)
-    print(json.dumps({"transformers_one_question_ms": best * 1000, "parameters": sum(p.numel() for p in model.parameters())}))
+    return best * 1000
+
+
+def main() -> None:
+    work, family = Path(sys.argv[1]), sys.argv[2]
+    build(work, family)
+    torch.set_num_threads(2)
+    processor = transformers.AutoProcessor.from_pretrained(work)
+    cls = transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl" else transformers.Qwen2VLForConditionalGeneration
+    model = cls.from_pretrained(work).eval()
+    picture = Image.open(work / "image-448.png")
+    print(
+        json.dumps(
+            {
+                "transformers_one_question_ms": best_ms(processor, model, picture, [QUESTION]),
+                "transformers_45_questions_ms": best_ms(processor, model, picture, QUESTIONS),
+                "parameters": sum(p.numel() for p in model.parameters()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,17 @@ fn s1a_and_s1b_carry_the_facts() {
     assert_eq!(b.publish.tag_for(&b.release), "s1b-v1.0.0");
 }
 
+/// The commented real-model example: Qwen3-VL-8B in the native engine, nothing of S1a's demo
+/// model inherited, and not publishable until its revision is a commit.
+#[test]
+fn the_qwen3_vl_example_names_a_real_model() {
+    let q = load("models/qwen3-vl-8b.yaml").unwrap();
+    assert_eq!(q.model.backend, release_spec::Backend::Native);
+    assert_eq!((q.model.id.as_str(), q.model.weight_license.as_str()), ("Qwen/Qwen3-VL-8B-Instruct", "apache-2.0"));
+    assert!(q.model.path.is_none() && q.model.demo_weights.is_none(), "S1a's tiny model is not inherited");
+    assert_eq!(q.prompts.hash(), load("s1a.yaml").unwrap().prompts.hash());
+}
+
 #[test]
 fn s3_and_s4_resolve_with_their_prompts() {
     let s3 = load("s3.yaml").unwrap();
@@ -142,7 +153,7 @@ fn the_openai_backend_needs_its_endpoint_and_family_and_no_other_backend_takes_t
     let e = err("no_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n"));
     assert!(e.contains("model.family"), "{e}");
     let e = err("bad_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n  family: llava\n"));
-    assert!(e.contains("\"llava\": expected one of qwen2_vl, qwen2_5_vl"), "{e}");
+    assert!(e.contains("\"llava\": expected one of qwen2_vl, qwen2_5_vl, qwen3_vl"), "{e}");
     let e = err("engine_endpoint.yaml", "model:\n  endpoint: http://host:8000/v1\n");
     assert!(e.contains("model.endpoint") && e.contains("is for model.backend openai only"), "{e}");
     let ok = derived_spec(&s, "ok.yaml", &format!("{served}  endpoint: http://host:8000/v1/\n  family: qwen2_5_vl\n"));

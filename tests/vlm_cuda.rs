@@ -25,13 +25,19 @@ const QUESTIONS: [&str; 4] = [
 
 fn models() -> Vec<PathBuf> {
     let vlm = repo().join("fixtures/vlm");
-    ["qwen2_vl", "qwen2_5_vl"].iter().flat_map(|f| [vlm.join(f), vlm.join("trained").join(f)]).collect()
+    let mut models: Vec<PathBuf> = ["qwen2_vl", "qwen2_5_vl"].iter().flat_map(|f| [vlm.join(f), vlm.join("trained").join(f)]).collect();
+    models.extend(["qwen3_vl", "qwen3_vl_untied"].map(|f| vlm.join(f)));
+    models
 }
 
+/// The golden images of the model's family (Qwen3-VL's include a 1024 x 1024 one).
 fn images(model: &std::path::Path) -> Vec<PathBuf> {
     let family = model.file_name().unwrap();
     let goldens = repo().join("fixtures/vlm").join(family).join("goldens");
-    ["square-112.png", "wide-150x90.png", "tall-77x123.png", "odd-201x59.png"].iter().map(|n| goldens.join(n)).collect()
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&goldens).unwrap().map(|e| e.unwrap().path()).collect();
+    names.retain(|p| p.extension().is_some_and(|e| e == "png"));
+    names.sort();
+    names
 }
 
 /// (margin, p_yes) per image and question.

@@ -40,6 +40,10 @@ pub struct BenchScoringArgs {
     /// The device's dense peak for the dtype, in TFLOP/s, for MFU (H100 SXM bf16: 989).
     #[arg(long)]
     pub peak_tflops: Option<f64>,
+    /// Keep only this many text layers and vision blocks, every width kept: the full-size shapes
+    /// on a machine that cannot hold the whole model (the CPU slice of benches/vlm.sh).
+    #[arg(long)]
+    pub layers: Option<usize>,
     /// Images to project a run time for [default: the 4,628-image baseline].
     #[arg(long, default_value_t = 4628)]
     pub project_images: usize,
@@ -56,6 +60,10 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
         };
         let config = ModelConfig::from_json(&read(&args.config)?)
             .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.config.display(), e.key, e.message))?;
+        let config = match args.layers {
+            Some(layers) => throughput::slice(&config, layers),
+            None => config,
+        };
         let preprocessor = PreprocessorConfig::from_json(&read(&args.preprocessor)?)
             .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.preprocessor.display(), e.key, e.message))?;
         let (device, kind) = engine::device_and_kind(args.device.choice(), args.dtype.choice())?;

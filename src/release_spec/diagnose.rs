@@ -21,8 +21,6 @@ use serde::{Deserialize, Serialize};
 use super::Question;
 use crate::vocab::{LABELS, NO_FINDING};
 
-/// The model families whose grounding format the parser knows (their `ground` prompts differ).
-pub const FAMILIES: [&str; 2] = ["qwen2_vl", "qwen2_5_vl"];
 pub const SIDES: [&str; 2] = ["right", "left"];
 pub const ZONES: [&str; 3] = ["upper", "middle", "lower"];
 
@@ -159,8 +157,10 @@ pub fn resolve_location(layer: LocationLayer) -> Result<LocationPrompts, (&'stat
     let zone = template(layer.zone, "prompts.location.zone", &["{finding}", "{zone}"])?;
     let ground = layer.ground.ok_or(("prompts.location.ground", "is required: a grounding prompt per model family".to_string()))?;
     for (family, text) in &ground {
-        if !FAMILIES.contains(&family.as_str()) {
-            return Err(("prompts.location.ground", format!("unknown model family {family:?}: expected one of {}", FAMILIES.join(", "))));
+        // The families whose grounding format the parser knows: the engine's.
+        if crate::vlm::Family::from_name(family).is_none() {
+            let known = crate::vlm::Family::supported();
+            return Err(("prompts.location.ground", format!("unknown model family {family:?}: expected one of {known}")));
         }
         template(Some(text.clone()), "prompts.location.ground", &["{finding}"])?;
     }

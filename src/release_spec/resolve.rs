@@ -323,8 +323,8 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer) -> Result<
         return Err(r.invalid("model.endpoint", format!("{endpoint:?}: expected the server's base URL, http(s)://HOST[:PORT]/v1")));
     }
     let family = r.req(m.family.clone(), "model.family")?;
-    if !super::diagnose::FAMILIES.contains(&family.as_str()) {
-        return Err(r.invalid("model.family", format!("{family:?}: expected one of {}", super::diagnose::FAMILIES.join(", "))));
+    if crate::vlm::Family::from_name(&family).is_none() {
+        return Err(r.invalid("model.family", format!("{family:?}: expected one of {}", crate::vlm::Family::supported())));
     }
     let concurrency = m.concurrency.unwrap_or(16);
     if concurrency == 0 {

@@ -40,6 +40,8 @@ pub struct ScoringBench {
 #[derive(Debug, Serialize)]
 pub struct ScoringBenchReport {
     pub family: Family,
+    pub text_layers: usize,
+    pub vision_blocks: usize,
     pub device: String,
     pub dtype: String,
     pub parameters: i64,
@@ -74,6 +76,30 @@ fn synthetic_image(size: u32, seed: u32) -> DynamicImage {
         let v = (x.wrapping_mul(31) ^ y.wrapping_mul(17)).wrapping_add(seed.wrapping_mul(97)) % 251;
         Luma([v as u8])
     }))
+}
+
+/// The architecture cut to `layers` text layers and as many vision blocks, every width kept: the
+/// full-size shapes on a machine that cannot hold the whole model (`bench-scoring --layers`).
+/// Block indexes (full attention, DeepStack) map proportionally into the slice, so a Qwen3-VL
+/// slice keeps DeepStack.
+pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
+    let mut c = config.clone();
+    let depth = c.vision.depth;
+    if layers == 0 || (layers >= depth && layers >= c.text.num_hidden_layers) {
+        return c;
+    }
+    let blocks = layers.min(depth);
+    let map = |indexes: &[usize]| {
+        let mut mapped: Vec<usize> = indexes.iter().map(|&i| i * blocks / depth).collect();
+        mapped.dedup();
+        mapped
+    };
+    c.vision.fullatt_block_indexes = map(&c.vision.fullatt_block_indexes);
+    c.vision.deepstack_visual_indexes = map(&c.vision.deepstack_visual_indexes);
+    c.vision.deepstack_visual_indexes.truncate(layers.min(c.text.num_hidden_layers));
+    c.vision.depth = blocks;
+    c.text.num_hidden_layers = layers.min(c.text.num_hidden_layers);
+    c
 }
 
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
@@ -178,6 +204,8 @@ pub fn run(
     let achieved = flops / per_image / 1e12;
     Ok(ScoringBenchReport {
         family: config.family,
+        text_layers: config.text.num_hidden_layers,
+        vision_blocks: config.vision.depth,
         device: format!("{device:?}"),
         dtype: format!("{kind:?}"),
         parameters: model.parameters(),
@@ -224,6 +252,48 @@ mod tests {
         let linear = t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
         let one = flops_per_image(&c, 0, 1, 0, 0);
         assert!((one - (2.0 * linear + 4.0 * t.num_hidden_layers as f64 * h)).abs() < 1e-6, "{one} vs {linear}");
+    }
+
+    fn bench_config(name: &str) -> (ModelConfig, PreprocessorConfig) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
+        let read = |file: String| serde_json::from_slice::<serde_json::Value>(&std::fs::read(dir.join(file)).unwrap()).unwrap();
+        (
+            ModelConfig::from_json(&read(format!("{name}.config.json"))).unwrap(),
+            PreprocessorConfig::from_json(&read(format!("{name}.preprocessor.json"))).unwrap(),
+        )
+    }
+
+    /// benches/configs holds Qwen3-VL-8B's architecture; its FLOPs per 1024 x 1024 image with 57
+    /// questions, pinned to the closed form worked out separately: vision 5.798 TFLOP (27 blocks
+    /// over 4,096 patches, the merger and three DeepStack mergers), text 34.690 TFLOP (36 layers,
+    /// 1,040 prefix tokens, 57 x 24 suffix tokens, 57 answer rows of the LM head).
+    #[test]
+    fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
+        let (c, pre) = bench_config("qwen3_vl_8b");
+        assert_eq!((c.family, pre.patch_size, pre.factor(), pre.max_pixels), (Family::Qwen3Vl, 16, 32, 16_777_216));
+        assert_eq!((c.text.head_dim, c.vision.deepstack_visual_indexes.as_slice()), (128, &[8, 16, 24][..]));
+        let t = &c.text;
+        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
+        assert!((text_linear - 6.945767424e9).abs() < 1.0, "{text_linear}");
+        let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
+        assert!((flops - 40488189296640.0).abs() / flops < 1e-12, "{flops}");
+        // DeepStack's three mergers: 4 x 2 x 1,024 x (4,608² + 4,608 x 4,096) of the vision part.
+        let mut no_deepstack = c.clone();
+        no_deepstack.vision.deepstack_visual_indexes.clear();
+        let deepstack = flops - flops_per_image(&no_deepstack, 64 * 64, 16 + 1024, 57, 24);
+        assert!((deepstack - 3.0 * 2.0 * 1024.0 * (4608.0 * 4608.0 + 4608.0 * 4096.0)).abs() < 1.0, "{deepstack}");
+    }
+
+    /// Two layers each, the widths kept; the block indexes follow into the slice.
+    #[test]
+    fn slices_keep_the_widths_and_map_the_block_indexes() {
+        let (c, _) = bench_config("qwen3_vl_8b");
+        let s = slice(&c, 2);
+        assert_eq!((s.text.num_hidden_layers, s.vision.depth, s.text.hidden_size, s.vision.hidden_size), (2, 2, 4096, 1152));
+        assert_eq!(s.vision.deepstack_visual_indexes, vec![0, 1]);
+        let (c, _) = bench_config("qwen2_5_vl_7b");
+        assert_eq!(slice(&c, 2).vision.fullatt_block_indexes, vec![0, 1]);
+        assert_eq!(slice(&c, 0), c);
     }
 
     /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in

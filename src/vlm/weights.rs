@@ -87,7 +87,8 @@ impl Weights {
             } else if name.contains("norm") || name.ends_with("ln_q.weight") {
                 Tensor::ones(shape, options)
             } else {
-                Tensor::randn(shape, options) * 0.02
+                // In place: no second full-size temporary (the 8B's embedding is 2.5 GB in f32).
+                Tensor::empty(shape, options).normal_(0.0, 0.02)
             };
             r.parameters.set(r.parameters.get() + tensor.numel() as i64);
             return Ok(tensor.to_kind(r.kind));

@@ -1,0 +1,32 @@
+//! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B) on the CPU, cut
+//! to two text layers and two vision blocks with every width kept (`bench-scoring --layers 2`):
+//! the real shapes (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers) run on
+//! every machine, not only where a GPU is lent. About 25 s and 7 GB per model; one at a time.
+#![cfg(feature = "vlm")]
+
+mod common;
+
+use common::*;
+
+#[test]
+fn full_size_slices_score_on_the_cpu() {
+    // (config, image tokens of a 256 x 256 image, parameters of the slice in billions)
+    for (name, tokens, billions) in [("qwen3_vl_8b", 64, 1.7..1.9), ("qwen2_5_vl_7b", 81, 1.5..1.8)] {
+        let configs = repo().join("benches/configs");
+        let a = bin()
+            .arg("bench-scoring")
+            .arg("--config")
+            .arg(configs.join(format!("{name}.config.json")))
+            .arg("--preprocessor")
+            .arg(configs.join(format!("{name}.preprocessor.json")))
+            .args(["--device", "cpu", "--layers", "2", "--images", "1", "--warmup", "0", "--size", "256", "--questions", "3"])
+            .assert()
+            .success();
+        let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+        assert_eq!((r["text_layers"].as_u64(), r["vision_blocks"].as_u64()), (Some(2), Some(2)), "{name}: {r}");
+        assert_eq!(r["image_tokens"], tokens, "{name}: {r}");
+        let parameters = r["parameters"].as_f64().unwrap() / 1e9;
+        assert!(billions.contains(&parameters), "{name}: {parameters}B parameters");
+        assert!(r["tflop_per_image"].as_f64().unwrap() > 0.0 && r["images_per_second"].as_f64().unwrap() > 0.0, "{name}: {r}");
+    }
+}
