@@ -4,9 +4,10 @@
 //! The modules follow the pipeline, lowest first; a module imports only those below it
 //! (`tests/architecture.rs` checks this):
 //!
-//! 1. [`vocab`], [`hashing`]: the label vocabulary and content hashes; they import nothing.
+//! 1. [`vocab`], [`hashing`], [`vlm`]: the label vocabulary, content hashes and the engine; they
+//!    import nothing (the spec checks its model family against the engine's list).
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
-//! 3. [`manifest`], [`hub`], [`vlm`]: the release's file contract, the Hub client, the engine.
+//! 3. [`manifest`], [`hub`]: the release's file contract, the Hub client.
 //! 4. The stages, in order: [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores and
 //!    and answers, cached) -> [`signal`] -> [`diagnose`] (S2: location and signs) -> [`trial`]
 //!    -> [`eval`] -> [`shard`] (Parquet) -> [`card`].

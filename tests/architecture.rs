@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 const LAYERS: [&str; 26] = [
     "vocab",
     "hashing",
+    "vlm",
     "reports",
     "release_spec",
     "manifest",
     "hub",
-    "vlm",
     "source",
     "select",
     "infer",

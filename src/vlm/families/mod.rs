@@ -127,16 +127,6 @@ mod tower {
         pub deepstack: Vec<Tensor>,
     }
 
-    impl ImageFeatures {
-        /// The same features on another device and dtype.
-        pub fn to(&self, device: tch::Device, kind: tch::Kind) -> ImageFeatures {
-            ImageFeatures {
-                embeds: self.embeds.to_device(device).to_kind(kind),
-                deepstack: self.deepstack.iter().map(|t| t.to_device(device).to_kind(kind)).collect(),
-            }
-        }
-    }
-
     pub enum VisionTower {
         Qwen2(super::qwen2_vl::vision::VisionQwen2),
         Qwen25(super::qwen2_5_vl::vision::VisionQwen25),
