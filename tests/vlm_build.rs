@@ -90,6 +90,52 @@ fn a_qwen3_vl_release_builds_verifies_and_audits() {
     assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
 }
 
+/// A Qwen3.5 checkpoint (hybrid linear attention, published layout) through S2: the grounding
+/// answers come from batched decoding that carries each row's linear-attention state; sharded
+/// `infer` runs merge into the same bytes as one build; the release verifies and audits.
+#[test]
+fn a_qwen3_5_s2_release_merges_sharded_runs_and_audits() {
+    let s = Scratch::new();
+    let model = repo().join("fixtures/vlm/qwen3_5");
+    // specs/s2.yaml with a Qwen3.5 grounding prompt, shorter answers, ten images, this model.
+    let s2 = std::fs::read_to_string(repo().join("specs/s2.yaml")).unwrap();
+    let ground = "      qwen2_5_vl: \"Locate the {finding} in this chest X-ray, output its bbox coordinates using JSON format.\"\n";
+    assert!(s2.contains(ground) && s2.contains("    max_new_tokens: 48\n"));
+    let text = s2
+        .replace("extends: s1b.yaml", &format!("extends: {}", repo().join("specs/s1b.yaml").display()))
+        .replace(ground, &format!("{ground}{}", ground.replace("qwen2_5_vl", "qwen3_5")))
+        .replace("    max_new_tokens: 48\n", "    max_new_tokens: 12\n");
+    let overrides = format!(
+        "selection:\n  curated_images: 10\n  expected_rows: 13\nmodel:\n  backend: native\n  path: {}\n  id: bpals/tiny-qwen3.5\n  revision: fixture-v1\n  weight_license: apache-2.0\n  demo_weights: random\n",
+        model.display()
+    );
+    let spec = s.write("qwen3_5-s2.yaml", &format!("{text}\n{overrides}"));
+    let plain = s.path("plain");
+    let a = build(&spec, &plain, &s.path("cache-plain"), &["--jobs", "2"]).success();
+    let log = stdout(&a) + &stderr(&a);
+    assert!(log.contains("decoded by the native engine"), "{log}");
+    bin().arg("verify").arg(&plain).assert().success();
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(plain.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["scorer"]["preprocessing"]["family"], "qwen3_5");
+
+    for k in 0..2 {
+        bin()
+            .arg("infer")
+            .arg(&spec)
+            .args(["--shard", &format!("{k}/2"), "--no-progress", "--cache-dir"])
+            .arg(s.path("cache-shared"))
+            .assert()
+            .success();
+    }
+    let merged = s.path("merged");
+    let a = build(&spec, &merged, &s.path("cache-shared"), &[]).success();
+    assert!(stderr(&a).contains(", 0 scored"), "scores all came from the shards: {}", stderr(&a));
+    assert_eq!(tree_digest(&plain), tree_digest(&merged));
+
+    let a = bin().args(["rebuild", "--audit", "--spec"]).arg(&spec).arg(&plain).arg("--scratch").arg(s.path("audit")).assert().success();
+    assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
+}
+
 /// The README's main job: `build specs/s1a.yaml` on a fresh clone runs the engine on the tiny
 /// trained model over the whole embedded sample, finds the planted label errors, says it is a
 /// demo, verifies, and publish refuses it.

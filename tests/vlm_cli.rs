@@ -123,7 +123,7 @@ fn doctor_reports_the_machine_and_never_the_token() {
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));
     assert_eq!(r["model"]["backend"], "qwen2vl");
-    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]));
+    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]));
     assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/trained/qwen2_vl"), "{r}");
     assert!(r["next_step"].as_str().unwrap().len() > 10);
 }
@@ -189,7 +189,7 @@ fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
     let moe = broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_vl_moe".into()));
     let err = probe(&moe);
     assert!(err.contains("config.json: key `model_type`: \"qwen3_vl_moe\""), "{err}");
-    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl"), "{err}");
+    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5"), "{err}");
 
     let no_head_dim = broken("no-head-dim", &|d| edit_config(d, &|v| drop(v["text_config"].as_object_mut().unwrap().remove("head_dim"))));
     let err = probe(&no_head_dim);
@@ -217,4 +217,91 @@ fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
         ),
         "{err}"
     );
+}
+
+/// Qwen3.5 in the published layout: probe on the sharded checkpoint with the NIH-size image
+/// (1,024 image tokens through the hybrid decoder), describe on the untied one.
+#[test]
+fn probe_and_describe_run_qwen3_5() {
+    let a = bin()
+        .args(["probe", "--model", &model("qwen3_5"), "--image", &image("qwen3_5", "nih-1024.png")])
+        .args(["--question", "Is there a pleural effusion in this chest X-ray?"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], "qwen3_5");
+    assert_eq!(r["image"]["image_tokens"], 1024);
+    let goldens: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/qwen3_5/goldens/goldens.json")).unwrap()).unwrap();
+    let want = &goldens["cases"][0]["yes_no_logits"];
+    for (key, i) in [("logit_yes", 0), ("logit_no", 1)] {
+        let (got, want) = (r["questions"][0][key].as_f64().unwrap(), want[i].as_f64().unwrap());
+        assert!((got - want).abs() < 1e-4, "{key}: {got} vs transformers {want}");
+    }
+
+    let a = bin()
+        .args(["describe", "--model", &model("qwen3_5_untied"), "--image", &image("qwen3_5_untied", "tall-77x123.png")])
+        .args(["--prompt", "Describe the findings.", "--max-new-tokens", "6"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], "qwen3_5");
+    assert_eq!(r["new_tokens"], 6);
+}
+
+/// Qwen3.5's own ways to be broken: the MoE type, a layer kind the engine does not know, a
+/// convolution kernel the weights contradict, a missing decay parameter.
+#[test]
+fn unsupported_and_broken_qwen3_5_checkpoints_are_named() {
+    let s = Scratch::new();
+    let probe = |dir: &std::path::Path| {
+        let a = bin()
+            .args(["probe", "--model"])
+            .arg(dir)
+            .args(["--question", "Is it?", "--image", &image("qwen3_5", "odd-201x59.png")])
+            .assert()
+            .failure();
+        stderr(&a)
+    };
+    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| {
+        let dir = s.path(name);
+        copy_tree(&repo().join("fixtures/vlm/qwen3_5_untied"), &dir);
+        change(&dir);
+        dir
+    };
+    let edit_config = |dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)| {
+        let path = dir.join("config.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    };
+
+    let err = probe(&broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_5_moe".into())));
+    assert!(err.contains("config.json: key `model_type`: \"qwen3_5_moe\"") && err.contains("qwen3_5"), "{err}");
+
+    let err = probe(&broken("layer-type", &|d| edit_config(d, &|v| v["text_config"]["layer_types"][2] = "sliding_attention".into())));
+    assert!(
+        err.contains("config.json: key `text_config.layer_types`: entry 2 is \"sliding_attention\": expected \"linear_attention\" or \"full_attention\""),
+        "{err}"
+    );
+
+    let err = probe(&broken("kernel", &|d| edit_config(d, &|v| v["text_config"]["linear_conv_kernel_dim"] = 3.into())));
+    assert!(
+        err.contains(
+            "model.safetensors: tensor model.layers.0.linear_attn.conv1d.weight has shape [96, 1, 4]; config.json implies [96, 1, 3]"
+        ),
+        "{err}"
+    );
+
+    // The weights without layer 0's A_log: the checkpoint file and the tensor are named.
+    let err = probe(&broken("no-a-log", &|d| {
+        let file = d.join("model.safetensors");
+        let tensors: Vec<(String, tch::Tensor)> = tch::Tensor::read_safetensors(&file)
+            .unwrap()
+            .into_iter()
+            .filter(|(name, _)| name != "model.language_model.layers.0.linear_attn.A_log")
+            .collect();
+        tch::Tensor::write_safetensors(&tensors, &file).unwrap();
+    }));
+    assert!(err.contains("model.safetensors) has no tensor model.layers.0.linear_attn.A_log"), "{err}");
 }

@@ -26,7 +26,7 @@ const QUESTIONS: [&str; 4] = [
 fn models() -> Vec<PathBuf> {
     let vlm = repo().join("fixtures/vlm");
     let mut models: Vec<PathBuf> = ["qwen2_vl", "qwen2_5_vl"].iter().flat_map(|f| [vlm.join(f), vlm.join("trained").join(f)]).collect();
-    models.extend(["qwen3_vl", "qwen3_vl_untied"].map(|f| vlm.join(f)));
+    models.extend(["qwen3_vl", "qwen3_vl_untied", "qwen3_5", "qwen3_5_untied"].map(|f| vlm.join(f)));
     models
 }
 

@@ -44,7 +44,7 @@ fn the_flat_hub_layout_reads_as_the_nested_one() {
 
 #[test]
 fn sizes_prompts_token_ids_and_positions_match_transformers() {
-    for family in ["qwen2_vl", "qwen2_5_vl"] {
+    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"] {
         let dir = ModelDir::open(&fixture(family)).unwrap();
         let g = goldens(family);
         let (yes, no) = dir.answer_token_ids().unwrap();
@@ -109,7 +109,7 @@ fn bad_model_directories_say_what_is_wrong() {
             v["architectures"] = serde_json::json!(["LlavaForConditionalGeneration"]);
         })
     });
-    assert!(e.contains("key `model_type`") && e.contains("\"llava\"") && e.contains("runs qwen2_vl, qwen2_5_vl, qwen3_vl"), "{e}");
+    assert!(e.contains("key `model_type`") && e.contains("\"llava\"") && e.contains("runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5"), "{e}");
     let e = case("mrope", &|d| edit_config(d, &|v| v["text_config"]["rope_parameters"]["mrope_section"] = serde_json::json!([2, 2, 2])));
     assert!(e.contains("key `mrope_section`") && e.contains("expected head_dim / 2 = 8"), "{e}");
     let e = case("no-weights", &|d| std::fs::remove_file(d.join("model.safetensors")).unwrap());

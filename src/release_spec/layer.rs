@@ -293,7 +293,7 @@ pub struct ModelLayer {
     pub min_pixels: Option<u64>,
     /// Backend `openai`: the server's base URL, ending in `/v1`.
     pub endpoint: Option<String>,
-    /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`), for its box format.
+    /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`, `qwen3_5`), for its box format.
     pub family: Option<String>,
     /// Backend `openai`: the token ids of "Yes" and "No", sent as `allowed_token_ids` so the
     /// server's first-token logprobs always list both.

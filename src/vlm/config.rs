@@ -22,6 +22,13 @@ pub struct TextConfig {
     pub tie_word_embeddings: bool,
     /// Width of one attention head (explicit in Qwen3 configs, hidden_size / heads before).
     pub head_dim: usize,
+    /// How many of a head's dimensions turn with the rotary positions (all but in Qwen3.5, whose
+    /// `partial_rotary_factor` turns a quarter).
+    pub rotary_dim: usize,
+    /// Each decoder layer's kind (`layer_types`): all full attention except in hybrid models.
+    pub layer_types: Vec<LayerKind>,
+    /// The linear-attention layers' shapes, where there are any.
+    pub linear: Option<LinearAttentionConfig>,
     /// The family's variant of the shared decoder.
     pub variant: TextVariant,
 }
@@ -29,6 +36,41 @@ pub struct TextConfig {
 impl TextConfig {
     pub fn head_dim(&self) -> usize {
         self.head_dim
+    }
+}
+
+/// A decoder layer's token mixer, as `layer_types` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Softmax attention over a KV cache that grows with the sequence.
+    FullAttention,
+    /// Gated DeltaNet: a fixed-size recurrent state and a short causal convolution (Qwen3.5).
+    LinearAttention,
+}
+
+/// The Gated DeltaNet layers' shapes (`linear_*` keys of Qwen3.5's text config).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LinearAttentionConfig {
+    pub conv_kernel_dim: usize,
+    pub key_head_dim: usize,
+    pub value_head_dim: usize,
+    pub num_key_heads: usize,
+    pub num_value_heads: usize,
+}
+
+impl LinearAttentionConfig {
+    pub fn key_dim(&self) -> usize {
+        self.key_head_dim * self.num_key_heads
+    }
+
+    pub fn value_dim(&self) -> usize {
+        self.value_head_dim * self.num_value_heads
+    }
+
+    /// Channels of the causal convolution: queries, keys and values side by side.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
     }
 }
 
@@ -45,11 +87,26 @@ pub struct TextVariant {
     /// M-RoPE frequencies assigned to time, height and width in turn (Qwen3-VL), instead of in
     /// three contiguous sections (Qwen2-VL).
     pub mrope_interleaved: bool,
+    /// Attention output gated by a sigmoid of a second half of `q_proj` (Qwen3.5).
+    pub gated_attention: bool,
+    /// RMSNorm scales stored as offsets from one, applied as `1 + weight` in f32 (Qwen3.5).
+    pub zero_centered_norm: bool,
+    /// The share of each head that turns when the config does not say (`partial_rotary_factor`).
+    pub default_partial_rotary: f64,
 }
 
 impl TextVariant {
     /// The Qwen2 decoder of Qwen2-VL and Qwen2.5-VL.
-    pub const QWEN2: TextVariant = TextVariant { head_dim: None, qkv_bias: true, o_bias: false, qk_norm: false, mrope_interleaved: false };
+    pub const QWEN2: TextVariant = TextVariant {
+        head_dim: None,
+        qkv_bias: true,
+        o_bias: false,
+        qk_norm: false,
+        mrope_interleaved: false,
+        gated_attention: false,
+        zero_centered_norm: false,
+        default_partial_rotary: 1.0,
+    };
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -157,18 +214,21 @@ impl ModelConfig {
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
         let text_scope: Vec<&Value> = text_obj.into_iter().chain(std::iter::once(root)).collect();
-        let (rope_theta, mrope_section) = rope(&text_scope)?;
+        let (rope_theta, mrope_section, partial_rotary) = rope(&text_scope)?;
         let variant = family.text_variant(&text_scope)?;
+        let num_hidden_layers = usize_at(&text_scope, "num_hidden_layers")?;
+        let (layer_types, linear) = family.text_layers(&text_scope, num_hidden_layers)?;
         let hidden_size = usize_at(&text_scope, "hidden_size")?;
         let num_attention_heads = usize_at(&text_scope, "num_attention_heads")?;
         if num_attention_heads == 0 || (variant.head_dim.is_none() && hidden_size % num_attention_heads != 0) {
             return Err(err("hidden_size", format!("{hidden_size} is not divisible by num_attention_heads {num_attention_heads}")));
         }
+        let head_dim = variant.head_dim.unwrap_or(hidden_size / num_attention_heads);
         let text = TextConfig {
             vocab_size: usize_at(&text_scope, "vocab_size")?,
             hidden_size,
             intermediate_size: usize_at(&text_scope, "intermediate_size")?,
-            num_hidden_layers: usize_at(&text_scope, "num_hidden_layers")?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads: usize_at(&text_scope, "num_key_value_heads")?,
             rms_norm_eps: f64_at(&text_scope, "rms_norm_eps")?,
@@ -178,7 +238,10 @@ impl ModelConfig {
                 .or_else(|| get(&text_scope, "tie_word_embeddings"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            head_dim: variant.head_dim.unwrap_or(hidden_size / num_attention_heads),
+            head_dim,
+            rotary_dim: (head_dim as f64 * partial_rotary.unwrap_or(variant.default_partial_rotary)).round() as usize,
+            layer_types,
+            linear,
             variant,
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
@@ -205,15 +268,11 @@ impl ModelConfig {
                 format!("{} does not divide num_attention_heads {}", t.num_key_value_heads, t.num_attention_heads),
             ));
         }
-        if t.mrope_section.iter().sum::<usize>() * 2 != t.head_dim() {
+        if t.mrope_section.iter().sum::<usize>() * 2 != t.rotary_dim {
+            let half = if t.rotary_dim == t.head_dim() { "head_dim / 2" } else { "head_dim * partial_rotary_factor / 2" };
             return Err(err(
                 "mrope_section",
-                format!(
-                    "{:?} sums to {}, expected head_dim / 2 = {}",
-                    t.mrope_section,
-                    t.mrope_section.iter().sum::<usize>(),
-                    t.head_dim() / 2
-                ),
+                format!("{:?} sums to {}, expected {half} = {}", t.mrope_section, t.mrope_section.iter().sum::<usize>(), t.rotary_dim / 2),
             ));
         }
         let v = &self.vision;
@@ -242,18 +301,30 @@ impl ModelConfig {
     }
 }
 
-/// rope_theta and mrope_section from `rope_parameters` (nested) or `rope_theta` + `rope_scaling`.
-fn rope(scope: &[&Value]) -> Result<(f64, Vec<usize>), ConfigError> {
+/// rope_theta, mrope_section and `partial_rotary_factor` (if given) from `rope_parameters`
+/// (nested) or `rope_theta` + `rope_scaling` (flat).
+fn rope(scope: &[&Value]) -> Result<(f64, Vec<usize>, Option<f64>), ConfigError> {
+    let partial = |object: &Value, key: &str| -> Result<Option<f64>, ConfigError> {
+        match f64_in(object, "partial_rotary_factor").map_err(|e| err(key, e.message))? {
+            Some(f) if !(f > 0.0 && f <= 1.0) => Err(err(key, format!("{f}: expected a share in (0, 1]"))),
+            f => Ok(f),
+        }
+    };
     if let Some(params) = get(scope, "rope_parameters") {
         let theta = params.get("rope_theta").and_then(Value::as_f64).ok_or_else(|| err("rope_parameters.rope_theta", "missing"))?;
         let section = params.get("mrope_section").ok_or_else(|| err("rope_parameters.mrope_section", "missing"))?;
-        return Ok((theta, usizes(section, "rope_parameters.mrope_section")?));
+        let factor = partial(params, "rope_parameters.partial_rotary_factor")?;
+        return Ok((theta, usizes(section, "rope_parameters.mrope_section")?, factor));
     }
     let theta = f64_at(scope, "rope_theta")?;
     let scaling = get(scope, "rope_scaling")
         .ok_or_else(|| err("rope_scaling", "missing: neither rope_parameters nor rope_scaling names mrope_section"))?;
     let section = scaling.get("mrope_section").ok_or_else(|| err("rope_scaling.mrope_section", "missing"))?;
-    Ok((theta, usizes(section, "rope_scaling.mrope_section")?))
+    let factor = match scope.iter().find(|o| o.get("partial_rotary_factor").is_some()) {
+        Some(object) => partial(object, "partial_rotary_factor")?,
+        None => None,
+    };
+    Ok((theta, usizes(section, "rope_scaling.mrope_section")?, factor))
 }
 
 /// `preprocessor_config.json`: pixel bounds as `min_pixels`/`max_pixels` or as a `size` map with

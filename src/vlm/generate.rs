@@ -1,9 +1,10 @@
 //! Batched greedy decoding: many prompts over one or more images, decoded together.
 //!
 //! Prompts about one image share its prefix (the chat header and the image): it runs once and its
-//! KV cache is copied per prompt. The caches of different images are zero-padded to one length,
+//! cache (keys and values, and a hybrid model's linear-attention states) is copied per prompt. The caches of different images are zero-padded to one length,
 //! and the suffixes to one length; a key mask per row hides every pad, and each row keeps its own
-//! rotary positions, so a row decodes as it would alone. Rows that reach a stop token leave the
+//! rotary positions, so a row decodes as it would alone; linear-attention layers skip a row's
+//! padding, so their states are the row's own. Rows that reach a stop token leave the
 //! batch, so the batch shrinks as answers end.
 
 use tch::{Device, Kind, Tensor};
@@ -11,7 +12,7 @@ use tch::{Device, Kind, Tensor};
 use super::error::VlmError;
 use super::families::ImageFeatures;
 use super::model::VlModel;
-use super::text::{AttentionPath, KvCache};
+use super::text::{AttentionPath, DecoderCache};
 
 /// One image's features and patch grid.
 pub struct GenerationImage<'a> {
@@ -90,8 +91,15 @@ impl VlModel {
                 let positions = self.index(&[at.as_slice(), &at, &at].concat()).view([3, n, 1]);
                 valid = Tensor::cat(&[&valid, &Tensor::ones([n, 1], (Kind::Bool, self.device))], 1);
                 let mask = additive(&valid.view([n, 1, 1, -1]), self.kind);
-                let hidden =
-                    self.text.forward_masked(&self.text.embed(&ids), &positions, &mut cache, &mask, AttentionPath::FoldedGroups, None);
+                let hidden = self.text.forward_masked(
+                    &self.text.embed(&ids),
+                    &positions,
+                    &mut cache,
+                    &mask,
+                    AttentionPath::FoldedGroups,
+                    None,
+                    None,
+                );
                 next = argmax_rows(&self.text.logits(&hidden.squeeze_dim(1)))?;
             }
             Ok(results)
@@ -108,8 +116,8 @@ impl VlModel {
         &self,
         images: &[GenerationImage<'_>],
         prompts: &[GenerationPrompt<'_>],
-    ) -> Result<(Vec<Row>, KvCache, Tensor), VlmError> {
-        let mut groups: Vec<(usize, KvCache, Vec<usize>)> = Vec::new();
+    ) -> Result<(Vec<Row>, DecoderCache, Tensor), VlmError> {
+        let mut groups: Vec<(usize, DecoderCache, Vec<usize>)> = Vec::new();
         let mut rows = Vec::with_capacity(prompts.len());
         for (index, image) in images.iter().enumerate() {
             let members: Vec<usize> = (0..prompts.len()).filter(|&p| prompts[p].image == index).collect();
@@ -117,7 +125,7 @@ impl VlModel {
             let shortest = members.iter().map(|&p| prompts[p].ids.len()).min().unwrap_or(1);
             let lead = prompts[first].ids;
             let common = (0..shortest).take_while(|&i| members.iter().all(|&p| prompts[p].ids[i] == lead[i])).count().min(shortest - 1);
-            let mut cache = KvCache::default();
+            let mut cache = DecoderCache::default();
             if common > 0 {
                 let _ = self.prefill(lead, common, image.features, image.grid, &mut cache)?;
             }
@@ -135,7 +143,7 @@ impl VlModel {
         }
         let longest = groups.iter().map(|(c, _, _)| *c as i64).max().unwrap_or(0);
         let mut valid = Vec::with_capacity(rows.len() * longest as usize);
-        let caches: Vec<KvCache> = groups
+        let caches: Vec<DecoderCache> = groups
             .iter()
             .map(|(common, cache, members)| {
                 for _ in members {
@@ -145,12 +153,17 @@ impl VlModel {
             })
             .collect();
         let prefix_valid = Tensor::from_slice(&valid).to_device(self.device).view([rows.len() as i64, longest]);
-        Ok((rows, KvCache::concat(&caches), prefix_valid))
+        Ok((rows, DecoderCache::concat(&caches), prefix_valid))
     }
 
     /// Runs every row's own tokens (right-padded to the longest) over the prefix caches; returns
     /// the cache, the key mask and each row's first new token.
-    fn prefill_suffixes(&self, rows: &[Row], mut cache: KvCache, prefix_valid: Tensor) -> Result<(KvCache, Tensor, Vec<u32>), VlmError> {
+    fn prefill_suffixes(
+        &self,
+        rows: &[Row],
+        mut cache: DecoderCache,
+        prefix_valid: Tensor,
+    ) -> Result<(DecoderCache, Tensor, Vec<u32>), VlmError> {
         let n = rows.len() as i64;
         let longest = rows.iter().map(|r| r.suffix.len()).max().unwrap_or(1);
         let mut ids = Vec::with_capacity(rows.len() * longest);
@@ -184,6 +197,7 @@ impl VlModel {
             &mut cache,
             &additive(&sees, self.kind),
             AttentionPath::Repeated,
+            Some(&suffix_valid),
             None,
         );
         let last: Vec<i64> = rows.iter().enumerate().map(|(i, r)| i as i64 * s + r.suffix.len() as i64 - 1).collect();

@@ -95,7 +95,7 @@ pub struct ImageGeometry {
 /// Reads the boxes of `answer` as `family` writes them.
 pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding {
     let raw = match family {
-        Family::Qwen25Vl | Family::Qwen3Vl => parse_json_boxes(answer),
+        Family::Qwen25Vl | Family::Qwen3Vl | Family::Qwen35 => parse_json_boxes(answer),
         Family::Qwen2Vl => parse_box_tokens(answer),
     };
     let boxes = match raw {
@@ -106,7 +106,7 @@ pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding
     // The coordinate frame: the resized image's pixels, or 0-1000.
     let (frame_w, frame_h) = match family {
         Family::Qwen25Vl => (geometry.resized.1 as f64, geometry.resized.0 as f64),
-        Family::Qwen2Vl | Family::Qwen3Vl => (1000.0, 1000.0),
+        Family::Qwen2Vl | Family::Qwen3Vl | Family::Qwen35 => (1000.0, 1000.0),
     };
     let (w, h) = (f64::from(geometry.original.0), f64::from(geometry.original.1));
     let mut status = BoxStatus::Ok;

@@ -65,18 +65,31 @@ impl LayerNorm {
 pub struct RmsNorm {
     weight: Tensor,
     eps: f64,
+    /// Scale in f32 before the cast back (Qwen3.5's norms), rather than after it.
+    scale_in_f32: bool,
 }
 
 impl RmsNorm {
     pub fn load(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<RmsNorm, VlmError> {
-        Ok(RmsNorm { weight: w.get(&format!("{prefix}.weight"), &[dim])?, eps })
+        Ok(RmsNorm { weight: w.get(&format!("{prefix}.weight"), &[dim])?, eps, scale_in_f32: false })
+    }
+
+    /// A norm whose stored weight is an offset from one: it scales by `1 + weight`, in f32.
+    pub fn load_centered(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<RmsNorm, VlmError> {
+        let weight = w.get(&format!("{prefix}.weight"), &[dim])?.to_kind(Kind::Float) + 1.0;
+        Ok(RmsNorm { weight, eps, scale_in_f32: true })
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let xf = x.to_kind(Kind::Float);
         let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
-        &self.weight * (xf * (variance + self.eps).rsqrt()).to_kind(kind)
+        let normed = xf * (variance + self.eps).rsqrt();
+        if self.scale_in_f32 {
+            (normed * &self.weight).to_kind(kind)
+        } else {
+            &self.weight * normed.to_kind(kind)
+        }
     }
 }
 

@@ -1,10 +1,10 @@
-//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL and Qwen3-VL, one folder per family
-//! under [`families`].
+//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, one folder per
+//! family under [`families`].
 //!
 //! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
 //! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the
 //! prompt and its token ids, and the multimodal rotary position ids. The tensor code (vision
-//! tower, decoder, KV cache) builds on it behind the `vlm` feature.
+//! tower, decoder, its cache) builds on it behind the `vlm` feature.
 
 pub mod config;
 pub mod cpu_kernels;
@@ -17,6 +17,8 @@ pub mod prompt;
 pub mod rope;
 mod yes_no;
 
+#[cfg(feature = "vlm")]
+mod cache;
 #[cfg(feature = "vlm")]
 pub mod engine;
 #[cfg(feature = "vlm")]

@@ -9,7 +9,7 @@ use super::error::VlmError;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
-use super::text::{Deepstack, KvCache, TextModel};
+use super::text::{DecoderCache, Deepstack, TextModel};
 use super::weights::Weights;
 use super::YesNo;
 
@@ -92,7 +92,7 @@ impl VlModel {
         len: usize,
         image: &ImageFeatures,
         grid: (usize, usize, usize),
-        cache: &mut KvCache,
+        cache: &mut DecoderCache,
     ) -> Result<Tensor, VlmError> {
         let chunk = &ids[..len];
         let embeds = self.embed(chunk, Some(&image.embeds))?;
@@ -109,7 +109,7 @@ impl VlModel {
     /// Logits (vocab) predicting the token after `ids`, from one full pass.
     pub fn last_logits(&self, ids: &[u32], image: &ImageFeatures, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
         tch::no_grad(|| {
-            let hidden = self.prefill(ids, ids.len(), image, grid, &mut KvCache::default())?;
+            let hidden = self.prefill(ids, ids.len(), image, grid, &mut DecoderCache::default())?;
             Ok(self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1)).view([-1]).to_kind(Kind::Float))
         })
     }
@@ -131,7 +131,7 @@ impl VlModel {
             let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
             let mut common = (0..shortest).take_while(|&i| prompts.iter().all(|p| p[i] == prompts[0][i])).count();
             common = common.min(shortest - 1); // every prompt keeps at least one token of its own
-            let mut cache = KvCache::default();
+            let mut cache = DecoderCache::default();
             // Only the cache it leaves is needed.
             let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
 

@@ -1,26 +1,33 @@
-//! The text decoder the families share: Qwen2 and Qwen3 layers (grouped-query attention,
-//! RMSNorm, gated SiLU MLP) with multimodal rotary positions (M-RoPE), a KV cache, and DeepStack's
-//! image features added after the first layers. Where Qwen3 differs (q/k norms, no q/k/v bias,
-//! an explicit head width, interleaved M-RoPE) the family's [`TextVariant`] says so.
+//! The text decoder the families share: Qwen2, Qwen3 and Qwen3.5 layers (grouped-query
+//! attention or, in Qwen3.5's hybrid stack, Gated DeltaNet linear attention; RMSNorm; gated SiLU
+//! MLP) with multimodal rotary positions (M-RoPE), a cache, and DeepStack's image features added
+//! after the first layers. Where a family differs (q/k norms, biases, an explicit head width,
+//! interleaved or partial M-RoPE, gated attention, zero-centred norms) its [`TextVariant`] and
+//! `layer_types` say so.
 //!
 //! [`TextVariant`]: super::config::TextVariant
 
 use tch::{Kind, Tensor};
 
-use super::config::TextConfig;
+pub use super::cache::DecoderCache;
+use super::cache::LayerCache;
+use super::config::{LayerKind, TextConfig};
 use super::error::VlmError;
+use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::weights::Weights;
 
 /// Grouped-query self-attention with rotary positions (and, in Qwen3, each head's queries and
-/// keys normalised first). Each call appends its keys and values to the layer's slot of the KV
-/// cache and attends over all of them.
+/// keys normalised first; in Qwen3.5, the output gated by a sigmoid of a second half of the query
+/// projection). Each call appends its keys and values to the layer's slot of the cache and
+/// attends over all of them.
 struct SelfAttention {
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
+    gated: bool,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
@@ -32,20 +39,16 @@ impl SelfAttention {
         let (heads, kv_heads, head_dim) = (cfg.num_attention_heads as i64, cfg.num_key_value_heads as i64, cfg.head_dim() as i64);
         let at = |name: &str| format!("{prefix}.{name}");
         let (bias, o_bias) = (cfg.variant.qkv_bias, cfg.variant.o_bias);
-        let qk_norm = if cfg.variant.qk_norm {
-            Some((
-                RmsNorm::load(w, &at("q_norm"), head_dim, cfg.rms_norm_eps)?,
-                RmsNorm::load(w, &at("k_norm"), head_dim, cfg.rms_norm_eps)?,
-            ))
-        } else {
-            None
-        };
+        let qk_norm =
+            if cfg.variant.qk_norm { Some((norm(w, &at("q_norm"), head_dim, cfg)?, norm(w, &at("k_norm"), head_dim, cfg)?)) } else { None };
+        let gated = cfg.variant.gated_attention;
         Ok(SelfAttention {
-            q: Linear::load(w, &at("q_proj"), h, heads * head_dim, bias)?,
+            q: Linear::load(w, &at("q_proj"), h, heads * head_dim * if gated { 2 } else { 1 }, bias)?,
             k: Linear::load(w, &at("k_proj"), h, kv_heads * head_dim, bias)?,
             v: Linear::load(w, &at("v_proj"), h, kv_heads * head_dim, bias)?,
             o: Linear::load(w, &at("o_proj"), heads * head_dim, h, o_bias)?,
             qk_norm,
+            gated,
             heads,
             kv_heads,
             head_dim,
@@ -53,21 +56,29 @@ impl SelfAttention {
     }
 
     /// `x` (batch, seq, hidden) -> (batch, seq, hidden).
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>, path: AttentionPath) -> Tensor {
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, path: AttentionPath) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
         let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
-        let (q, k) = (split_heads(self.q.forward(x), self.heads), split_heads(self.k.forward(x), self.kv_heads));
+        // Gated: each head's projection is its queries then its gate.
+        let (q, gate) = if self.gated {
+            let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
+            let q = both.narrow(-1, 0, self.head_dim).transpose(1, 2);
+            (q, Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])))
+        } else {
+            (split_heads(self.q.forward(x), self.heads), None)
+        };
+        let k = split_heads(self.k.forward(x), self.kv_heads);
         let (q, k) = match &self.qk_norm {
             Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
             None => (q, k),
         };
         let (q, k) = (rotary.apply(&q), rotary.apply(&k));
         let v = split_heads(self.v.forward(x), self.kv_heads);
-        let (k, v) = match slot.take() {
-            Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
-            None => (k, v),
+        let (k, v) = match std::mem::take(slot) {
+            LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
+            _ => (k, v),
         };
-        *slot = Some((k.shallow_clone(), v.shallow_clone()));
+        *slot = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
         // Each key/value head serves `groups` query heads.
         let groups = self.heads / self.kv_heads;
         let scale = (self.head_dim as f64).powf(-0.5);
@@ -81,7 +92,20 @@ impl SelfAttention {
             let v = v.repeat_interleave_self_int(groups, 1, None);
             attention(&q, &k, &v, Some(mask), scale)
         };
-        self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
+        let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
+        match gate {
+            Some(gate) => self.o.forward(&(out * gate.sigmoid())),
+            None => self.o.forward(&out),
+        }
+    }
+}
+
+/// The decoder's RMSNorm as the family stores it (a scale, or an offset from one).
+fn norm(w: &Weights, prefix: &str, dim: i64, cfg: &TextConfig) -> Result<RmsNorm, VlmError> {
+    if cfg.variant.zero_centered_norm {
+        RmsNorm::load_centered(w, prefix, dim, cfg.rms_norm_eps)
+    } else {
+        RmsNorm::load(w, prefix, dim, cfg.rms_norm_eps)
     }
 }
 
@@ -96,41 +120,81 @@ pub enum AttentionPath {
     FoldedGroups,
 }
 
-/// One Qwen2 decoder layer: pre-norm attention and pre-norm gated MLP, each added back.
+/// How a layer mixes tokens.
+enum Mixer {
+    Attention(SelfAttention),
+    Linear(GatedDeltaNet),
+}
+
+/// One decoder layer: pre-norm token mixing and pre-norm gated MLP, each added back.
 struct DecoderLayer {
     input_norm: RmsNorm,
-    attn: SelfAttention,
+    mixer: Mixer,
     post_norm: RmsNorm,
     mlp: GatedMlp,
 }
 
+/// What one forward pass gives every layer beside its input.
+struct Step<'a> {
+    rotary: &'a Rotary,
+    mask: &'a Tensor,
+    path: AttentionPath,
+    /// (batch, seq): which new tokens are real, for the linear layers' states.
+    valid: Option<&'a Tensor>,
+}
+
 impl DecoderLayer {
-    fn load(w: &Weights, prefix: &str, cfg: &TextConfig) -> Result<DecoderLayer, VlmError> {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, kind: LayerKind) -> Result<DecoderLayer, VlmError> {
         let (h, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
         let at = |name: &str| format!("{prefix}.{name}");
+        let mixer = match (kind, cfg.linear) {
+            (LayerKind::FullAttention, _) => Mixer::Attention(SelfAttention::load(w, &at("self_attn"), cfg)?),
+            (LayerKind::LinearAttention, Some(shape)) => Mixer::Linear(GatedDeltaNet::load(w, &at("linear_attn"), cfg, shape)?),
+            (LayerKind::LinearAttention, None) => {
+                return Err(VlmError::Input(format!("{prefix} is a linear-attention layer but the config gives no linear_* shapes")))
+            }
+        };
         Ok(DecoderLayer {
-            input_norm: RmsNorm::load(w, &at("input_layernorm"), h, cfg.rms_norm_eps)?,
-            attn: SelfAttention::load(w, &at("self_attn"), cfg)?,
-            post_norm: RmsNorm::load(w, &at("post_attention_layernorm"), h, cfg.rms_norm_eps)?,
+            input_norm: norm(w, &at("input_layernorm"), h, cfg)?,
+            mixer,
+            post_norm: norm(w, &at("post_attention_layernorm"), h, cfg)?,
             mlp: GatedMlp::load(w, &at("mlp"), h, i, false)?,
         })
     }
 
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut Option<(Tensor, Tensor)>, path: AttentionPath) -> Tensor {
-        let x = x + self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot, path);
+    fn forward(&self, x: &Tensor, step: &Step<'_>, slot: &mut LayerCache) -> Tensor {
+        let normed = self.input_norm.forward(x);
+        let mixed = match &self.mixer {
+            Mixer::Attention(attn) => attn.forward(&normed, step.rotary, step.mask, slot, step.path),
+            Mixer::Linear(linear) => {
+                let mut state = match std::mem::take(slot) {
+                    LayerCache::Linear(state) => Some(state),
+                    _ => None,
+                };
+                let out = linear.forward(&normed, &mut state, step.valid);
+                *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
+                out
+            }
+        };
+        let x = x + mixed;
         &x + self.mlp.forward(&self.post_norm.forward(&x))
     }
 }
 
-/// cos and sin of the rotary angles for one forward pass: (batch, 1, seq, head_dim), f32.
+/// cos and sin of the rotary angles for one forward pass: (batch, 1, seq, rotary_dim), f32.
 struct Rotary {
     cos: Tensor,
     sin: Tensor,
 }
 
 impl Rotary {
+    /// Turns the first rotary_dim dimensions of each head; the rest pass (partial rotary).
     fn apply(&self, x: &Tensor) -> Tensor {
-        apply_rotary(x, &self.cos, &self.sin)
+        let (dim, turned) = (x.size()[3], self.cos.size()[3]);
+        if turned == dim {
+            return apply_rotary(x, &self.cos, &self.sin);
+        }
+        Tensor::cat(&[apply_rotary(&x.narrow(-1, 0, turned), &self.cos, &self.sin), x.narrow(-1, turned, dim - turned)], -1)
     }
 }
 
@@ -151,69 +215,13 @@ pub struct Deepstack {
     pub layers: Vec<Tensor>,
 }
 
-/// Keys and values of every layer for the positions seen so far: (batch, kv_heads, seq, head_dim).
-#[derive(Default)]
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-}
-
-impl KvCache {
-    pub fn len(&self) -> i64 {
-        self.layers.first().and_then(|l| l.as_ref()).map_or(0, |(k, _)| k.size()[2])
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Applies `f` to every layer's keys and values.
-    fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> KvCache {
-        KvCache { layers: self.layers.iter().map(|l| l.as_ref().map(|(k, v)| (f(k), f(v)))).collect() }
-    }
-
-    /// The cache zero-padded along the sequence to `len` positions (a key mask must hide them).
-    pub fn padded(&self, len: i64) -> KvCache {
-        let extra = len - self.len();
-        if extra <= 0 {
-            return self.map(Tensor::shallow_clone);
-        }
-        self.map(|t| t.constant_pad_nd([0, 0, 0, extra]))
-    }
-
-    /// Only the batch rows at `rows` (a 1-d int64 tensor), in that order.
-    pub fn select_rows(&self, rows: &Tensor) -> KvCache {
-        self.map(|t| t.index_select(0, rows))
-    }
-
-    /// Caches of the same length stacked along the batch.
-    pub fn concat(caches: &[KvCache]) -> KvCache {
-        let depth = caches.first().map_or(0, |c| c.layers.len());
-        let layers = (0..depth)
-            .map(|l| {
-                let parts: Option<Vec<&(Tensor, Tensor)>> = caches.iter().map(|c| c.layers[l].as_ref()).collect();
-                parts.map(|parts| {
-                    let keys: Vec<&Tensor> = parts.iter().map(|(k, _)| k).collect();
-                    let values: Vec<&Tensor> = parts.iter().map(|(_, v)| v).collect();
-                    (Tensor::cat(&keys, 0), Tensor::cat(&values, 0))
-                })
-            })
-            .collect();
-        KvCache { layers }
-    }
-
-    /// The same cache repeated `n` times along the batch (one copy per question).
-    pub fn expand(&self, n: i64) -> KvCache {
-        self.map(|t| t.expand([n, -1, -1, -1], false).contiguous())
-    }
-}
-
 impl TextModel {
     pub fn load(w: &Weights, cfg: &TextConfig) -> Result<TextModel, VlmError> {
         let (h, v) = (cfg.hidden_size as i64, cfg.vocab_size as i64);
-        let head_dim = cfg.head_dim() as i64;
+        let rotary_dim = cfg.rotary_dim as i64;
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|l| DecoderLayer::load(w, &format!("model.layers.{l}"), cfg))
+            .map(|l| DecoderLayer::load(w, &format!("model.layers.{l}"), cfg, cfg.layer_types[l]))
             .collect::<Result<Vec<_>, VlmError>>()?;
         // Tied checkpoints (2B/3B) have no lm_head.weight: the embedding matrix serves.
         let lm_head = if w.has("lm_head.weight") {
@@ -224,10 +232,10 @@ impl TextModel {
             return Err(VlmError::Input("the checkpoint has no lm_head.weight and the config does not tie word embeddings".into()));
         };
         let device = embed_tokens.device();
-        let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
+        let exponents = Tensor::arange_start_step(0, rotary_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / rotary_dim as f64;
         let inv_freq = Tensor::from(cfg.rope_theta as f32).to_device(device).pow(&exponents).reciprocal();
         let rope_axes = Tensor::from_slice(&mrope_axes(&cfg.mrope_section, cfg.variant.mrope_interleaved)).to_device(device);
-        Ok(TextModel { embed_tokens, layers, norm: RmsNorm::load(w, "model.norm", h, cfg.rms_norm_eps)?, lm_head, inv_freq, rope_axes })
+        Ok(TextModel { embed_tokens, layers, norm: norm(w, "model.norm", h, cfg)?, lm_head, inv_freq, rope_axes })
     }
 
     pub fn embed(&self, ids: &Tensor) -> Tensor {
@@ -247,29 +255,33 @@ impl TextModel {
 
     /// Runs `embeds` (batch, seq, hidden) at `positions` (3, batch, seq) after what `cache` holds,
     /// causally, and returns the final hidden states (batch, seq, hidden).
-    pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut KvCache, deepstack: Option<&Deepstack>) -> Tensor {
+    pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) -> Tensor {
         let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated, deepstack)
+        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
     }
 
     /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
-    /// batched decoder hides each row's padding with it.
+    /// batched decoder hides each row's padding with it. `valid` (batch, seq) marks the real new
+    /// tokens of right-padded rows, so linear layers keep each row's own state.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_masked(
         &self,
         embeds: &Tensor,
         positions: &Tensor,
-        cache: &mut KvCache,
+        cache: &mut DecoderCache,
         mask: &Tensor,
         path: AttentionPath,
+        valid: Option<&Tensor>,
         deepstack: Option<&Deepstack>,
     ) -> Tensor {
         let rotary = self.rotary(positions);
+        let step = Step { rotary: &rotary, mask, path, valid };
         if cache.layers.len() < self.layers.len() {
-            cache.layers.resize_with(self.layers.len(), || None);
+            cache.layers.resize_with(self.layers.len(), LayerCache::default);
         }
         let mut x = embeds.shallow_clone();
         for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
-            x = layer.forward(&x, &rotary, mask, slot, path);
+            x = layer.forward(&x, &step, slot);
             if let Some(features) = deepstack.and_then(|d| d.layers.get(index).map(|f| (d.start, f))) {
                 x = add_rows(&x, features.0, features.1);
             }

@@ -15,7 +15,7 @@ use image::{DynamicImage, GrayImage, Luma};
 use serde::Serialize;
 use tch::{Device, Kind};
 
-use super::config::{Family, ModelConfig, PreprocessorConfig};
+use super::config::{Family, LayerKind, ModelConfig, PreprocessorConfig};
 use super::error::VlmError;
 use super::model::VlModel;
 use super::pixels;
@@ -99,6 +99,13 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
     c.vision.deepstack_visual_indexes.truncate(layers.min(c.text.num_hidden_layers));
     c.vision.depth = blocks;
     c.text.num_hidden_layers = layers.min(c.text.num_hidden_layers);
+    // A hybrid stack's slice keeps both layer kinds: its first layers, the last made full
+    // attention if none of them is.
+    c.text.layer_types.truncate(c.text.num_hidden_layers);
+    let hybrid = config.text.layer_types.contains(&LayerKind::LinearAttention);
+    if hybrid && c.text.layer_types.len() >= 2 && !c.text.layer_types.contains(&LayerKind::FullAttention) {
+        *c.text.layer_types.last_mut().expect("two or more") = LayerKind::FullAttention;
+    }
     c
 }
 
@@ -126,8 +133,8 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
     let mlp = match config.family {
-        Family::Qwen25Vl => 3.0 * d * i,                  // gate, up, down
-        Family::Qwen2Vl | Family::Qwen3Vl => 2.0 * d * i, // fc1, fc2
+        Family::Qwen25Vl => 3.0 * d * i,                                   // gate, up, down
+        Family::Qwen2Vl | Family::Qwen3Vl | Family::Qwen35 => 2.0 * d * i, // fc1, fc2
     };
     let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
     let patches_f = patches as f64;
@@ -154,8 +161,23 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     // The query heads' width: hidden_size in Qwen2, heads x head_dim in Qwen3 (4,096 in the 8B).
     let q = (t.num_attention_heads * t.head_dim()) as f64;
     let kv = (t.num_key_value_heads * t.head_dim()) as f64;
-    let per_token = 2.0 * t.num_hidden_layers as f64 * (2.0 * h * q + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
-    let attention = |context_sum: f64| 4.0 * t.num_hidden_layers as f64 * q * context_sum;
+    let gate = if t.variant.gated_attention { 2.0 } else { 1.0 }; // Qwen3.5's q_proj also makes the gate
+    let full_layers = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count() as f64;
+    let linear_layers = t.layer_types.len() as f64 - full_layers;
+    let full = 2.0 * (gate * h * q + 2.0 * h * kv + q * h);
+    // A Gated DeltaNet layer per token: its projections (qkv, z, b, a, out), the convolution, and
+    // the delta rule's reads and writes of each value head's state as the recurrent form does them.
+    let linear = t.linear.map_or(0.0, |l| {
+        let (kd, vd, heads) = (l.key_dim() as f64, l.value_dim() as f64, l.num_value_heads as f64);
+        let projections = 2.0 * h * (2.0 * kd + vd + vd + 2.0 * heads) + 2.0 * vd * h;
+        let conv = 2.0 * l.conv_dim() as f64 * l.conv_kernel_dim as f64;
+        // Per value head: decay the state, read k^T S, write k delta^T, read q^T S (1 + 2 + 2 + 2).
+        let rule = 7.0 * heads * (l.key_head_dim * l.value_head_dim) as f64;
+        projections + conv + rule
+    });
+    let mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
+    let per_token = full_layers * full + linear_layers * linear + t.num_hidden_layers as f64 * mlp;
+    let attention = |context_sum: f64| 4.0 * full_layers * q * context_sum;
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
     let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));

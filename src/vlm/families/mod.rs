@@ -15,10 +15,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{ConfigError, TextVariant, VisionConfig};
+use super::config::{ConfigError, LayerKind, LinearAttentionConfig, TextVariant, VisionConfig};
 
 pub mod qwen2_5_vl;
 pub mod qwen2_vl;
+pub mod qwen3_5;
 pub mod qwen3_vl;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,10 +33,14 @@ pub enum Family {
     /// Learned, interpolated position embeddings and DeepStack in the vision tower; the Qwen3
     /// decoder (q/k norms, explicit head_dim) with interleaved M-RoPE.
     Qwen3Vl,
+    /// Qwen3-VL's vision tower without DeepStack; a hybrid decoder of Gated DeltaNet (linear
+    /// attention with a recurrent state) and gated full-attention layers.
+    #[serde(rename = "qwen3_5")]
+    Qwen35,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl];
+    pub const ALL: [Family; 4] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35];
 
     /// The family's name: its `model_type` in config.json, and how specs write it
     /// (`prompts.location.ground`).
@@ -44,6 +49,7 @@ impl Family {
             Family::Qwen2Vl => "qwen2_vl",
             Family::Qwen25Vl => "qwen2_5_vl",
             Family::Qwen3Vl => "qwen3_vl",
+            Family::Qwen35 => "qwen3_5",
         }
     }
 
@@ -57,10 +63,11 @@ impl Family {
             Family::Qwen2Vl => "Qwen2VLForConditionalGeneration",
             Family::Qwen25Vl => "Qwen2_5_VLForConditionalGeneration",
             Family::Qwen3Vl => "Qwen3VLForConditionalGeneration",
+            Family::Qwen35 => "Qwen3_5ForConditionalGeneration",
         }
     }
 
-    /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl".
+    /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5".
     pub fn supported() -> String {
         Family::ALL.map(Family::name).join(", ")
     }
@@ -93,6 +100,7 @@ impl Family {
             Family::Qwen2Vl => qwen2_vl::vision_config(vision),
             Family::Qwen25Vl => qwen2_5_vl::vision_config(vision),
             Family::Qwen3Vl => qwen3_vl::vision_config(vision),
+            Family::Qwen35 => qwen3_5::vision_config(vision),
         }
     }
 
@@ -101,6 +109,19 @@ impl Family {
         match self {
             Family::Qwen2Vl | Family::Qwen25Vl => Ok(TextVariant::QWEN2),
             Family::Qwen3Vl => qwen3_vl::text_variant(text_scope),
+            Family::Qwen35 => qwen3_5::text_variant(text_scope),
+        }
+    }
+
+    /// Each decoder layer's kind, and the linear-attention shapes of a hybrid decoder.
+    pub(crate) fn text_layers(
+        self,
+        text_scope: &[&Value],
+        layers: usize,
+    ) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
+        match self {
+            Family::Qwen35 => qwen3_5::text_layers(text_scope, layers),
+            _ => Ok((vec![LayerKind::FullAttention; layers], None)),
         }
     }
 }
@@ -138,7 +159,8 @@ mod tower {
             Ok(match family {
                 Family::Qwen2Vl => VisionTower::Qwen2(super::qwen2_vl::vision::VisionQwen2::load(w, cfg)?),
                 Family::Qwen25Vl => VisionTower::Qwen25(super::qwen2_5_vl::vision::VisionQwen25::load(w, cfg)?),
-                Family::Qwen3Vl => VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?),
+                // Qwen3.5's tower is Qwen3-VL's; its config lists no DeepStack blocks.
+                Family::Qwen3Vl | Family::Qwen35 => VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?),
             })
         }
 

@@ -22,6 +22,15 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
 }
 
 pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
+    let deepstack = match vision.get("deepstack_visual_indexes") {
+        Some(x) => usizes(x, "vision_config.deepstack_visual_indexes")?,
+        None => return Err(err("deepstack_visual_indexes", "missing (an empty list means no DeepStack)")),
+    };
+    Ok(VisionConfig { deepstack_visual_indexes: deepstack, ..tower_config(vision)? })
+}
+
+/// The tower's keys but DeepStack's: Qwen3.5 has the same tower without it.
+pub(crate) fn tower_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
     let v = [vision];
     // The family's keys, named with their section when missing.
     let at = |key: &str| usize_at(&v, key).map_err(|e| err(key, e.message));
@@ -30,10 +39,6 @@ pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
     if side * side != positions || side < 2 {
         return Err(err("num_position_embeddings", format!("{positions} is not the square of a grid side of 2 or more")));
     }
-    let deepstack = match vision.get("deepstack_visual_indexes") {
-        Some(x) => usizes(x, "vision_config.deepstack_visual_indexes")?,
-        None => return Err(err("deepstack_visual_indexes", "missing (an empty list means no DeepStack)")),
-    };
     let mlp_gelu = match vision.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu_pytorch_tanh") {
         "gelu_pytorch_tanh" => "tanh",
         "gelu" => "none",
@@ -54,7 +59,6 @@ pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
         temporal_patch_size: at("temporal_patch_size")?,
         in_channels: usize_at(&v, "in_channels").unwrap_or(3),
         num_position_embeddings: Some(positions),
-        deepstack_visual_indexes: deepstack,
         mlp_gelu,
         rope_theta,
         ..VisionConfig::default()
@@ -73,5 +77,14 @@ pub fn text_variant(text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
             return Err(ConfigError { key: "text_config.attention_bias".into(), message: format!("expected true or false, got {other}") })
         }
     };
-    Ok(TextVariant { head_dim: Some(head_dim), qkv_bias: bias, o_bias: bias, qk_norm: true, mrope_interleaved: true })
+    Ok(TextVariant {
+        head_dim: Some(head_dim),
+        qkv_bias: bias,
+        o_bias: bias,
+        qk_norm: true,
+        mrope_interleaved: true,
+        gated_attention: false,
+        zero_centered_norm: false,
+        default_partial_rotary: 1.0,
+    })
 }

@@ -1,0 +1,282 @@
+//! Gated DeltaNet, Qwen3.5's linear attention.
+//!
+//! Each value head keeps a (key_dim x value_dim) state S. Per token, after a short causal
+//! depthwise convolution over the projected queries, keys and values:
+//!   S <- exp(g) S;  S <- S + k (beta (v - k^T S))^T;  out = q^T S
+//! with the decay g = -exp(A_log) softplus(a + dt_bias) and the write strength beta = sigmoid(b).
+//! Decoding runs that recurrence one token at a time. A prompt runs it in chunks of 64 tokens:
+//! within a chunk the updates are solved together as one triangular system (the "WY" form), and
+//! only the state crosses chunk boundaries. Both forms are checked against each other in the
+//! tests below, and against transformers' reference forms by the parity goldens.
+
+use tch::{Kind, Tensor};
+
+use crate::vlm::config::{LinearAttentionConfig, TextConfig};
+use crate::vlm::error::VlmError;
+use crate::vlm::layers::Linear;
+use crate::vlm::weights::Weights;
+
+/// Tokens per chunk of the chunked form (transformers' and the FLA kernels' size).
+const CHUNK: i64 = 64;
+
+/// What a linear layer carries from one call to the next, per batch row: the last
+/// `conv_kernel_dim - 1` inputs of the convolution, (batch, conv_dim, kernel - 1), and the delta
+/// rule's state, (batch, value_heads, key_head_dim, value_head_dim) in f32.
+pub struct LinearState {
+    pub conv: Tensor,
+    pub recurrent: Tensor,
+}
+
+impl LinearState {
+    /// Applies `f` to both tensors (batch selection, repetition, concatenation helpers).
+    pub fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> LinearState {
+        LinearState { conv: f(&self.conv), recurrent: f(&self.recurrent) }
+    }
+}
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    /// Depthwise kernel, (conv_dim, 1, kernel).
+    conv: Tensor,
+    /// -exp(A_log), f32: the decay rate per value head.
+    neg_a: Tensor,
+    dt_bias: Tensor,
+    /// The gated RMSNorm over each head's output.
+    norm_weight: Tensor,
+    eps: f64,
+    out_proj: Linear,
+    shape: LinearAttentionConfig,
+}
+
+impl GatedDeltaNet {
+    pub fn load(w: &Weights, prefix: &str, cfg: &TextConfig, shape: LinearAttentionConfig) -> Result<GatedDeltaNet, VlmError> {
+        let h = cfg.hidden_size as i64;
+        let at = |name: &str| format!("{prefix}.{name}");
+        let (key_dim, value_dim, conv_dim) = (shape.key_dim() as i64, shape.value_dim() as i64, shape.conv_dim() as i64);
+        let heads = shape.num_value_heads as i64;
+        Ok(GatedDeltaNet {
+            in_proj_qkv: Linear::load(w, &at("in_proj_qkv"), h, 2 * key_dim + value_dim, false)?,
+            in_proj_z: Linear::load(w, &at("in_proj_z"), h, value_dim, false)?,
+            in_proj_b: Linear::load(w, &at("in_proj_b"), h, heads, false)?,
+            in_proj_a: Linear::load(w, &at("in_proj_a"), h, heads, false)?,
+            conv: w.get(&at("conv1d.weight"), &[conv_dim, 1, shape.conv_kernel_dim as i64])?,
+            neg_a: -w.get(&at("A_log"), &[heads])?.to_kind(Kind::Float).exp(),
+            dt_bias: w.get(&at("dt_bias"), &[heads])?,
+            norm_weight: w.get(&at("norm.weight"), &[shape.value_head_dim as i64])?,
+            eps: cfg.rms_norm_eps,
+            out_proj: Linear::load(w, &at("out_proj"), value_dim, h, false)?,
+            shape,
+        })
+    }
+
+    /// `x` (batch, seq, hidden) after what `state` holds -> (batch, seq, hidden). `valid`
+    /// (batch, seq) marks real tokens in a right-padded batch: padding neither decays nor writes
+    /// the state, and the convolution keeps each row's last real inputs, so the state left is
+    /// the one after each row's own tokens.
+    pub fn forward(&self, x: &Tensor, state: &mut Option<LinearState>, valid: Option<&Tensor>) -> Tensor {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let s_cfg = &self.shape;
+        let (kh, vh, dk, dv) =
+            (s_cfg.num_key_heads as i64, s_cfg.num_value_heads as i64, s_cfg.key_head_dim as i64, s_cfg.value_head_dim as i64);
+        let mixed = self.in_proj_qkv.forward(x).transpose(1, 2); // (b, conv_dim, s)
+        let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
+        let mut beta = self.in_proj_b.forward(x).sigmoid().to_kind(Kind::Float);
+        let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + self.dt_bias.to_kind(Kind::Float)).softplus();
+        if let Some(valid) = valid {
+            let keep = valid.to_kind(Kind::Float).unsqueeze(-1);
+            beta = beta * &keep;
+            g = g * keep;
+        }
+
+        let (mixed, conv_state) = self.convolve(&mixed, state.as_ref().map(|st| &st.conv), valid);
+        let mixed = mixed.transpose(1, 2); // (b, s, conv_dim)
+        let key_dim = kh * dk;
+        let split_heads = |t: Tensor, heads: i64, dim: i64| t.reshape([b, s, heads, dim]).transpose(1, 2).to_kind(Kind::Float);
+        let q = split_heads(mixed.narrow(-1, 0, key_dim), kh, dk);
+        let k = split_heads(mixed.narrow(-1, key_dim, key_dim), kh, dk);
+        let v = split_heads(mixed.narrow(-1, 2 * key_dim, vh * dv), vh, dv);
+        // Each query/key head serves vh / kh consecutive value heads.
+        let (q, k) = (q.repeat_interleave_self_int(vh / kh, 1, None), k.repeat_interleave_self_int(vh / kh, 1, None));
+        let q = l2_normalize(&q) * (dk as f64).powf(-0.5);
+        let k = l2_normalize(&k);
+        let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
+
+        let initial = state.as_ref().map(|st| st.recurrent.shallow_clone());
+        let (out, recurrent) = if s == 1 && initial.is_some() {
+            recurrent_rule(&q, &k, &v, &g, &beta, initial)
+        } else {
+            chunked_rule(&q, &k, &v, &g, &beta, initial)
+        };
+        *state = Some(LinearState { conv: conv_state, recurrent });
+
+        let out = out.transpose(1, 2); // (b, s, vh, dv)
+        let out = self.gated_norm(&out.to_kind(x.kind()), &z);
+        self.out_proj.forward(&out.reshape([b, s, vh * dv]))
+    }
+
+    /// The causal depthwise convolution with SiLU over `mixed` (batch, channels, seq), continuing
+    /// from `previous` inputs; returns its output and the inputs to keep for the next call.
+    fn convolve(&self, mixed: &Tensor, previous: Option<&Tensor>, valid: Option<&Tensor>) -> (Tensor, Tensor) {
+        let (b, channels, s) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
+        let keep = self.shape.conv_kernel_dim as i64 - 1;
+        let previous = match previous {
+            Some(p) => p.to_kind(mixed.kind()),
+            None => Tensor::zeros([b, channels, keep], (mixed.kind(), mixed.device())),
+        };
+        let inputs = Tensor::cat(&[&previous, mixed], 2);
+        let weight = self.conv.to_kind(mixed.kind());
+        let out = inputs.conv1d(&weight, None::<&Tensor>, [1], [0], [1], channels).silu();
+        // The kept inputs end at each row's last real token: column lens[r] + keep - 1.
+        let kept = match valid {
+            Some(valid) if keep > 0 => {
+                let lens = valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64); // (b)
+                let offsets = Tensor::arange(keep, (Kind::Int64, mixed.device()));
+                let columns = (lens.unsqueeze(1) + offsets.unsqueeze(0)).unsqueeze(1).expand([b, channels, keep], false);
+                inputs.gather(2, &columns, false)
+            }
+            _ => inputs.narrow(2, s, keep),
+        };
+        (out, kept)
+    }
+
+    /// RMSNorm over each head's output (in f32), scaled, then gated by SiLU(z).
+    fn gated_norm(&self, x: &Tensor, z: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let xf = x.to_kind(Kind::Float);
+        let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let normed = (&self.norm_weight * (xf * (variance + self.eps).rsqrt()).to_kind(kind)).to_kind(Kind::Float);
+        (normed * z.to_kind(Kind::Float).silu()).to_kind(kind)
+    }
+}
+
+/// x / sqrt(sum(x^2) + 1e-6) over the last dimension (the FLA kernels' epsilon).
+fn l2_normalize(x: &Tensor) -> Tensor {
+    x * ((x * x).sum_dim_intlist(-1, true, Kind::Float) + 1e-6).rsqrt()
+}
+
+/// The delta rule token by token. q, k (batch, heads, seq, dk), v (batch, heads, seq, dv), g and
+/// beta (batch, heads, seq), all f32, q already scaled; returns the outputs (batch, heads, seq,
+/// dv) and the final state.
+pub fn recurrent_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, initial: Option<Tensor>) -> (Tensor, Tensor) {
+    let (b, h, s, dk) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
+    let dv = v.size()[3];
+    let mut state = initial.unwrap_or_else(|| Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())));
+    let mut outs = Vec::with_capacity(s as usize);
+    for t in 0..s {
+        let (q_t, k_t, v_t) = (q.select(2, t), k.select(2, t), v.select(2, t));
+        state = state * g.select(2, t).exp().unsqueeze(-1).unsqueeze(-1);
+        let remembered = (&state * k_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float); // k^T S: (b, h, dv)
+        let delta = (v_t - remembered) * beta.select(2, t).unsqueeze(-1);
+        state = state + k_t.unsqueeze(-1) * delta.unsqueeze(-2);
+        outs.push((&state * q_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float));
+    }
+    (Tensor::stack(&outs, 2), state)
+}
+
+/// The delta rule in chunks of [`CHUNK`] tokens; same arguments and results as
+/// [`recurrent_rule`].
+pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, initial: Option<Tensor>) -> (Tensor, Tensor) {
+    let (b, h, s, dk) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
+    let dv = v.size()[3];
+    let pad = (CHUNK - s % CHUNK) % CHUNK;
+    let n = (s + pad) / CHUNK;
+    let chunks = |t: &Tensor, d: i64| t.constant_pad_nd([0, 0, 0, pad]).reshape([b, h, n, CHUNK, d]);
+    let (q, k, v) = (chunks(q, dk), chunks(k, dk), chunks(v, dv));
+    let beta = beta.constant_pad_nd([0, pad]).reshape([b, h, n, CHUNK, 1]);
+    let decay = g.constant_pad_nd([0, pad]).reshape([b, h, n, CHUNK]).cumsum(-1, Kind::Float); // log decay from the chunk start
+    let (k_beta, v_beta) = (&k * &beta, &v * &beta);
+
+    // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
+    let future = Tensor::ones([CHUNK, CHUNK], (Kind::Bool, q.device())).triu(1);
+    let decay_between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(&future, f64::NEG_INFINITY).exp();
+    // Within a chunk the writes interfere through (I + strictly lower part of this)^-1.
+    let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
+    let decay_exp = decay.exp().unsqueeze(-1);
+    let values = system.linalg_solve_triangular(&v_beta, false, true, true);
+    let keys_read = system.linalg_solve_triangular(&(&k_beta * &decay_exp), false, true, true);
+    let within = q.matmul(&k.transpose(-1, -2)) * &decay_between;
+    let q_decayed = &q * &decay_exp;
+    let last = decay.narrow(-1, CHUNK - 1, 1);
+    let k_to_end = &k * (&last - &decay).exp().unsqueeze(-1);
+    let chunk_decay = last.exp().unsqueeze(-1); // (b, h, n, 1, 1)
+
+    let mut state = initial.unwrap_or_else(|| Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())));
+    let mut outs = Vec::with_capacity(n as usize);
+    for c in 0..n {
+        // What the chunk writes, less what the state (decayed to each position) already holds.
+        let new = values.select(2, c) - keys_read.select(2, c).matmul(&state);
+        outs.push(q_decayed.select(2, c).matmul(&state) + within.select(2, c).matmul(&new));
+        state = state * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new);
+    }
+    let out = Tensor::stack(&outs, 2).reshape([b, h, n * CHUNK, dv]).narrow(2, 0, s);
+    (out, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::{Kind, Tensor};
+
+    use super::{chunked_rule, l2_normalize, recurrent_rule};
+
+    /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
+    fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
+        tch::manual_seed(seed);
+        let (dk, dv) = (16, 8);
+        let q = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu))) * 0.25;
+        let k = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu)));
+        let v = Tensor::randn([b, h, s, dv], (Kind::Float, tch::Device::Cpu));
+        let g = -Tensor::rand([b, h, s], (Kind::Float, tch::Device::Cpu)) * 0.5;
+        let beta = Tensor::rand([b, h, s], (Kind::Float, tch::Device::Cpu));
+        [q, k, v, g, beta]
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        (a - b).abs().max().double_value(&[])
+    }
+
+    #[test]
+    fn the_chunked_form_equals_the_recurrent_form_token_by_token() {
+        // 150 tokens: two full chunks and a padded third, from zero and from a carried state.
+        let [q, k, v, g, beta] = inputs(2, 4, 150, 7);
+        let (out_r, state_r) = recurrent_rule(&q, &k, &v, &g, &beta, None);
+        let (out_c, state_c) = chunked_rule(&q, &k, &v, &g, &beta, None);
+        assert!(max_diff(&out_r, &out_c) < 1e-4, "outputs differ by {}", max_diff(&out_r, &out_c));
+        assert!(max_diff(&state_r, &state_c) < 1e-4, "states differ by {}", max_diff(&state_r, &state_c));
+
+        let [q2, k2, v2, g2, beta2] = inputs(2, 4, 70, 8);
+        let (out_r, state_r) = recurrent_rule(&q2, &k2, &v2, &g2, &beta2, Some(state_r));
+        let (out_c, state_c) = chunked_rule(&q2, &k2, &v2, &g2, &beta2, Some(state_c));
+        assert!(max_diff(&out_r, &out_c) < 1e-4, "continued outputs differ by {}", max_diff(&out_r, &out_c));
+        assert!(max_diff(&state_r, &state_c) < 1e-4, "continued states differ by {}", max_diff(&state_r, &state_c));
+    }
+
+    #[test]
+    fn a_sequence_split_in_two_ends_in_the_same_state() {
+        let [q, k, v, g, beta] = inputs(1, 2, 100, 9);
+        let (whole, state_whole) = chunked_rule(&q, &k, &v, &g, &beta, None);
+        let part = |t: &Tensor, from: i64, len: i64| t.narrow(2, from, len);
+        let (first, state) =
+            chunked_rule(&part(&q, 0, 37), &part(&k, 0, 37), &part(&v, 0, 37), &part(&g, 0, 37), &part(&beta, 0, 37), None);
+        let (second, state) =
+            chunked_rule(&part(&q, 37, 63), &part(&k, 37, 63), &part(&v, 37, 63), &part(&g, 37, 63), &part(&beta, 37, 63), Some(state));
+        assert!(max_diff(&whole, &Tensor::cat(&[first, second], 2)) < 1e-4);
+        assert!(max_diff(&state_whole, &state) < 1e-4);
+    }
+
+    #[test]
+    fn padding_with_no_decay_and_no_write_leaves_the_state_alone() {
+        // 25 tokens whose last 5 are padding: real q, k, v there, but g = 0 and beta = 0.
+        let [q, k, v, g, beta] = inputs(1, 2, 25, 10);
+        let (_, state) =
+            chunked_rule(&q.narrow(2, 0, 20), &k.narrow(2, 0, 20), &v.narrow(2, 0, 20), &g.narrow(2, 0, 20), &beta.narrow(2, 0, 20), None);
+        let real = Tensor::cat(
+            &[Tensor::ones([1, 2, 20], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([1, 2, 5], (Kind::Float, tch::Device::Cpu))],
+            2,
+        );
+        let (_, padded) = chunked_rule(&q, &k, &v, &(&g * &real), &(&beta * &real), None);
+        assert!(max_diff(&state, &padded) < 1e-6);
+    }
+}
