@@ -32,7 +32,7 @@ cargo test --release --locked --features vlm --test vlm_cuda -- --ignored --noca
 
 cargo build --release --locked --quiet --features vlm
 bin="${CARGO_TARGET_DIR:-$root/target}/release/bpals-release"
-for model in qwen2_5_vl_7b qwen3_vl_8b; do
+for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b; do
 echo "== $model scoring throughput (random weights, 1024x1024, 57 questions)"
 report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" \
   --preprocessor "benches/configs/$model.preprocessor.json" --device cuda --dtype bf16 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Benchmark of the native VLM engine, printed as ratios measured in the same run, for a "mid"
-# random Qwen2-VL and a "mid" random Qwen3-VL (text 512 x 8, vision 512 x 8, a 448x448 image,
-# 2 CPU threads):
+# Benchmark of the native VLM engine, printed as ratios measured in the same run, for "mid"
+# random Qwen2-VL, Qwen3-VL and Qwen3.5 models (text 512 x 8, vision 512 x 8, a 448x448 image,
+# 2 CPU threads; Qwen3.5's linear layers run torch code on both sides):
 #   (a) this engine against transformers scoring one question; target <= 1.0;
 #   (b) this engine against transformers scoring 45 questions on one image (the engine runs the
 #       image prefix once, transformers a padded batch of 45); target <= 1.0; and the engine's
@@ -38,7 +38,7 @@ best() { # MODEL ARGS...: best total of preprocess + vision + text over three ru
   done
   echo "$best"
 }
-for family in qwen2_vl qwen3_vl; do
+for family in qwen2_vl qwen3_vl qwen3_5; do
   reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
   one="$(best "$work/$family" --question "Is there a pleural effusion in this chest X-ray?")"
   many="$(best "$work/$family" "${questions[@]}")"
@@ -61,7 +61,7 @@ print(f"  decoding {r['sequences']} sequences x {r['new_tokens']} new tokens: ba
 print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']}")
 PY
 # (d) the full-size architectures, two layers each, real widths, on the CPU.
-for model in qwen2_5_vl_7b qwen3_vl_8b; do
+for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b; do
   report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
     --device cpu --layers 2 --images 1 --warmup 0 --size 1024 --questions 57)"
   "$venv/bin/python" - "$model" "$report" <<'PY'

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Reference side of benches/vlm.sh: builds a "mid" random model of a family once (Qwen2-VL or
-Qwen3-VL: text 512 x 8 layers, vision 512 x 8 blocks; Qwen3-VL with DeepStack at three blocks),
+"""Reference side of benches/vlm.sh: builds a "mid" random model of a family once (Qwen2-VL,
+Qwen3-VL or Qwen3.5: text 512 x 8 layers, vision 512 x 8 blocks; Qwen3-VL with DeepStack at
+three blocks; Qwen3.5 with three linear-attention layers to each full one),
 writes a 448x448 test image, and times transformers on 2 CPU threads, best of 3: scoring one
 yes/no question (processor + forward to the last-position logits), and 45 questions about the
 image as one padded batch (how transformers scores many prompts).
 
-Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl or qwen3_vl; prints JSON; needs
+Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl, qwen3_vl or qwen3_5; prints JSON; needs
 fixtures/vlm/requirements.txt)
 """
 
@@ -32,6 +33,15 @@ def image(out: Path) -> None:
     Image.fromarray(((x * 3 + y * 5) % 256).astype(np.uint8), "L").save(out / "image-448.png")
 
 
+def copy_tokenizer_and_processor(tiny: Path, out: Path) -> None:
+    """A Qwen3-line fixture's tokenizer and template, its processor bounded to 448 x 448."""
+    for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]:
+        shutil.copy(tiny / name, out / name)
+    pre = json.loads((tiny / "preprocessor_config.json").read_text())
+    pre["size"] = {"shortest_edge": 64 * 64, "longest_edge": 448 * 448}
+    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+
+
 def build_qwen3_vl(out: Path) -> None:
     """Qwen3-VL with the tiny fixture's tokenizer: head_dim 64, interleaved M-RoPE, the real 48 x 48
     position grid, DeepStack after blocks 1, 3 and 5."""
@@ -44,19 +54,42 @@ def build_qwen3_vl(out: Path) -> None:
     mid = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
     torch.manual_seed(0)
     transformers.Qwen3VLForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
-    for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]:
-        shutil.copy(tiny / name, out / name)
-    pre = json.loads((tiny / "preprocessor_config.json").read_text())
-    pre["size"] = {"shortest_edge": 64 * 64, "longest_edge": 448 * 448}
-    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    copy_tokenizer_and_processor(tiny, out)
+
+
+def build_qwen3_5(out: Path) -> None:
+    """Qwen3.5 with the tiny fixture's tokenizer: layers linear, linear, linear, full (twice);
+    Gated DeltaNet with 4 key and 8 value heads of 64; attention heads of 64, a quarter turning."""
+    tiny = FIXTURES / "qwen3_5"
+    config = json.loads((tiny / "config.json").read_text())
+    layers = ["linear_attention"] * 3 + ["full_attention"]
+    text = dict(
+        config["text_config"], hidden_size=512, intermediate_size=1376, num_hidden_layers=8, layer_types=layers * 2,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
+        linear_key_head_dim=64, linear_value_head_dim=64,
+    )
+    text["rope_parameters"] = dict(text["rope_parameters"], mrope_section=[3, 3, 2])
+    vision = dict(config["vision_config"], depth=8, hidden_size=512, intermediate_size=2048, num_heads=8, out_hidden_size=512, num_position_embeddings=2304)
+    ids = {k: config[k] for k in ["image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"]}
+    mid = transformers.Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    torch.manual_seed(0)
+    transformers.Qwen3_5ForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
+    copy_tokenizer_and_processor(tiny, out)
+
+
+MODEL_CLASSES = {
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+}
 
 
 def build(out: Path, family: str) -> None:
     if (out / "image-448.png").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
-    if family == "qwen3_vl":
-        build_qwen3_vl(out)
+    if family in ("qwen3_vl", "qwen3_5"):
+        build_qwen3_vl(out) if family == "qwen3_vl" else build_qwen3_5(out)
         image(out)
         return
     TINY = FIXTURES / "qwen2_vl"
@@ -98,7 +131,7 @@ def main() -> None:
     build(work, family)
     torch.set_num_threads(2)
     processor = transformers.AutoProcessor.from_pretrained(work)
-    cls = transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl" else transformers.Qwen2VLForConditionalGeneration
+    cls = getattr(transformers, MODEL_CLASSES[family])
     model = cls.from_pretrained(work).eval()
     picture = Image.open(work / "image-448.png")
     print(

@@ -47,6 +47,15 @@ fn the_qwen3_vl_example_names_a_real_model() {
 }
 
 #[test]
+fn the_qwen3_5_example_names_a_real_model() {
+    let q = load("models/qwen3.5-9b.yaml").unwrap();
+    assert_eq!(q.model.backend, release_spec::Backend::Native);
+    assert_eq!((q.model.id.as_str(), q.model.weight_license.as_str()), ("Qwen/Qwen3.5-9B", "apache-2.0"));
+    assert!(q.model.path.is_none() && q.model.demo_weights.is_none(), "S1a's tiny model is not inherited");
+    assert_eq!(q.prompts.hash(), load("s1a.yaml").unwrap().prompts.hash());
+}
+
+#[test]
 fn s3_and_s4_resolve_with_their_prompts() {
     let s3 = load("s3.yaml").unwrap();
     let reasoning = s3.prompts.reasoning.as_ref().expect("S3 asks for reasoning");

@@ -132,59 +132,15 @@ fn doctor_reports_the_machine_and_never_the_token() {
 /// (16-pixel patches: 64 x 64 patches, 1,024 image tokens), describe on the untied one.
 #[test]
 fn probe_and_describe_run_qwen3_vl() {
-    let a = bin()
-        .args(["probe", "--model", &model("qwen3_vl"), "--image", &image("qwen3_vl", "nih-1024.png")])
-        .args(["--question", "Is there a pleural effusion in this chest X-ray?"])
-        .assert()
-        .success();
-    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
-    assert_eq!(r["model"]["family"], "qwen3_vl");
-    assert_eq!(r["image"]["grid_thw"], serde_json::json!([1, 64, 64]));
-    assert_eq!(r["image"]["image_tokens"], 1024);
-    // The goldens' logits for the same prompt (transformers 5.23), within 1e-4.
-    let goldens: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/qwen3_vl/goldens/goldens.json")).unwrap()).unwrap();
-    let want = &goldens["cases"][0]["yes_no_logits"];
-    for (key, i) in [("logit_yes", 0), ("logit_no", 1)] {
-        let (got, want) = (r["questions"][0][key].as_f64().unwrap(), want[i].as_f64().unwrap());
-        assert!((got - want).abs() < 1e-4, "{key}: {got} vs transformers {want}");
-    }
-
-    let a = bin()
-        .args(["describe", "--model", &model("qwen3_vl_untied"), "--image", &image("qwen3_vl_untied", "tall-77x123.png")])
-        .args(["--prompt", "Describe the findings.", "--max-new-tokens", "6"])
-        .assert()
-        .success();
-    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
-    assert_eq!(r["model"]["family"], "qwen3_vl");
-    assert_eq!(r["new_tokens"], 6);
+    probe_and_describe("qwen3_vl");
 }
 
 /// What a broken or unsupported checkpoint says: the file and the key.
 #[test]
 fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
     let s = Scratch::new();
-    let probe = |dir: &std::path::Path| {
-        let a = bin()
-            .args(["probe", "--model"])
-            .arg(dir)
-            .args(["--question", "Is it?", "--image", &image("qwen3_vl", "odd-201x59.png")])
-            .assert()
-            .failure();
-        stderr(&a)
-    };
-    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| {
-        let dir = s.path(name);
-        copy_tree(&repo().join("fixtures/vlm/qwen3_vl"), &dir);
-        change(&dir);
-        dir
-    };
-    let edit_config = |dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)| {
-        let path = dir.join("config.json");
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        f(&mut v);
-        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
-    };
+    let probe = |dir: &std::path::Path| probe_failure(dir, "qwen3_vl");
+    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| broken_copy(&s, "qwen3_vl", name, change);
 
     let moe = broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_vl_moe".into()));
     let err = probe(&moe);
@@ -223,30 +179,7 @@ fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
 /// (1,024 image tokens through the hybrid decoder), describe on the untied one.
 #[test]
 fn probe_and_describe_run_qwen3_5() {
-    let a = bin()
-        .args(["probe", "--model", &model("qwen3_5"), "--image", &image("qwen3_5", "nih-1024.png")])
-        .args(["--question", "Is there a pleural effusion in this chest X-ray?"])
-        .assert()
-        .success();
-    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
-    assert_eq!(r["model"]["family"], "qwen3_5");
-    assert_eq!(r["image"]["image_tokens"], 1024);
-    let goldens: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/qwen3_5/goldens/goldens.json")).unwrap()).unwrap();
-    let want = &goldens["cases"][0]["yes_no_logits"];
-    for (key, i) in [("logit_yes", 0), ("logit_no", 1)] {
-        let (got, want) = (r["questions"][0][key].as_f64().unwrap(), want[i].as_f64().unwrap());
-        assert!((got - want).abs() < 1e-4, "{key}: {got} vs transformers {want}");
-    }
-
-    let a = bin()
-        .args(["describe", "--model", &model("qwen3_5_untied"), "--image", &image("qwen3_5_untied", "tall-77x123.png")])
-        .args(["--prompt", "Describe the findings.", "--max-new-tokens", "6"])
-        .assert()
-        .success();
-    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
-    assert_eq!(r["model"]["family"], "qwen3_5");
-    assert_eq!(r["new_tokens"], 6);
+    probe_and_describe("qwen3_5");
 }
 
 /// Qwen3.5's own ways to be broken: the MoE type, a layer kind the engine does not know, a
@@ -254,27 +187,8 @@ fn probe_and_describe_run_qwen3_5() {
 #[test]
 fn unsupported_and_broken_qwen3_5_checkpoints_are_named() {
     let s = Scratch::new();
-    let probe = |dir: &std::path::Path| {
-        let a = bin()
-            .args(["probe", "--model"])
-            .arg(dir)
-            .args(["--question", "Is it?", "--image", &image("qwen3_5", "odd-201x59.png")])
-            .assert()
-            .failure();
-        stderr(&a)
-    };
-    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| {
-        let dir = s.path(name);
-        copy_tree(&repo().join("fixtures/vlm/qwen3_5_untied"), &dir);
-        change(&dir);
-        dir
-    };
-    let edit_config = |dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)| {
-        let path = dir.join("config.json");
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        f(&mut v);
-        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
-    };
+    let probe = |dir: &std::path::Path| probe_failure(dir, "qwen3_5");
+    let broken = |name: &str, change: &dyn Fn(&std::path::Path)| broken_copy(&s, "qwen3_5_untied", name, change);
 
     let err = probe(&broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_5_moe".into())));
     assert!(err.contains("config.json: key `model_type`: \"qwen3_5_moe\"") && err.contains("qwen3_5"), "{err}");
@@ -304,4 +218,62 @@ fn unsupported_and_broken_qwen3_5_checkpoints_are_named() {
         tch::Tensor::write_safetensors(&tensors, &file).unwrap();
     }));
     assert!(err.contains("model.safetensors) has no tensor model.layers.0.linear_attn.A_log"), "{err}");
+}
+
+/// Runs `probe` on a model directory expected to be refused; returns its stderr.
+fn probe_failure(dir: &std::path::Path, image_of: &str) -> String {
+    let a = bin()
+        .args(["probe", "--model"])
+        .arg(dir)
+        .args(["--question", "Is it?", "--image", &image(image_of, "odd-201x59.png")])
+        .assert()
+        .failure();
+    stderr(&a)
+}
+
+/// A copy of a fixture model in the scratch folder, changed by `change`.
+fn broken_copy(s: &Scratch, fixture: &str, name: &str, change: &dyn Fn(&std::path::Path)) -> std::path::PathBuf {
+    let dir = s.path(name);
+    copy_tree(&repo().join("fixtures/vlm").join(fixture), &dir);
+    change(&dir);
+    dir
+}
+
+/// Rewrites a model directory's config.json through `f`.
+fn edit_config(dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// `probe` of a family's sharded fixture on its 1024 x 1024 golden image gives transformers'
+/// yes/no logits within 1e-4 (1,024 image tokens); `describe` on its untied fixture runs.
+fn probe_and_describe(family: &str) {
+    let a = bin()
+        .args(["probe", "--model", &model(family), "--image", &image(family, "nih-1024.png")])
+        .args(["--question", "Is there a pleural effusion in this chest X-ray?"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], family);
+    assert_eq!(r["image"]["grid_thw"], serde_json::json!([1, 64, 64]));
+    assert_eq!(r["image"]["image_tokens"], 1024);
+    let goldens: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm").join(family).join("goldens/goldens.json")).unwrap()).unwrap();
+    let want = &goldens["cases"][0]["yes_no_logits"];
+    for (key, i) in [("logit_yes", 0), ("logit_no", 1)] {
+        let (got, want) = (r["questions"][0][key].as_f64().unwrap(), want[i].as_f64().unwrap());
+        assert!((got - want).abs() < 1e-4, "{key}: {got} vs transformers {want}");
+    }
+
+    let untied = format!("{family}_untied");
+    let a = bin()
+        .args(["describe", "--model", &model(&untied), "--image", &image(&untied, "tall-77x123.png")])
+        .args(["--prompt", "Describe the findings.", "--max-new-tokens", "6"])
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(r["model"]["family"], family);
+    assert_eq!(r["new_tokens"], 6);
 }

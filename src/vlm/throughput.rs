@@ -306,6 +306,25 @@ mod tests {
         assert!((deepstack - 3.0 * 2.0 * 1024.0 * (4608.0 * 4608.0 + 4608.0 * 4096.0)).abs() < 1.0, "{deepstack}");
     }
 
+    /// Qwen3.5-9B's architecture and its FLOPs per 1024 x 1024 image with 57 questions, pinned to
+    /// a closed form worked out separately: per text token 13.927 GFLOP (8 gated-attention layers
+    /// at 117.4 MFLOP, 24 Gated DeltaNet layers at 138.5 MFLOP with their convolution and delta
+    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 33.911 TFLOP.
+    #[test]
+    fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
+        let (c, pre) = bench_config("qwen3_5_9b");
+        assert_eq!((c.family, pre.factor()), (Family::Qwen35, 32));
+        let t = &c.text;
+        assert_eq!((t.head_dim, t.rotary_dim, t.variant.gated_attention), (256, 64, true));
+        let full = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count();
+        assert_eq!((t.layer_types.len(), full), (32, 8));
+        assert!(c.vision.deepstack_visual_indexes.is_empty());
+        let one = flops_per_image(&c, 0, 1, 0, 0);
+        assert!((one - (13926662144.0 + 4.0 * 8.0 * 4096.0)).abs() < 1.0, "{one}");
+        let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
+        assert!((flops - 39462506070016.0).abs() / flops < 1e-12, "{flops}");
+    }
+
     /// Two layers each, the widths kept; the block indexes follow into the slice.
     #[test]
     fn slices_keep_the_widths_and_map_the_block_indexes() {
@@ -316,6 +335,9 @@ mod tests {
         let (c, _) = bench_config("qwen2_5_vl_7b");
         assert_eq!(slice(&c, 2).vision.fullatt_block_indexes, vec![0, 1]);
         assert_eq!(slice(&c, 0), c);
+        // A hybrid stack's slice keeps one layer of each kind.
+        let (c, _) = bench_config("qwen3_5_9b");
+        assert_eq!(slice(&c, 2).text.layer_types, vec![LayerKind::LinearAttention, LayerKind::FullAttention]);
     }
 
     /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in
