@@ -21,13 +21,29 @@ pub enum LayerCache {
 }
 
 impl LayerCache {
-    /// Applies `f` to every tensor of the slot.
-    fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> LayerCache {
+    /// The slot's tensors, in a fixed order per variant.
+    fn tensors(&self) -> Vec<&Tensor> {
+        match self {
+            LayerCache::Empty => Vec::new(),
+            LayerCache::Attention(k, v) => vec![k, v],
+            LayerCache::Linear(state) => vec![&state.conv, &state.recurrent],
+        }
+    }
+
+    /// A slot of this one's variant holding `tensors`, in the order [`Self::tensors`] gives.
+    fn with_tensors(&self, tensors: Vec<Tensor>) -> LayerCache {
+        let mut tensors = tensors.into_iter();
+        let mut next = || tensors.next().expect("one tensor per slot of the variant");
         match self {
             LayerCache::Empty => LayerCache::Empty,
-            LayerCache::Attention(k, v) => LayerCache::Attention(f(k), f(v)),
-            LayerCache::Linear(state) => LayerCache::Linear(state.map(f)),
+            LayerCache::Attention(..) => LayerCache::Attention(next(), next()),
+            LayerCache::Linear(_) => LayerCache::Linear(LinearState { conv: next(), recurrent: next() }),
         }
+    }
+
+    /// Applies `f` to every tensor of the slot.
+    fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> LayerCache {
+        self.with_tensors(self.tensors().into_iter().map(f).collect())
     }
 }
 
@@ -78,32 +94,20 @@ impl DecoderCache {
         self.map(|t| t.index_select(0, rows))
     }
 
-    /// Caches of the same shape but for the batch, stacked along the batch.
+    /// Caches of the same shape but for the batch, stacked along the batch. A layer whose slots
+    /// are not all of one variant is left empty.
     pub fn concat(caches: &[DecoderCache]) -> DecoderCache {
         let depth = caches.first().map_or(0, |c| c.layers.len());
-        let cat = |pick: &dyn Fn(&LayerCache) -> Option<&Tensor>, l: usize| -> Option<Tensor> {
-            let parts: Option<Vec<&Tensor>> = caches.iter().map(|c| pick(&c.layers[l])).collect();
-            parts.map(|parts| Tensor::cat(&parts, 0))
-        };
         let layers = (0..depth)
-            .map(|l| match &caches[0].layers[l] {
-                LayerCache::Empty => LayerCache::Empty,
-                LayerCache::Attention(..) => {
-                    let keys = cat(&|c| if let LayerCache::Attention(k, _) = c { Some(k) } else { None }, l);
-                    let values = cat(&|c| if let LayerCache::Attention(_, v) = c { Some(v) } else { None }, l);
-                    match (keys, values) {
-                        (Some(k), Some(v)) => LayerCache::Attention(k, v),
-                        _ => LayerCache::Empty,
-                    }
+            .map(|l| {
+                let first = &caches[0].layers[l];
+                let same = caches.iter().all(|c| std::mem::discriminant(&c.layers[l]) == std::mem::discriminant(first));
+                if !same {
+                    return LayerCache::Empty;
                 }
-                LayerCache::Linear(_) => {
-                    let conv = cat(&|c| if let LayerCache::Linear(s) = c { Some(&s.conv) } else { None }, l);
-                    let recurrent = cat(&|c| if let LayerCache::Linear(s) = c { Some(&s.recurrent) } else { None }, l);
-                    match (conv, recurrent) {
-                        (Some(conv), Some(recurrent)) => LayerCache::Linear(LinearState { conv, recurrent }),
-                        _ => LayerCache::Empty,
-                    }
-                }
+                let slots: Vec<Vec<&Tensor>> = caches.iter().map(|c| c.layers[l].tensors()).collect();
+                let stacked = (0..slots[0].len()).map(|i| Tensor::cat(&slots.iter().map(|t| t[i]).collect::<Vec<_>>(), 0)).collect();
+                first.with_tensors(stacked)
             })
             .collect();
         DecoderCache { layers }

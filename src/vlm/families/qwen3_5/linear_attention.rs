@@ -27,13 +27,6 @@ pub struct LinearState {
     pub recurrent: Tensor,
 }
 
-impl LinearState {
-    /// Applies `f` to both tensors (batch selection, repetition, concatenation helpers).
-    pub fn map(&self, f: impl Fn(&Tensor) -> Tensor) -> LinearState {
-        LinearState { conv: f(&self.conv), recurrent: f(&self.recurrent) }
-    }
-}
-
 pub struct GatedDeltaNet {
     in_proj_qkv: Linear,
     in_proj_z: Linear,
@@ -41,7 +34,7 @@ pub struct GatedDeltaNet {
     in_proj_a: Linear,
     /// Depthwise kernel, (conv_dim, 1, kernel).
     conv: Tensor,
-    /// -exp(A_log), f32: the decay rate per value head.
+    /// -exp(A_log) and dt_bias, f32: the decay rate per value head and its offset.
     neg_a: Tensor,
     dt_bias: Tensor,
     /// The gated RMSNorm over each head's output.
@@ -64,7 +57,7 @@ impl GatedDeltaNet {
             in_proj_a: Linear::load(w, &at("in_proj_a"), h, heads, false)?,
             conv: w.get(&at("conv1d.weight"), &[conv_dim, 1, shape.conv_kernel_dim as i64])?,
             neg_a: -w.get(&at("A_log"), &[heads])?.to_kind(Kind::Float).exp(),
-            dt_bias: w.get(&at("dt_bias"), &[heads])?,
+            dt_bias: w.get(&at("dt_bias"), &[heads])?.to_kind(Kind::Float),
             norm_weight: w.get(&at("norm.weight"), &[shape.value_head_dim as i64])?,
             eps: cfg.rms_norm_eps,
             out_proj: Linear::load(w, &at("out_proj"), value_dim, h, false)?,
@@ -84,7 +77,7 @@ impl GatedDeltaNet {
         let mixed = self.in_proj_qkv.forward(x).transpose(1, 2); // (b, conv_dim, s)
         let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
         let mut beta = self.in_proj_b.forward(x).sigmoid().to_kind(Kind::Float);
-        let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + self.dt_bias.to_kind(Kind::Float)).softplus();
+        let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + &self.dt_bias).softplus();
         if let Some(valid) = valid {
             let keep = valid.to_kind(Kind::Float).unsqueeze(-1);
             beta = beta * &keep;
@@ -123,12 +116,11 @@ impl GatedDeltaNet {
         let (b, channels, s) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
         let keep = self.shape.conv_kernel_dim as i64 - 1;
         let previous = match previous {
-            Some(p) => p.to_kind(mixed.kind()),
+            Some(p) => p.shallow_clone(),
             None => Tensor::zeros([b, channels, keep], (mixed.kind(), mixed.device())),
         };
         let inputs = Tensor::cat(&[&previous, mixed], 2);
-        let weight = self.conv.to_kind(mixed.kind());
-        let out = inputs.conv1d(&weight, None::<&Tensor>, [1], [0], [1], channels).silu();
+        let out = inputs.conv1d(&self.conv, None::<&Tensor>, [1], [0], [1], channels).silu();
         // The kept inputs end at each row's last real token: column lens[r] + keep - 1.
         let kept = match valid {
             Some(valid) if keep > 0 => {
