@@ -7,7 +7,8 @@
 //! 1. [`vocab`], [`hashing`], [`vlm`]: the label vocabulary, content hashes and the engine; they
 //!    import nothing (the spec checks its model family against the engine's list).
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
-//! 3. [`manifest`], [`hub`]: the release's file contract, the Hub client.
+//! 3. [`manifest`], [`signing`], [`hub`]: the release's file contract, its signature and
+//!    provenance, the Hub client.
 //! 4. The stages, in order: [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores and
 //!    and answers, cached) -> [`signal`] -> [`diagnose`] (S2: location and signs) -> [`trial`]
 //!    -> [`eval`] -> [`shard`] (Parquet) -> [`card`].
@@ -41,6 +42,7 @@ pub mod reports;
 pub mod select;
 pub mod shard;
 pub mod signal;
+pub mod signing;
 pub mod source;
 pub mod trial;
 pub mod vlm;

@@ -24,8 +24,12 @@ enum Command {
     Build(cli::build::BuildArgs),
     /// Fill the score cache for one shard of a spec's images, for array jobs on many machines.
     Infer(cli::infer::InferArgs),
-    /// Re-hash a release against its manifest, locally or on the Hub; exits non-zero on any difference.
+    /// Re-hash a release against its manifest, locally or on the Hub, and check its signature
+    /// with the publisher's public key; exits non-zero on any difference.
     Verify(cli::verify::VerifyArgs),
+    /// Sign a release with the publisher's key: release.sig (OpenSSF Model Signing) and its
+    /// SLSA build provenance.
+    Sign(cli::sign::SignArgs),
     /// Publish a verified release to a Hugging Face dataset repo: one commit, one tag.
     Publish(cli::publish::PublishArgs),
     /// Sell access: sync paid licenses to the gated release's access requests; the sales ledger.
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Command::Build(a) => cli::build::run(a),
         Command::Infer(a) => cli::infer::run(a),
         Command::Verify(a) => cli::verify::run(a),
+        Command::Sign(a) => cli::sign::run(a),
         Command::Publish(a) => cli::publish::run(a),
         Command::Access(a) => cli::access::run(a),
         Command::Rebuild(a) => cli::rebuild::run(a),

@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 26] = [
+const LAYERS: [&str; 27] = [
     "vocab",
     "hashing",
     "vlm",
     "reports",
     "release_spec",
     "manifest",
+    "signing",
     "hub",
     "source",
     "select",

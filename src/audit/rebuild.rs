@@ -156,6 +156,9 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         publishable: false,
         progress: options.progress,
         offline: options.offline,
+        // A rebuild is compared with the release, not published: the signature files are not
+        // part of what it reproduces.
+        signer: None,
     };
     pipeline::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
     report.rebuilt = rebuilt.clone();
@@ -200,9 +203,14 @@ fn judge(report: &mut AuditReport, drift: &Drift) {
     report.reasons = reasons;
 }
 
-/// Every file of both trees, manifest.json included, compared byte for byte.
+/// Every file of both trees, manifest.json included, compared byte for byte. The signature files
+/// are the publisher's, not the build's: `verify --public-key` checks them.
 fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>, manifest::ManifestError> {
-    let list = |dir: &Path| manifest::list_files(dir).map_err(|source| manifest::ManifestError::List { dir: dir.to_path_buf(), source });
+    let list = |dir: &Path| {
+        manifest::list_files(dir)
+            .map(|files| files.into_iter().filter(|p| !manifest::is_signature_file(p)).collect::<Vec<_>>())
+            .map_err(|source| manifest::ManifestError::List { dir: dir.to_path_buf(), source })
+    };
     let (a, b) = (list(original)?, list(rebuilt)?);
     let mut paths: Vec<&String> = a.iter().chain(&b).collect();
     paths.sort();

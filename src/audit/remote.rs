@@ -7,7 +7,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::hub::{DigestSource, Hub, HubError, RepoRef, GITATTRIBUTES};
-use crate::manifest::{FileProblem, Manifest, MANIFEST_FILE, MANIFEST_FORMAT};
+use crate::manifest::{
+    is_signature_file, BuildLock, FileProblem, Manifest, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT, PROVENANCE_FILE, SIGNATURE_FILE,
+};
+use crate::signing::{self, PublicKey, SignatureReport, SignedRelease};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RemoteVerifyReport {
@@ -22,32 +25,51 @@ pub struct RemoteVerifyReport {
     pub by_etag: usize,
     pub by_download: usize,
     pub problems: Vec<FileProblem>,
+    /// Whether the revision carries the signature files.
+    pub signed: bool,
+    /// The signature's check, when a public key was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureReport>,
 }
 
 impl RemoteVerifyReport {
-    pub fn ok(&self) -> bool {
-        self.problems.is_empty()
+    /// The files match; and the signature, if checked, holds (an unsigned release passes unless
+    /// `require_signature`).
+    pub fn ok(&self, require_signature: bool) -> bool {
+        self.problems.is_empty() && self.signature.as_ref().is_none_or(|s| s.ok() && (s.signed || !require_signature))
     }
 }
 
 impl std::fmt::Display for RemoteVerifyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let at = format!("{}@{} ({})", self.repo, self.revision, crate::hub::short(&self.commit));
-        if self.ok() {
-            return writeln!(
+        if self.problems.is_empty() {
+            writeln!(
                 f,
                 "ok: release {} {} at {at}: {} files match the manifest ({} by the Hub's sha256 ETag, {} downloaded and hashed)",
                 self.release_id, self.version, self.files_checked, self.by_etag, self.by_download
-            );
+            )?;
+        } else {
+            writeln!(f, "FAILED: release {} at {at}: {} problem(s)", self.release_id, self.problems.len())?;
+            self.problems.iter().try_for_each(|p| writeln!(f, "  {p}"))?;
         }
-        writeln!(f, "FAILED: release {} at {at}: {} problem(s)", self.release_id, self.problems.len())?;
-        self.problems.iter().try_for_each(|p| writeln!(f, "  {p}"))
+        match &self.signature {
+            Some(signature) => write!(f, "{signature}"),
+            None if self.signed => writeln!(f, "note: the release is signed; pass --public-key KEY.pub.pem to check who signed it"),
+            None => Ok(()),
+        }
     }
 }
 
 /// Checks the release at `repo`; with `download`, also writes every file there (then checked
-/// locally against the same manifest).
-pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &dyn Fn(&str)) -> Result<RemoteVerifyReport, HubError> {
+/// locally against the same manifest); with `key`, also checks its signature files.
+pub fn verify_remote(
+    hub: &Hub,
+    repo: &RepoRef,
+    download: Option<&Path>,
+    key: Option<&PublicKey>,
+    log: &dyn Fn(&str),
+) -> Result<RemoteVerifyReport, HubError> {
     let revision = repo.revision().to_string();
     // Pin the revision to a commit first, so every later call reads the same tree.
     let commit = hub.commit_of(repo, &revision)?;
@@ -76,6 +98,8 @@ pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &d
     let mut problems = Vec::new();
     let (mut by_etag, mut by_download) = (0, 0);
     let mut downloaded: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // What each file's sha256 is on the Hub: what the signature is checked against.
+    let mut on_hub: BTreeMap<String, String> = BTreeMap::new();
     for file in &manifest.files {
         if !tree.contains_key(&file.path) {
             problems.push(FileProblem::Missing { path: file.path.clone() });
@@ -95,6 +119,7 @@ pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &d
             }
             (size, sha256)
         };
+        on_hub.insert(file.path.clone(), sha256.clone());
         if size != file.bytes {
             problems.push(FileProblem::Size { path: file.path.clone(), expected: file.bytes, actual: size });
         } else if sha256 != file.sha256 {
@@ -102,9 +127,39 @@ pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &d
         }
     }
     for path in tree.keys() {
-        if path != MANIFEST_FILE && path != GITATTRIBUTES && !manifest.files.iter().any(|f| &f.path == path) {
+        if path != MANIFEST_FILE && path != GITATTRIBUTES && !is_signature_file(path) && !manifest.files.iter().any(|f| &f.path == path) {
             problems.push(FileProblem::Extra { path: path.clone() });
         }
+    }
+    let signed = tree.contains_key(SIGNATURE_FILE) || tree.contains_key(PROVENANCE_FILE);
+    // The signature files are small: fetched whole, kept with a download.
+    let mut signature_files = BTreeMap::new();
+    if signed && (key.is_some() || download.is_some()) {
+        for name in [SIGNATURE_FILE, PROVENANCE_FILE].into_iter().filter(|n| tree.contains_key(*n)) {
+            signature_files.insert(name, hub.download(repo, &commit, name)?);
+        }
+    }
+    let signature = match key {
+        None => None,
+        Some(key) => {
+            let lock_bytes = hub.download(repo, &commit, LOCK_FILE)?;
+            let lock: BuildLock = serde_json::from_slice(&lock_bytes)
+                .map_err(|e| HubError::Protocol(format!("{}@{revision}: {LOCK_FILE} is not a valid build lock: {e}", repo.id())))?;
+            on_hub.insert(MANIFEST_FILE.to_string(), crate::hashing::sha256_hex(&manifest_bytes));
+            if let Some(provenance) = signature_files.get(PROVENANCE_FILE) {
+                on_hub.insert(PROVENANCE_FILE.to_string(), crate::hashing::sha256_hex(provenance));
+            }
+            let release = SignedRelease {
+                signature: signature_files.get(SIGNATURE_FILE).map(Vec::as_slice),
+                provenance: signature_files.get(PROVENANCE_FILE).map(Vec::as_slice),
+                files: &on_hub,
+                lock: &lock,
+            };
+            Some(signing::check(&release, key))
+        }
+    };
+    if download.is_some() {
+        downloaded.extend(signature_files.into_iter().map(|(name, bytes)| (name.to_string(), bytes)));
     }
     if let Some(dir) = download {
         write_release(dir, &manifest_bytes, &downloaded).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
@@ -120,6 +175,8 @@ pub fn verify_remote(hub: &Hub, repo: &RepoRef, download: Option<&Path>, log: &d
         by_etag,
         by_download,
         problems,
+        signed,
+        signature,
     })
 }
 

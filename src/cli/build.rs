@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{CacheDirArg, JobsArg, JsonArg, OfflineArg, ProgressArg};
+use super::{BuilderIdArg, CacheDirArg, JobsArg, JsonArg, OfflineArg, ProgressArg};
 use bpals_release::pipeline::{self, demo_banner, BuildOptions};
+use bpals_release::signing::Signer;
 use bpals_release::{inputs, release_spec::gates};
 
 #[derive(Args)]
@@ -21,6 +22,13 @@ pub struct BuildArgs {
     dry_run: bool,
     #[command(flatten)]
     json: JsonArg,
+    /// Sign the release with this private key (PEM; EC P-256 or P-384) before it is moved into
+    /// place. A password-protected key takes its password from BPALS_SIGN_KEY_PASSWORD, or
+    /// asks on the terminal.
+    #[arg(long, value_name = "KEY.pem")]
+    sign_key: Option<PathBuf>,
+    #[command(flatten)]
+    builder: BuilderIdArg,
     #[command(flatten)]
     pub(super) run: RunArgs,
 }
@@ -63,6 +71,7 @@ impl RunArgs {
             publishable: self.publishable,
             progress: self.progress.enabled(),
             offline: self.offline.offline,
+            signer: None,
         }
     }
 }
@@ -70,7 +79,12 @@ impl RunArgs {
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let spec = args.run.load(&args.spec)?;
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("releases").join(&spec.release.id));
-    let options = args.run.options(out);
+    let mut options = args.run.options(out);
+    if let Some(path) = &args.sign_key {
+        // Before any work: a wrong key or password costs nothing.
+        let key = super::load_signing_key(path)?;
+        options.signer = Some(std::sync::Arc::new(Signer { key, builder_id: args.builder.builder_id.clone() }));
+    }
     if args.dry_run {
         args.json.print(&pipeline::plan(&spec, &options)?)?;
         return Ok(ExitCode::SUCCESS);

@@ -20,6 +20,7 @@ pub mod label_report;
 pub mod probe;
 pub mod publish;
 pub mod rebuild;
+pub mod sign;
 pub mod source;
 pub mod verify;
 
@@ -31,6 +32,7 @@ use serde::Serialize;
 
 use bpals_release::hub;
 use bpals_release::infer::CacheLocation;
+use bpals_release::signing;
 
 /// `--jobs`: how many threads work at once.
 #[derive(Args)]
@@ -129,6 +131,41 @@ impl HubArgs {
 }
 
 /// NIH metadata files named one by one (plain or `.gz`), for `source` and `curate`.
+/// The publisher's private key, for `build --sign-key` and `sign --key`.
+pub fn load_signing_key(path: &std::path::Path) -> anyhow::Result<signing::SigningKey> {
+    use std::io::IsTerminal;
+    let password = if signing::is_encrypted(path)? {
+        match std::env::var("BPALS_SIGN_KEY_PASSWORD") {
+            Ok(p) => Some(zeroize_string(p)),
+            Err(_) if std::io::stdin().is_terminal() => {
+                Some(zeroize_string(rpassword::prompt_password(format!("password for {}: ", path.display()))?))
+            }
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    Ok(signing::SigningKey::load(path, password.as_deref().map(|p| p.as_str()))?)
+}
+
+fn zeroize_string(s: String) -> p256::elliptic_curve::zeroize::Zeroizing<String> {
+    p256::elliptic_curve::zeroize::Zeroizing::new(s)
+}
+
+/// A public key given on the command line.
+pub fn load_public_key(path: &std::path::Path) -> anyhow::Result<signing::PublicKey> {
+    Ok(signing::PublicKey::load(path)?)
+}
+
+/// Who the provenance says built the release.
+#[derive(Args)]
+pub struct BuilderIdArg {
+    /// The builder id written into the provenance: a URI naming the CI workflow that ran the
+    /// build [default: a local builder that no CI vouches for].
+    #[arg(long, env = "BPALS_BUILDER_ID", value_name = "URI")]
+    pub builder_id: Option<String>,
+}
+
 #[derive(Args)]
 pub struct NihFilesArgs {
     /// Data_Entry_2017.csv or Data_Entry_2017_v2020.csv.

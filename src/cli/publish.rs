@@ -23,6 +23,9 @@ pub struct PublishArgs {
     /// Publish a demo build anyway: only to an --endpoint other than the public Hub (staging, tests).
     #[arg(long)]
     allow_demo: bool,
+    /// The publisher's public key (PEM): a signed release is checked with it before any upload.
+    #[arg(long, value_name = "KEY.pub.pem")]
+    public_key: Option<PathBuf>,
 }
 
 pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
@@ -33,6 +36,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         dry_run: args.dry_run,
         allow_demo: args.allow_demo,
         retries: args.hub.retries,
+        public_key: args.public_key.as_deref().map(super::load_public_key).transpose()?,
     };
     let outcome = publish::publish(&args.dir, &options, &|m| eprintln!("{}", m.trim_end()))?;
     print!("{outcome}");

@@ -18,6 +18,15 @@ use crate::hashing::sha256_file;
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const LOCK_FILE: &str = "build.lock";
 pub const MANIFEST_FORMAT: &str = "bpals-manifest/1";
+/// The publisher's signature over every file (OpenSSF Model Signing), and the signed build
+/// provenance (SLSA v1). Not listed in the manifest: they sign it (see `signing`).
+pub const SIGNATURE_FILE: &str = "release.sig";
+pub const PROVENANCE_FILE: &str = "provenance.intoto.jsonl";
+
+/// Whether `path` is one of the two signature files that sit beside the manifest's files.
+pub fn is_signature_file(path: &str) -> bool {
+    path == SIGNATURE_FILE || path == PROVENANCE_FILE
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifestFile {
@@ -51,12 +60,13 @@ impl Manifest {
     }
 }
 
-/// Hashes every file under `dir` (but the manifest) into manifest entries, sorted by path.
+/// Hashes every file under `dir` (but the manifest and signature files) into manifest entries,
+/// sorted by path.
 /// `rows` gives row counts for the Parquet files, by relative path.
 pub fn collect_files(dir: &Path, rows: &dyn Fn(&str) -> Option<u64>) -> std::io::Result<Vec<ManifestFile>> {
     let mut files = Vec::new();
     for rel in list_files(dir)? {
-        if rel == MANIFEST_FILE {
+        if rel == MANIFEST_FILE || is_signature_file(&rel) {
             continue;
         }
         let (sha256, bytes) = sha256_file(&dir.join(&rel))?;

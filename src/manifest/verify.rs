@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{list_files, Manifest, ManifestError, MANIFEST_FILE};
+use super::{is_signature_file, list_files, Manifest, ManifestError, MANIFEST_FILE};
 use crate::hashing::sha256_file;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,12 +58,14 @@ impl fmt::Display for VerifyReport {
     }
 }
 
+/// The manifest's files against the disk. The two signature files are not the manifest's to
+/// check (`signing` does).
 pub fn verify(dir: &Path) -> Result<VerifyReport, ManifestError> {
     let manifest = Manifest::read(dir)?;
     let on_disk: BTreeSet<String> = list_files(dir)
         .map_err(|source| ManifestError::List { dir: dir.to_path_buf(), source })?
         .into_iter()
-        .filter(|p| p != MANIFEST_FILE)
+        .filter(|p| p != MANIFEST_FILE && !is_signature_file(p))
         .collect();
     let mut problems = Vec::new();
     for file in &manifest.files {

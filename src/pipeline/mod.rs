@@ -72,6 +72,8 @@ pub enum BuildError {
     },
     #[error("starting {0} worker threads failed")]
     Threads(usize),
+    #[error(transparent)]
+    Signing(#[from] crate::signing::SigningError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
@@ -90,6 +92,8 @@ pub struct BuildOptions {
     /// Never touch the network: a model missing from the Hugging Face cache is an error
     /// instead of a download.
     pub offline: bool,
+    /// Sign the release (`release.sig` and the provenance) before it is moved into place.
+    pub signer: Option<std::sync::Arc<crate::signing::Signer>>,
 }
 
 /// The stages up to the inputs of inference: shared by `build`, `build --dry-run` and `infer`.
@@ -220,6 +224,7 @@ fn generate(
 }
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
+    let started_on = crate::signing::now();
     let Prepared {
         table,
         selection,
@@ -431,6 +436,10 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         files: files.clone(),
     };
     write(&dir.join(MANIFEST_FILE), &manifest::to_json_bytes(&manifest))?;
+    if let Some(signer) = &options.signer {
+        let signed = crate::signing::sign_release(&dir, &signer.key, &run_details(spec, options, signer, started_on))?;
+        log(&format!("sign: {} files signed by key {} ({})", signed.files_signed, signed.fingerprint, signed.curve));
+    }
     let out = staging.commit().map_err(io_err(&options.out))?;
 
     Ok(BuildReport {
@@ -445,6 +454,28 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         files,
         notes,
     })
+}
+
+/// The provenance's account of this build: the spec file as written and the flags that shape
+/// the release (not the cache, thread counts or progress display).
+fn run_details(
+    spec: &ResolvedSpec,
+    options: &BuildOptions,
+    signer: &crate::signing::Signer,
+    started_on: String,
+) -> crate::signing::RunDetails {
+    let mut arguments = BTreeMap::new();
+    arguments.insert("spec".to_string(), spec.path.display().to_string().into());
+    arguments.insert("publishable".to_string(), options.publishable.into());
+    if let Ok(text) = std::fs::read_to_string(&spec.path) {
+        arguments.insert("spec_as_written".to_string(), text.into());
+    }
+    crate::signing::RunDetails {
+        builder_id: signer.builder_id.clone(),
+        started_on: Some(started_on),
+        finished_on: Some(crate::signing::now()),
+        arguments,
+    }
 }
 
 /// The selection rows a split ships, in row order.

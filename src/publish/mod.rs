@@ -30,6 +30,8 @@ pub enum PublishError {
     },
     #[error(transparent)]
     Hub(#[from] HubError),
+    #[error(transparent)]
+    Signing(#[from] crate::signing::SigningError),
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +46,8 @@ pub struct PublishOptions {
     pub retries: Option<usize>,
     /// A request that connects or receives nothing for this long fails.
     pub stall_timeout: std::time::Duration,
+    /// The publisher's public key: a signed release is checked with it before any upload.
+    pub public_key: Option<crate::signing::PublicKey>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -90,6 +94,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         let problems: Vec<String> = verified.problems.iter().map(|p| format!("  {p}")).collect();
         return Err(PublishError::Refused(format!("{} does not verify against its manifest:\n{}", dir.display(), problems.join("\n"))));
     }
+    check_signature(dir, options.public_key.as_ref(), log)?;
 
     let hub = Hub::connect(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
     if manifest.is_demo() {
@@ -241,6 +246,32 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         }
     };
     Ok(PublishOutcome { dir: dir.to_path_buf(), dry_run: false, plan, commit: head, tagged: Some(tagged) })
+}
+
+/// A signed release goes out only with a signature that holds for these exact files.
+fn check_signature(dir: &Path, key: Option<&crate::signing::PublicKey>, log: &dyn Fn(&str)) -> Result<(), PublishError> {
+    if !crate::signing::is_signed(dir) {
+        if key.is_some() {
+            return Err(PublishError::Refused(format!(
+                "--public-key was given but {} is not signed: sign it first (`bpals-release sign {} --key KEY.pem`)",
+                dir.display(),
+                dir.display()
+            )));
+        }
+        return Ok(());
+    }
+    let Some(key) = key else {
+        return Err(PublishError::Refused(format!(
+            "{} is signed: pass --public-key KEY.pub.pem so that its signature is checked before anything is uploaded",
+            dir.display()
+        )));
+    };
+    let report = crate::signing::check_dir(dir, key)?;
+    if !report.ok() {
+        return Err(PublishError::Refused(format!("its signature does not hold for these files:\n{}", report.problems.join("\n"))));
+    }
+    log(&format!("signature: {} files signed by key {}", report.files_signed, report.fingerprint));
+    Ok(())
 }
 
 /// A refused commit usually means main moved: another push, or an earlier attempt of this very

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::hub::{self, Hub, HubError, RemoteFile, RepoRef, GITATTRIBUTES};
-use crate::manifest::{Manifest, MANIFEST_FILE};
+use crate::manifest::{Manifest, MANIFEST_FILE, PROVENANCE_FILE, SIGNATURE_FILE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -113,6 +113,12 @@ pub fn compute(
     let manifest_bytes =
         std::fs::read(dir.join(MANIFEST_FILE)).map_err(|e| HubError::Protocol(format!("{}: {e}", dir.join(MANIFEST_FILE).display())))?;
     local.push((MANIFEST_FILE.to_string(), manifest_bytes.len() as u64, crate::hashing::sha256_hex(&manifest_bytes)));
+    // The signature files travel with the release, in the same commit.
+    for name in [SIGNATURE_FILE, PROVENANCE_FILE] {
+        if let Ok(bytes) = std::fs::read(dir.join(name)) {
+            local.push((name.to_string(), bytes.len() as u64, crate::hashing::sha256_hex(&bytes)));
+        }
+    }
     local.sort();
     let mut files = Vec::new();
     for (path, bytes, sha256) in &local {
