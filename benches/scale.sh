@@ -9,7 +9,9 @@
 #   2. TASKS concurrent `infer --shard-count TASKS` processes, each given its index only through
 #      JOB_COMPLETION_INDEX, into one shared cache, then the merge `build`.
 # Prints the wall time of each, the cache's size and the release's, and whether the two
-# releases are byte-identical (they must be; the script exits non-zero otherwise).
+# releases are byte-identical (they must be; the script exits non-zero otherwise). Then signs
+# the release with a test key (fixtures/keys) and checks the signature, against sha256sum of the
+# same files in the same run.
 set -euo pipefail
 images="${1:-112120}"
 tasks="${2:-8}"
@@ -71,3 +73,12 @@ else
     echo "  byte-identical: NO ($a vs $b)"
     exit 1
 fi
+t4=$(seconds)
+(cd "$work/merged" && find . -type f -print0 | xargs -0 sha256sum >/dev/null)
+t5=$(seconds)
+"$bin" sign "$work/merged" --key fixtures/keys/p256.pem >/dev/null
+t6=$(seconds)
+"$bin" verify "$work/merged" --public-key fixtures/keys/p256.pub.pem --require-signature >/dev/null
+t7=$(seconds)
+ratio() { python3 -c "print(f'{($2 - $1) / max($4 - $3, 1e-3):.1f}')"; }
+echo "  sign:                 $(elapsed "$t5" "$t6") s ($(ratio "$t5" "$t6" "$t4" "$t5")x sha256sum of the release's files); verify --public-key $(elapsed "$t6" "$t7") s"

@@ -337,3 +337,50 @@ fn publish_refuses_a_release_whose_signature_no_longer_holds() {
     assert!(err.contains("changed since signing: provenance.intoto.jsonl"), "{err}");
     assert!(hub.repo(REPO).is_none());
 }
+
+#[test]
+fn a_spec_that_names_the_publisher_key_carries_it_and_takes_only_its_signature() {
+    let s = Scratch::new();
+    std::fs::copy(key("p256.pub.pem"), s.path("publisher.pub.pem")).unwrap();
+    let spec = derived_spec(&s, "keyed.yaml", "publish:\n  public_key: publisher.pub.pem\n");
+    // Another key is refused before any work.
+    let out = s.path("keyed");
+    let a = build(&spec, &out, &s.cache(), &["--sign-key", key("p384.pem").to_str().unwrap()]).failure();
+    assert!(stderr(&a).contains("is not the publisher key the spec names in publish.public_key"), "{}", stderr(&a));
+    assert!(!out.exists());
+
+    build(&spec, &out, &s.cache(), &["--sign-key", key("p256.pem").to_str().unwrap()]).success();
+    let copy = std::fs::read_to_string(out.join("publisher-key.pub.pem")).unwrap();
+    assert_eq!(copy, std::fs::read_to_string(key("p256.pub.pem")).unwrap(), "the release carries the key as OpenSSL writes it");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let v = verify(&out, "p256.pub.pem", &["--json"]).success();
+    let fingerprint = serde_json::from_str::<serde_json::Value>(&stdout(&v)).unwrap()["signature"]["fingerprint"].as_str().unwrap().to_string();
+    assert!(card.contains("### Checking the signature") && card.contains(&format!("`{fingerprint}` (P-256)")), "{card}");
+    assert!(card.contains("model_signing verify key path/to/release"), "{card}");
+    // Signing again afterwards with another key is refused too.
+    let err = stderr(&sign(&out, "p256-sec1.pem").failure());
+    assert!(err.contains("is not the publisher key"), "{err}");
+
+    // publish checks the signature with the release's own copy of the key when none is given.
+    let hub = fake_hub::FakeHub::start(Some(TOKEN));
+    let a = publish(&hub, &out, &[]).success();
+    assert!(stderr(&a).contains(&format!("signature: 13 files signed by key {fingerprint}")), "{}", stderr(&a));
+
+    // Unsigned, the same release is refused.
+    let unsigned = s.path("unsigned");
+    build(&spec, &unsigned, &s.cache(), &[]).success();
+    let err = stderr(&publish(&hub, &unsigned, &[]).failure());
+    assert!(err.contains("names a publisher key (publish.public_key) but") && err.contains("is not signed"), "{err}");
+}
+
+#[test]
+fn a_bad_publisher_key_in_the_spec_names_the_key_and_the_file() {
+    let s = Scratch::new();
+    std::fs::copy(key("rsa.pub.pem"), s.path("rsa.pub.pem")).unwrap();
+    let spec = derived_spec(&s, "rsa.yaml", "publish:\n  public_key: rsa.pub.pem\n");
+    let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());
+    assert!(err.contains("publish.public_key") && err.contains("rsa.pub.pem") && err.contains("is an RSA key"), "{err}");
+    let spec = derived_spec(&s, "missing.yaml", "publish:\n  public_key: nowhere.pem\n");
+    let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());
+    assert!(err.contains("publish.public_key") && err.contains("nowhere.pem"), "{err}");
+}

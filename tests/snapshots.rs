@@ -11,7 +11,7 @@ fn help_text() {
     insta::assert_snapshot!("help", stdout(&a));
     let a = bin().args(["build", "--help"]).assert().success();
     insta::assert_snapshot!("build_help", stdout(&a));
-    for command in ["publish", "verify", "rebuild", "diff"] {
+    for command in ["publish", "verify", "sign", "rebuild", "diff"] {
         let a = bin().args([command, "--help"]).assert().success();
         insta::assert_snapshot!(format!("{command}_help"), stdout(&a));
     }

@@ -13,6 +13,9 @@ impl ResolvedSpec {
         let mut json = serde_json::to_value(&self.spec).expect("in-memory JSON serialization cannot fail");
         json["signal"] = self.signal_json();
         json["evaluation"] = self.evaluation_json();
+        if let Some(key) = &self.publisher_key {
+            json["publish"]["public_key"] = serde_json::to_value(key).expect("in-memory JSON serialization cannot fail");
+        }
         json
     }
 

@@ -32,6 +32,20 @@ pub struct ResolvedSpec {
     /// The curated image list `selection.images` names, read when the source is real NIH data
     /// (the embedded sample takes the seeded sample).
     pub curated: Option<Vec<String>>,
+    /// The public key `publish.public_key` names, if any.
+    pub publisher_key: Option<PublisherKey>,
+}
+
+/// The publisher's public key named by the spec: the release carries it as
+/// `publisher-key.pub.pem`, build.lock and the card its fingerprint.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublisherKey {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub fingerprint: String,
+    pub curve: &'static str,
+    #[serde(skip)]
+    pub pem: String,
 }
 
 impl Deref for ResolvedSpec {
@@ -131,7 +145,16 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
         Some(list) if !spec.source.embedded_sample => Some(read_image_list(&spec, &list.file, &list.sha256)?),
         _ => None,
     };
-    Ok(ResolvedSpec { spec, calibration, gold, curated })
+    let publisher_key = spec.publish.public_key.as_deref().map(|file| read_publisher_key(&spec, file)).transpose()?;
+    Ok(ResolvedSpec { spec, calibration, gold, curated, publisher_key })
+}
+
+fn read_publisher_key(spec: &ReleaseSpec, file: &str) -> Result<PublisherKey, InputsError> {
+    let key = "publish.public_key";
+    let path = spec.base_dir(key).join(file);
+    let text = std::fs::read_to_string(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    let public = crate::signing::PublicKey::from_pem(&text).map_err(|message| InputsError::Invalid { at: spec.locate(key), path, message })?;
+    Ok(PublisherKey { file: file.to_string(), fingerprint: public.fingerprint(), curve: public.curve().name(), pem: public.to_pem() })
 }
 
 /// Reads the curated list `selection.images` names: its sha256 must be the pinned one, then one

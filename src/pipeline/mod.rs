@@ -225,6 +225,16 @@ fn generate(
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
     let started_on = crate::signing::now();
+    if let (Some(signer), Some(named)) = (&options.signer, &spec.publisher_key) {
+        let fingerprint = signer.key.public_key().fingerprint();
+        if fingerprint != named.fingerprint {
+            return Err(BuildError::Signing(crate::signing::SigningError::NotThePublisherKey {
+                fingerprint,
+                named: named.file.clone(),
+                named_fingerprint: named.fingerprint.clone(),
+            }));
+        }
+    }
     let Prepared {
         table,
         selection,
@@ -423,6 +433,9 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         stage_keys,
     };
     write(&dir.join(LOCK_FILE), &manifest::to_json_bytes(&lock))?;
+    if let Some(key) = &spec.publisher_key {
+        write(&dir.join(crate::signing::PUBLISHER_KEY_FILE), key.pem.as_bytes())?;
+    }
 
     let rows_of: BTreeMap<String, u64> =
         splits.iter().flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows))).collect();

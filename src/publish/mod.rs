@@ -94,7 +94,22 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         let problems: Vec<String> = verified.problems.iter().map(|p| format!("  {p}")).collect();
         return Err(PublishError::Refused(format!("{} does not verify against its manifest:\n{}", dir.display(), problems.join("\n"))));
     }
-    check_signature(dir, options.public_key.as_ref(), log)?;
+    // The spec's publisher key, carried by the release, stands in when no --public-key is given;
+    // a release whose spec names one must be signed by it.
+    let named_key = if lock.spec["publish"]["public_key"].is_object() {
+        let path = dir.join(crate::signing::PUBLISHER_KEY_FILE);
+        Some(crate::signing::PublicKey::load(&path)?)
+    } else {
+        None
+    };
+    if named_key.is_some() && !crate::signing::is_signed(dir) {
+        return Err(PublishError::Refused(format!(
+            "its spec names a publisher key (publish.public_key) but {} is not signed: `bpals-release sign {} --key KEY.pem`",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    check_signature(dir, options.public_key.as_ref().or(named_key.as_ref()), log)?;
 
     let hub = Hub::connect(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
     if manifest.is_demo() {

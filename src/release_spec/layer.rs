@@ -449,11 +449,14 @@ pub struct PublishLayer {
     pub repo: Option<String>,
     pub visibility: Option<Visibility>,
     pub tag: Option<String>,
+    /// The publisher's public key (PEM), relative to the spec: the release carries a copy and
+    /// its card the fingerprint, and publish requires a signature by it.
+    pub public_key: Option<String>,
 }
 
 impl Merge for PublishLayer {
     fn merge(&mut self, c: Self) {
-        merge_options!(self, c; repo, visibility, tag);
+        merge_options!(self, c; repo, visibility, tag, public_key);
     }
 }
 

@@ -455,7 +455,7 @@ fn resolve_publish(r: &Resolver<'_>, layer: Option<PublishLayer>) -> Result<Publ
     if leftover.contains(['{', '}']) {
         return Err(r.invalid("publish.tag", format!("{tag:?}: only {{id}} and {{version}} may be substituted")));
     }
-    let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag };
+    let publish = PublishSpec { repo, visibility: pb.visibility.unwrap_or(Visibility::Public), tag, public_key: pb.public_key };
     Ok(publish)
 }
 

@@ -284,6 +284,9 @@ pub struct PublishSpec {
     pub repo: String,
     pub visibility: Visibility,
     pub tag: String,
+    /// `publish.public_key` as written (relative to the spec that set it); read by `inputs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
 }
 
 impl PublishSpec {

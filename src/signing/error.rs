@@ -33,6 +33,11 @@ pub enum SigningError {
     },
     #[error("refusing to sign {}: it does not verify against its manifest:\n{problems}", dir.display())]
     Unverified { dir: PathBuf, problems: String },
+    #[error(
+        "the signing key (fingerprint {fingerprint}) is not the publisher key the spec names in publish.public_key \
+         ({named}, fingerprint {named_fingerprint})"
+    )]
+    NotThePublisherKey { fingerprint: String, named: String, named_fingerprint: String },
     #[error(transparent)]
     Release(#[from] crate::manifest::ManifestError),
 }

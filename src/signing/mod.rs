@@ -27,6 +27,11 @@ pub use provenance::{Claims, RunDetails, BUILD_TYPE, LOCAL_BUILDER};
 use crate::hashing::sha256_file;
 use crate::manifest::{self, BuildLock, PROVENANCE_FILE, SIGNATURE_FILE};
 
+/// The copy of the publisher's public key a release carries when its spec names one
+/// (`publish.public_key`). A buyer still checks its fingerprint against one the publisher gives
+/// them elsewhere: a key inside the release vouches for nothing by itself.
+pub const PUBLISHER_KEY_FILE: &str = "publisher-key.pub.pem";
+
 /// Every file of the release in `dir` that the signature covers (all but the signature itself
 /// and git files), path -> sha256.
 pub fn release_digests(dir: &Path) -> Result<BTreeMap<String, String>, SigningError> {
@@ -79,6 +84,17 @@ pub fn sign_release(dir: &Path, key: &SigningKey, run: &RunDetails) -> Result<Si
         return Err(SigningError::Unverified { dir: dir.to_path_buf(), problems: problems.join("\n") });
     }
     let lock = BuildLock::read(dir)?;
+    let named = &lock.spec["publish"]["public_key"];
+    if let Some(named_fingerprint) = named["fingerprint"].as_str() {
+        let fingerprint = key.public_key().fingerprint();
+        if fingerprint != named_fingerprint {
+            return Err(SigningError::NotThePublisherKey {
+                fingerprint,
+                named: named["file"].as_str().unwrap_or("").to_string(),
+                named_fingerprint: named_fingerprint.to_string(),
+            });
+        }
+    }
     let manifest = manifest::Manifest::read(dir)?;
     let mut files = release_digests(dir)?;
     files.remove(PROVENANCE_FILE);
@@ -146,7 +162,7 @@ impl std::fmt::Display for SignatureReport {
             writeln!(f, "  builder   {}", c.builder_id)?;
             writeln!(f, "  spec      {} (resolved sha256 {})", c.spec_path, c.spec_sha256)?;
             writeln!(f, "  model     {}", c.model)?;
-            writeln!(f, "  inputs    {} pinned by digest (NIH files, image hashes, model files, calibration, gold)", c.dependencies)?;
+            writeln!(f, "  inputs    {} pinned by digest", c.dependencies)?;
             match (&c.started_on, &c.finished_on) {
                 (Some(s), Some(e)) => writeln!(f, "  built     {s} to {e}")?,
                 _ => writeln!(f, "  built     (signed after the build: no run times)")?,
