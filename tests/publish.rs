@@ -21,14 +21,7 @@ fn sample(s: &Scratch) -> PathBuf {
 
 /// `publish DIR --repo REPO --endpoint HUB --allow-demo --retries 0` with the token set.
 fn publish(hub: &FakeHub, dir: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
-    bin()
-        .env("HF_TOKEN", TOKEN)
-        .env("HF_HOME", dir.parent().unwrap().join("hf-home"))
-        .arg("publish")
-        .arg(dir)
-        .args(["--repo", REPO, "--endpoint", &hub.url, "--allow-demo", "--retries", "0"])
-        .args(extra)
-        .assert()
+    publish_to(&hub.url, TOKEN, REPO, dir, extra)
 }
 
 #[test]

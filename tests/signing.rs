@@ -274,14 +274,7 @@ const TOKEN: &str = "hf_fakeTOKENvalue0123456789";
 const REPO: &str = "bpals-test/cxr14-bpals-signed";
 
 fn publish(hub: &fake_hub::FakeHub, dir: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
-    bin()
-        .env("HF_TOKEN", TOKEN)
-        .env("HF_HOME", dir.parent().unwrap().join("hf-home"))
-        .arg("publish")
-        .arg(dir)
-        .args(["--repo", REPO, "--endpoint", &hub.url, "--allow-demo", "--retries", "0"])
-        .args(extra)
-        .assert()
+    publish_to(&hub.url, TOKEN, REPO, dir, extra)
 }
 
 fn verify_remote(hub: &fake_hub::FakeHub, public: &str) -> assert_cmd::assert::Assert {
@@ -354,7 +347,8 @@ fn a_spec_that_names_the_publisher_key_carries_it_and_takes_only_its_signature()
     assert_eq!(copy, std::fs::read_to_string(key("p256.pub.pem")).unwrap(), "the release carries the key as OpenSSL writes it");
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     let v = verify(&out, "p256.pub.pem", &["--json"]).success();
-    let fingerprint = serde_json::from_str::<serde_json::Value>(&stdout(&v)).unwrap()["signature"]["fingerprint"].as_str().unwrap().to_string();
+    let fingerprint =
+        serde_json::from_str::<serde_json::Value>(&stdout(&v)).unwrap()["signature"]["fingerprint"].as_str().unwrap().to_string();
     assert!(card.contains("### Checking the signature") && card.contains(&format!("`{fingerprint}` (P-256)")), "{card}");
     assert!(card.contains("model_signing verify key path/to/release"), "{card}");
     // Signing again afterwards with another key is refused too.
@@ -383,4 +377,26 @@ fn a_bad_publisher_key_in_the_spec_names_the_key_and_the_file() {
     let spec = derived_spec(&s, "missing.yaml", "publish:\n  public_key: nowhere.pem\n");
     let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());
     assert!(err.contains("publish.public_key") && err.contains("nowhere.pem"), "{err}");
+}
+
+#[test]
+fn rebuild_audit_checks_the_signature_first_and_ignores_the_signature_files() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    sign(&dir, "p256.pem").success();
+    let audit = |public: &str| {
+        bin()
+            .args(["rebuild", "--audit", "--reuse-cache"])
+            .arg(s.cache())
+            .arg("--spec")
+            .arg(fixture_s1a())
+            .arg(&dir)
+            .arg("--public-key")
+            .arg(key(public))
+            .assert()
+    };
+    let a = audit("p256.pub.pem").success();
+    assert!(stdout(&a).contains("PASS"), "{}", output(&a));
+    let a = audit("p384.pub.pem").failure();
+    assert!(stderr(&a).contains("the signature does not hold") && !stdout(&a).contains("PASS"), "{}", output(&a));
 }

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::{JobsArg, JsonArg, OfflineArg};
 use bpals_release::audit::rebuild::{rebuild_audit, RebuildOptions};
+use bpals_release::signing;
 
 #[derive(Args)]
 pub struct RebuildArgs {
@@ -29,11 +30,22 @@ pub struct RebuildArgs {
     jobs: JobsArg,
     #[command(flatten)]
     offline: OfflineArg,
+    /// First check the release's signature with the publisher's public key (PEM), and refuse
+    /// to audit a release that is unsigned or whose signature does not hold.
+    #[arg(long, value_name = "KEY.pub.pem")]
+    public_key: Option<PathBuf>,
     #[command(flatten)]
     json: JsonArg,
 }
 
 pub fn run(args: RebuildArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.public_key {
+        let report = signing::check_dir(&args.dir, &super::load_public_key(path)?)?;
+        eprint!("{report}");
+        if !report.ok() || !report.signed {
+            anyhow::bail!("{}: the signature does not hold with {}; not auditing", args.dir.display(), path.display());
+        }
+    }
     let options = RebuildOptions {
         spec: args.spec,
         cache_dir: args.reuse_cache,

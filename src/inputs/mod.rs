@@ -153,7 +153,8 @@ fn read_publisher_key(spec: &ReleaseSpec, file: &str) -> Result<PublisherKey, In
     let key = "publish.public_key";
     let path = spec.base_dir(key).join(file);
     let text = std::fs::read_to_string(&path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
-    let public = crate::signing::PublicKey::from_pem(&text).map_err(|message| InputsError::Invalid { at: spec.locate(key), path, message })?;
+    let public =
+        crate::signing::PublicKey::from_pem(&text).map_err(|message| InputsError::Invalid { at: spec.locate(key), path, message })?;
     Ok(PublisherKey { file: file.to_string(), fingerprint: public.fingerprint(), curve: public.curve().name(), pem: public.to_pem() })
 }
 

@@ -143,3 +143,16 @@ pub fn copy_tree(from: &Path, to: &Path) {
 pub fn fixture_s2() -> PathBuf {
     repo().join("tests/specs/s2-fixture-scorer.yaml")
 }
+
+/// `publish DIR --repo REPO --endpoint HUB --allow-demo --retries 0` with `token` set, against
+/// a fake Hub at `endpoint`.
+pub fn publish_to(endpoint: &str, token: &str, repo: &str, dir: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    bin()
+        .env("HF_TOKEN", token)
+        .env("HF_HOME", dir.parent().unwrap().join("hf-home"))
+        .arg("publish")
+        .arg(dir)
+        .args(["--repo", repo, "--endpoint", endpoint, "--allow-demo", "--retries", "0"])
+        .args(extra)
+        .assert()
+}
