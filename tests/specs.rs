@@ -170,3 +170,133 @@ fn the_openai_backend_needs_its_endpoint_and_family_and_no_other_backend_takes_t
     let served = spec.model.served.unwrap();
     assert_eq!((served.endpoint.as_str(), served.concurrency, served.timeout_s), ("http://host:8000/v1", 16, 120));
 }
+
+/// Every leaf key the committed S1b chain sets, as `key: null` in a child spec.
+fn leaf_keys() -> Vec<String> {
+    fn walk(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        if let serde_json::Value::Object(map) = value {
+            for (key, v) in map {
+                let path = format!("{prefix}{key}");
+                match v {
+                    serde_json::Value::Object(m) if !m.is_empty() && !is_map_value(&path) => walk(v, &format!("{path}."), out),
+                    _ => out.push(path),
+                }
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    for name in ["s1a.yaml", "s1b.yaml"] {
+        let text = std::fs::read_to_string(spec(name)).unwrap();
+        walk(&serde_saphyr::from_str::<serde_json::Value>(&text).unwrap(), "", &mut keys);
+    }
+    keys.retain(|k| k != "extends");
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Keys whose value is a map of the user's names (labels, files): one value, not a section.
+fn is_map_value(path: &str) -> bool {
+    ["source.sha256", "selection.trial.quotas", "prompts.labels", "prompts.support_devices", "prompts.location", "prompts.signs"]
+        .contains(&path)
+}
+
+/// `a.b.c` set to null, as nested YAML under `extends: s1b.yaml`.
+fn child_unsetting(s: &Scratch, key: &str) -> std::path::PathBuf {
+    let mut yaml = format!("extends: {}\n", spec("s1b.yaml").display());
+    for (depth, part) in key.split('.').enumerate() {
+        yaml.push_str(&"  ".repeat(depth));
+        yaml.push_str(part);
+        yaml.push_str(if depth + 1 == key.split('.').count() { ": null\n" } else { ":\n" });
+    }
+    s.write(&format!("{}.yaml", key.replace('.', "-")), &yaml)
+}
+
+/// Keys S1a or S1b writes with the value they would take by default anyway: unsetting them
+/// leaves the same value.
+const WRITTEN_AS_DEFAULT: [&str; 23] = [
+    "audit.logit_tolerance",
+    "card.template",
+    "model.device",
+    "model.dtype",
+    "output.compression",
+    "output.compression_level",
+    "output.row_group_rows",
+    "output.rows_per_shard",
+    "prompts.labels",
+    "prompts.support_devices",
+    "publish.tag",
+    "selection.rows",
+    "selection.views",
+    "signal.calibration",
+    "signal.device_present_min",
+    "signal.finding_present_min",
+    "signal.hard_case_margin",
+    "signal.low_consistency_below",
+    "signal.review_min_agreement",
+    "signal.suspect_min_agreement",
+    "signal.tau",
+    "signal.trusted_min_agreement",
+    "source.sha256",
+];
+
+/// Keys whose null breaks a rule that ties them to another key; the error names the rule.
+const TIED: [(&str, &str); 4] = [
+    ("additions", "does not list the 1% giving pledge"),
+    ("selection.images_sha256", "names a list but selection.images_sha256 does not pin it"),
+    ("source.test_list", "train_val_list and test_list go together"),
+    ("source.train_val_list", "train_val_list and test_list go together"),
+];
+
+#[test]
+fn null_in_a_child_spec_unsets_every_optional_key_and_is_refused_on_required_ones() {
+    let s = Scratch::new();
+    let parent = release_spec::load_with_env(&spec("s1b.yaml"), |_| None).unwrap();
+    let parent_json = serde_json::to_value(&parent).unwrap();
+    let (mut unset, mut required) = (0, 0);
+    for key in leaf_keys() {
+        let path = child_unsetting(&s, &key);
+        match release_spec::load_with_env(&path, |_| None) {
+            Ok(child) => {
+                unset += 1;
+                // The resolved spec renames one key.
+                let resolved = if key == "source.sha256" { "source.expected_sha256" } else { key.as_str() };
+                let pointer = format!("/{}", resolved.replace('.', "/"));
+                let child_json = serde_json::to_value(&child).unwrap();
+                let (before, after) = (parent_json.pointer(&pointer), child_json.pointer(&pointer));
+                if WRITTEN_AS_DEFAULT.contains(&key.as_str()) {
+                    assert_eq!(before, after, "{key}: s1a writes its default");
+                } else {
+                    assert_ne!(before, after, "{key}: null must drop the inherited value, not keep it");
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if let Some((_, rule)) = TIED.iter().find(|(k, _)| *k == key) {
+                    assert!(message.contains(rule), "{key}: {message}");
+                } else {
+                    required += 1;
+                    let at = format!("{}:", path.display());
+                    assert!(message.starts_with(&at), "{key}: the error points at the child's line: {message}");
+                    assert!(message.contains(&format!("key `{key}`: is null, but the key is required")), "{key}: {message}");
+                }
+            }
+        }
+    }
+    assert!(unset >= 20 && required >= 20, "{unset} optional and {required} required keys checked");
+}
+
+#[test]
+fn a_child_that_unsets_the_curated_list_takes_every_image() {
+    let s = Scratch::new();
+    let yaml =
+        format!("extends: {}\nselection:\n  images: null\n  curated_images: 112120\n  expected_rows: null\n", spec("s1a.yaml").display());
+    let child = release_spec::load_with_env(&s.write("all.yaml", &yaml), |_| None).unwrap();
+    assert!(child.selection.images.is_none(), "the curated list and its pin are both dropped");
+    assert_eq!(child.selection.curated_images, 112120);
+    assert_eq!(child.selection.expected_rows, None);
+    // A section set to null is dropped whole: optional ones default, required ones are refused.
+    let yaml = format!("extends: {}\nrelease: null\n", spec("s1a.yaml").display());
+    let err = release_spec::load_with_env(&s.write("norelease.yaml", &yaml), |_| None).unwrap_err().to_string();
+    assert!(err.contains("key `release"), "{err}");
+}

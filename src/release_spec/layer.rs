@@ -7,11 +7,62 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Copies every field the child sets over the parent's value.
+/// Copies every field the child sets over the parent's value; a field the child sets to null
+/// drops the parent's value (an optional key then takes its default, a required one is missing).
 macro_rules! merge_options {
-    ($parent:expr, $child:expr; $($field:ident),+ $(,)?) => {
-        $( if $child.$field.is_some() { $parent.$field = $child.$field; } )+
+    ($parent:expr, $child:expr, $nulls:expr; $($field:ident),+ $(,)?) => {
+        $(
+            if $child.$field.is_some() {
+                $parent.$field = $child.$field;
+            } else if $nulls.has(stringify!($field)) {
+                $parent.$field = None;
+            }
+        )+
     };
+}
+
+/// The dotted keys one spec file sets to null, seen from a section of it.
+pub struct Nulls<'a> {
+    prefix: String,
+    keys: &'a std::collections::BTreeSet<String>,
+}
+
+impl<'a> Nulls<'a> {
+    pub fn new(keys: &'a std::collections::BTreeSet<String>) -> Nulls<'a> {
+        Nulls { prefix: String::new(), keys }
+    }
+
+    /// Whether the file sets `field` of this section to null.
+    pub fn has(&self, field: &str) -> bool {
+        self.keys.contains(&format!("{}{field}", self.prefix))
+    }
+
+    pub fn section(&self, name: &str) -> Nulls<'a> {
+        Nulls { prefix: format!("{}{name}.", self.prefix), keys: self.keys }
+    }
+}
+
+/// The dotted keys a spec file's YAML sets to null (`key: null`, `key: ~`, `key:`), found on
+/// its plain YAML tree. Lists are values, not sections: nothing inside them counts.
+pub fn null_keys(text: &str) -> std::collections::BTreeSet<String> {
+    fn walk(value: &serde_json::Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        if let serde_json::Value::Object(map) = value {
+            for (key, v) in map {
+                let path = format!("{prefix}{key}");
+                if v.is_null() {
+                    out.insert(path);
+                } else {
+                    walk(v, &format!("{path}."), out);
+                }
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    // A file the typed parse accepted is plain YAML; if this reading fails, it sets nothing null.
+    if let Ok(value) = serde_saphyr::from_str::<serde_json::Value>(text) {
+        walk(&value, "", &mut out);
+    }
+    out
 }
 
 /// Reads a key that is present, null included, as `Some`: so a child spec can write `key: null`
@@ -20,17 +71,19 @@ fn explicit<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Resu
     Option::<T>::deserialize(d).map(Some)
 }
 
-/// Merges a nested section that is itself a layer.
-fn merge_section<T: Merge>(parent: &mut Option<T>, child: Option<T>) {
+/// Merges a nested section that is itself a layer; `section: null` drops the parent's.
+fn merge_section<T: Merge>(parent: &mut Option<T>, child: Option<T>, nulls: &Nulls, name: &str) {
     match (parent.as_mut(), child) {
-        (Some(p), Some(c)) => p.merge(c),
+        (Some(p), Some(c)) => p.merge(c, &nulls.section(name)),
         (None, Some(c)) => *parent = Some(c),
+        (_, None) if nulls.has(name) => *parent = None,
         (_, None) => {}
     }
 }
 
 pub trait Merge {
-    fn merge(&mut self, child: Self);
+    /// Lays `child` over `self`; `nulls` are the keys the child's file sets to null.
+    fn merge(&mut self, child: Self, nulls: &Nulls);
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -53,21 +106,21 @@ pub struct SpecLayer {
 }
 
 impl Merge for SpecLayer {
-    fn merge(&mut self, child: Self) {
+    fn merge(&mut self, child: Self, nulls: &Nulls) {
         self.extends = child.extends;
-        merge_section(&mut self.release, child.release);
-        merge_section(&mut self.source, child.source);
-        merge_section(&mut self.selection, child.selection);
-        merge_section(&mut self.model, child.model);
-        merge_section(&mut self.prompts, child.prompts);
-        merge_section(&mut self.signal, child.signal);
-        merge_section(&mut self.output, child.output);
-        merge_section(&mut self.card, child.card);
-        merge_section(&mut self.publish, child.publish);
-        merge_section(&mut self.evaluation, child.evaluation);
-        merge_section(&mut self.audit, child.audit);
-        merge_section(&mut self.pledge, child.pledge);
-        merge_options!(self, child; additions);
+        merge_section(&mut self.release, child.release, nulls, "release");
+        merge_section(&mut self.source, child.source, nulls, "source");
+        merge_section(&mut self.selection, child.selection, nulls, "selection");
+        merge_section(&mut self.model, child.model, nulls, "model");
+        merge_section(&mut self.prompts, child.prompts, nulls, "prompts");
+        merge_section(&mut self.signal, child.signal, nulls, "signal");
+        merge_section(&mut self.output, child.output, nulls, "output");
+        merge_section(&mut self.card, child.card, nulls, "card");
+        merge_section(&mut self.publish, child.publish, nulls, "publish");
+        merge_section(&mut self.evaluation, child.evaluation, nulls, "evaluation");
+        merge_section(&mut self.audit, child.audit, nulls, "audit");
+        merge_section(&mut self.pledge, child.pledge, nulls, "pledge");
+        merge_options!(self, child, nulls; additions);
     }
 }
 
@@ -113,8 +166,8 @@ pub struct ReleaseLayer {
 }
 
 impl Merge for ReleaseLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; id, name, title, version, date, status, tier, adds);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; id, name, title, version, date, status, tier, adds);
     }
 }
 
@@ -135,8 +188,8 @@ pub struct SourceLayer {
 }
 
 impl Merge for SourceLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; root, data_entry, bbox, train_val_list, test_list, images, sha256);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; root, data_entry, bbox, train_val_list, test_list, images, sha256);
     }
 }
 
@@ -165,9 +218,13 @@ pub struct SelectionLayer {
 }
 
 impl Merge for SelectionLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; seed, curated_images, expected_rows, rows, views, images, images_sha256);
-        merge_section(&mut self.trial, c.trial);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        // A pin falls with the list it pins: `images: null` alone drops both.
+        if nulls.has("images") && c.images_sha256.is_none() {
+            self.images_sha256 = None;
+        }
+        merge_options!(self, c, nulls; seed, curated_images, expected_rows, rows, views, images, images_sha256);
+        merge_section(&mut self.trial, c.trial, nulls, "trial");
     }
 }
 
@@ -179,8 +236,8 @@ pub struct TrialLayer {
 }
 
 impl Merge for TrialLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; rows, quotas);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; rows, quotas);
     }
 }
 
@@ -308,7 +365,7 @@ impl Merge for ModelLayer {
     /// A layer that sets `id` or `path` names a different model: its identity (path, id,
     /// revision, weight license, demo weights) starts afresh instead of inheriting, so a
     /// spec that swaps in a hub model never keeps the parent's local `path` by accident.
-    fn merge(&mut self, c: Self) {
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
         if c.id.is_some() || c.path.is_some() {
             self.path = None;
             self.id = None;
@@ -321,7 +378,7 @@ impl Merge for ModelLayer {
             self.family = None;
             self.answer_token_ids = None;
         }
-        merge_options!(self, c; backend, path, id, revision, weight_license, demo_weights, dtype, device,
+        merge_options!(self, c, nulls; backend, path, id, revision, weight_license, demo_weights, dtype, device,
             max_pixels, min_pixels, endpoint, family, answer_token_ids, concurrency, timeout_s);
     }
 }
@@ -344,8 +401,8 @@ pub struct PromptsLayer {
 
 impl Merge for PromptsLayer {
     /// Question lists merge per label: a child may reword one label and keep the rest.
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; version, location, signs, reasoning, report);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; version, location, signs, reasoning, report);
         for (mine, theirs) in [(&mut self.labels, c.labels), (&mut self.support_devices, c.support_devices)] {
             match (mine.as_mut(), theirs) {
                 (Some(m), Some(t)) => m.extend(t),
@@ -372,8 +429,8 @@ pub struct SignalLayer {
 }
 
 impl Merge for SignalLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
             hard_case_margin, low_consistency_below, device_present_min, finding_present_min, device_confounded_labels, tau,
             calibration);
     }
@@ -416,8 +473,8 @@ pub struct OutputLayer {
 }
 
 impl Merge for OutputLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; splits, rows_per_shard, row_group_rows, compression, compression_level);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; splits, rows_per_shard, row_group_rows, compression, compression_level);
     }
 }
 
@@ -430,8 +487,8 @@ pub struct CardLayer {
 }
 
 impl Merge for CardLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; templates, template, extra_sections);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; templates, template, extra_sections);
     }
 }
 
@@ -455,8 +512,8 @@ pub struct PublishLayer {
 }
 
 impl Merge for PublishLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; repo, visibility, tag, public_key);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; repo, visibility, tag, public_key);
     }
 }
 
@@ -473,8 +530,8 @@ pub struct EvaluationLayer {
 }
 
 impl Merge for EvaluationLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; gold, format, against);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; gold, format, against);
     }
 }
 
@@ -487,8 +544,8 @@ pub struct AuditLayer {
 }
 
 impl Merge for AuditLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; logit_tolerance);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; logit_tolerance);
     }
 }
 
@@ -543,7 +600,7 @@ impl GoldFormat {
 }
 
 impl Merge for super::pledge::PledgeLayer {
-    fn merge(&mut self, c: Self) {
-        merge_options!(self, c; schedule, goal_percent);
+    fn merge(&mut self, c: Self, nulls: &Nulls) {
+        merge_options!(self, c, nulls; schedule, goal_percent);
     }
 }

@@ -18,7 +18,18 @@ struct Resolver<'a> {
 impl Resolver<'_> {
     fn missing(&self, key: &str) -> SpecError {
         let chain = self.chain.iter().map(|l| l.path.display().to_string()).collect::<Vec<_>>().join(" <- ");
-        SpecError::Missing { at: locate(self.chain, key), chain }
+        let at = locate(self.chain, key);
+        if self.set_to_null(&at) {
+            return SpecError::Invalid { at, message: "is null, but the key is required: a spec can unset only optional keys".into() };
+        }
+        SpecError::Missing { at, chain }
+    }
+    /// Whether the line `at` points to sets its key to null.
+    fn set_to_null(&self, at: &super::KeyLocation) -> bool {
+        let Some(loaded) = self.chain.iter().find(|l| l.path == at.file) else { return false };
+        let line = at.line.and_then(|n| loaded.text.lines().nth(n - 1)).unwrap_or("");
+        let value = line.split_once(':').map(|(_, v)| v.split(" #").next().unwrap_or("").trim());
+        matches!(value, Some("null" | "~" | "Null" | "NULL"))
     }
     fn invalid(&self, key: &str, message: impl Into<String>) -> SpecError {
         SpecError::Invalid { at: locate(self.chain, key), message: message.into() }
@@ -85,7 +96,8 @@ fn is_version(s: &str) -> bool {
 pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String>) -> Result<ReleaseSpec, SpecError> {
     let mut merged = SpecLayer::default();
     for loaded in chain.iter().rev() {
-        merged.merge(loaded.layer.clone());
+        let nulls = null_keys(&loaded.text);
+        merged.merge(loaded.layer.clone(), &Nulls::new(&nulls));
     }
     let r = Resolver { chain };
     // In file order, so the first error reported is the first a reader meets.
