@@ -5,7 +5,7 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +63,10 @@ enum Command {
     LabelReport(cli::label_report::LabelReportArgs),
     /// The report labeler's precision and recall on the OpenI reports (see benches/labeler.sh).
     BenchLabeler(cli::bench_labeler::BenchLabelerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cli::install::CompletionsArgs),
+    /// Write the man pages: bpals-release.1 and one per command.
+    Man(cli::install::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +74,8 @@ fn main() -> ExitCode {
     bpals_release::vlm::cpu_kernels::pin();
     let result = match Cli::parse().command {
         Command::Build(a) => cli::build::run(a),
+        Command::Completions(a) => cli::install::completions(a, Cli::command()),
+        Command::Man(a) => cli::install::man(a, Cli::command()),
         Command::Infer(a) => cli::infer::run(a),
         Command::Verify(a) => cli::verify::run(a),
         Command::Sign(a) => cli::sign::run(a),

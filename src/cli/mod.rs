@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod engine;
 pub mod eval;
 pub mod infer;
+pub mod install;
 pub mod label_report;
 pub mod probe;
 pub mod publish;
