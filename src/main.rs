@@ -63,6 +63,9 @@ enum Command {
     LabelReport(cli::label_report::LabelReportArgs),
     /// The report labeler's precision and recall on the OpenI reports (see benches/labeler.sh).
     BenchLabeler(cli::bench_labeler::BenchLabelerArgs),
+    /// Download NIH ChestX-ray14's image archives (resumable), extract all or a curated list's
+    /// images, and check them against a release's images.sha256.
+    FetchNih(cli::fetch_nih::FetchNihArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cli::install::CompletionsArgs),
     /// Write the man pages: bpals-release.1 and one per command.
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
     bpals_release::vlm::cpu_kernels::pin();
     let result = match Cli::parse().command {
         Command::Build(a) => cli::build::run(a),
+        Command::FetchNih(a) => cli::fetch_nih::run(a),
         Command::Completions(a) => cli::install::completions(a, Cli::command()),
         Command::Man(a) => cli::install::man(a, Cli::command()),
         Command::Infer(a) => cli::infer::run(a),

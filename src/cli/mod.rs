@@ -15,6 +15,7 @@ pub mod diff;
 pub mod doctor;
 pub mod engine;
 pub mod eval;
+pub mod fetch_nih;
 pub mod infer;
 pub mod install;
 pub mod label_report;

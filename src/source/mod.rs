@@ -4,6 +4,7 @@
 mod bbox;
 mod csv_rows;
 mod data_entry;
+pub mod fetch;
 mod relabelled;
 mod splits;
 mod summary;
