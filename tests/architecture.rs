@@ -1,6 +1,6 @@
 //! The layering of `src/`: each top-level module imports only modules below it in the pipeline,
-//! and no two files of one module import each other (directly or round a circle). The README's
-//! architecture section says why the order is what it is.
+//! and no two files of one module import each other (directly or round a circle). The guide's
+//! architecture notes (docs/src/maintainers/architecture.md) say why the order is what it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

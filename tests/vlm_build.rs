@@ -1,6 +1,6 @@
 //! Releases built by the native engine on the embedded sample: on part of it with the tiny
 //! random-weight model (it says so, it is deterministic, its shipped logits are the engine's),
-//! and on all of it with the tiny trained model of the README's main job, which finds the
+//! and on all of it with the tiny trained model of the README's first command, which finds the
 //! sample's planted label errors.
 #![cfg(feature = "vlm")]
 
