@@ -1,6 +1,6 @@
 //! `fetch-nih` against a loopback fake of NIH's Box share serving generated tarballs, with
 //! faults: a connection dropped mid-file (resumed by a range request), a 5xx (retried), a
-//! corrupted or truncated archive (refused and removed), a missing file; then the extracted
+//! corrupted or truncated archive (refused and removed), a missing file, a full disk; then the extracted
 //! images checked against a release's images.sha256.
 
 mod common;
@@ -254,4 +254,24 @@ fn bad_arguments_and_a_missing_archive_give_clear_errors() {
     }
     let err = stderr(&fetch(&giving_up, &s.path("nih6"), &["--parts", "6"]).failure());
     assert!(err.contains("gave up after 3 retries"), "{err}");
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_leaves_nothing_marked_complete() {
+    let fake = FakeBox::start();
+    serve_parts(&fake, &[7]);
+    let s = Scratch::new();
+    let dir = s.path("nih");
+    // The archive's download file is /dev/full: every write fails with ENOSPC, as on a full disk.
+    std::fs::create_dir_all(dir.join("downloads")).unwrap();
+    std::os::unix::fs::symlink("/dev/full", dir.join("downloads/images_007.tar.gz.part")).unwrap();
+    let err = stderr(&fetch(&fake, &dir, &["--parts", "7"]).failure());
+    assert!(err.contains("images_007.tar.gz.part") && err.contains("the disk is full"), "{err}");
+    assert!(!dir.join("downloads/images_007.tar.gz").exists(), "no archive is taken as downloaded");
+    assert!(!dir.join("images/.complete-images_007").exists(), "nothing is marked complete");
+    assert_eq!(std::fs::read_dir(dir.join("images")).unwrap().count(), 0, "no image is extracted");
+    // With space again, the next run downloads and extracts it.
+    std::fs::remove_file(dir.join("downloads/images_007.tar.gz.part")).unwrap();
+    fetch(&fake, &dir, &["--parts", "7"]).success();
+    assert!(dir.join("images/.complete-images_007").is_file());
 }

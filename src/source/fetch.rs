@@ -55,7 +55,14 @@ pub enum FetchError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchError + '_ {
-    move |e| FetchError::Io { path: path.to_path_buf(), message: e.to_string() }
+    move |e| {
+        let message = if e.kind() == std::io::ErrorKind::StorageFull {
+            format!("{e}: the disk is full; free space and run again (a download resumes where it stopped, an extraction starts over)")
+        } else {
+            e.to_string()
+        };
+        FetchError::Io { path: path.to_path_buf(), message }
+    }
 }
 
 pub struct FetchOptions {
