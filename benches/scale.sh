@@ -17,13 +17,18 @@ images="${1:-112120}"
 tasks="${2:-8}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-# BENCH_PROFILE=release builds an optimized binary (a long first compile on two cores).
+# BENCH_PROFILE=release builds an optimized binary (a long first compile on two cores);
+# BENCH_BIN=PATH times a binary already built (the one `scripts/test` leaves, for example).
 profile="${BENCH_PROFILE:-debug}"
-if [ "$profile" = release ]; then cargo build --release --locked --quiet; else cargo build --locked --quiet; fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/bpals-scale.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 bin="$work/bpals-release"
-cp "${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release" "$bin"
+if [ -n "${BENCH_BIN:-}" ]; then
+  cp "$BENCH_BIN" "$bin"
+else
+  if [ "$profile" = release ]; then cargo build --release --locked --quiet; else cargo build --locked --quiet; fi
+  cp "${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release" "$bin"
+fi
 
 python3 fixtures/gen_sample.py --out "$work/nih" --images "$images" --placeholder-images >/dev/null
 # One row per label NIH asserts ("No Finding" included), as the spec's row policy takes them.

@@ -12,6 +12,8 @@
 # Each side keeps its best of three. Needs the venv of fixtures/vlm/requirements.txt:
 #
 #   VLM_VENV=/path/to/venv benches/vlm.sh
+#
+# BENCH_FAMILIES="qwen3_5" runs (a) and (b) for those families only, and skips (c) and (d).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${VLM_VENV:-${BPALS_VENV:-$root/.venv}}"
@@ -22,9 +24,15 @@ export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" LIBTORCH_USE_PYTORCH=1
 # transformers runs on the same kernels, so the ratio compares like with like.
 export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}" MKL_CBWR="${MKL_CBWR:-AVX2,STRICT}" ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}"
 # BENCH_PROFILE=debug reuses the test build (the heavy work is in libtorch either way).
+# BENCH_BIN=PATH times a binary already built (for example the one `scripts/test` left in the
+# cargo target dir) instead of building one.
 profile="${BENCH_PROFILE:-release}"
-if [ "$profile" = release ]; then cargo build --release --locked --quiet --features vlm; else cargo build --locked --quiet --features vlm; fi
-bin="${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release"
+if [ -n "${BENCH_BIN:-}" ]; then
+  bin="$BENCH_BIN"
+else
+  if [ "$profile" = release ]; then cargo build --release --locked --quiet --features vlm; else cargo build --locked --quiet --features vlm; fi
+  bin="${CARGO_TARGET_DIR:-$root/target}/$profile/bpals-release"
+fi
 
 questions=()
 for i in $(seq 1 45); do questions+=(--question "Question number $i: is there a finding of kind $i in this chest X-ray?"); done
@@ -38,7 +46,7 @@ best() { # MODEL ARGS...: best total of preprocess + vision + text over three ru
   done
   echo "$best"
 }
-for family in qwen2_vl qwen3_vl qwen3_5; do
+for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5}; do
   reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
   one="$(best "$work/$family" --question "Is there a pleural effusion in this chest X-ray?")"
   many="$(best "$work/$family" "${questions[@]}")"
@@ -52,6 +60,7 @@ print(f"  45 questions: transformers {t45:8.1f} ms, this engine {many:8.1f} ms  
 print(f"  this engine, 45 questions against 1: {many / one:.2f} (target <= 2.5)")
 PY
 done
+[ -n "${BENCH_FAMILIES:-}" ] && exit 0
 # (c) greedy decoding, batched against one at a time, both in this binary on 2 threads.
 generation="$("$bin" bench-generation --model "$work/qwen2_vl" --image "$work/qwen2_vl/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
 "$venv/bin/python" - "$generation" <<'PY'
