@@ -300,3 +300,15 @@ fn a_child_that_unsets_the_curated_list_takes_every_image() {
     let err = release_spec::load_with_env(&s.write("norelease.yaml", &yaml), |_| None).unwrap_err().to_string();
     assert!(err.contains("key `release"), "{err}");
 }
+
+#[test]
+fn every_yaml_spelling_of_null_on_a_required_key_is_named_as_null() {
+    let s = Scratch::new();
+    for (name, value) in [("word", " null"), ("tilde", " ~"), ("empty", "")] {
+        let yaml = format!("extends: {}\nrelease:\n  title:{value}\n", spec("s1a.yaml").display());
+        let path = s.write(&format!("{name}.yaml"), &yaml);
+        let err = release_spec::load_with_env(&path, |_| None).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:3", path.display())), "{name}: the child's line: {err}");
+        assert!(err.contains("key `release.title`: is null, but the key is required"), "{name}: {err}");
+    }
+}

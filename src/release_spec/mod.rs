@@ -70,6 +70,8 @@ pub struct LoadedLayer {
     pub path: PathBuf,
     pub text: String,
     pub layer: layer::SpecLayer,
+    /// The dotted keys this file sets to null: what it unsets of its parents' values.
+    pub nulls: std::collections::BTreeSet<String>,
 }
 
 /// Reads the chain of spec files starting at `path`, child first.
@@ -89,7 +91,8 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
             let dir = path.parent().unwrap_or(Path::new("."));
             next = Some(dir.join(parent));
         }
-        chain.push(LoadedLayer { path, text, layer });
+        let nulls = layer::null_keys(&text);
+        chain.push(LoadedLayer { path, text, layer, nulls });
     }
     Ok(chain)
 }

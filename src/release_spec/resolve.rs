@@ -24,12 +24,9 @@ impl Resolver<'_> {
         }
         SpecError::Missing { at, chain }
     }
-    /// Whether the line `at` points to sets its key to null.
+    /// Whether the file `at` points to sets its key to null.
     fn set_to_null(&self, at: &super::KeyLocation) -> bool {
-        let Some(loaded) = self.chain.iter().find(|l| l.path == at.file) else { return false };
-        let line = at.line.and_then(|n| loaded.text.lines().nth(n - 1)).unwrap_or("");
-        let value = line.split_once(':').map(|(_, v)| v.split(" #").next().unwrap_or("").trim());
-        matches!(value, Some("null" | "~" | "Null" | "NULL"))
+        self.chain.iter().find(|l| l.path == at.file).is_some_and(|l| l.nulls.contains(&at.key))
     }
     fn invalid(&self, key: &str, message: impl Into<String>) -> SpecError {
         SpecError::Invalid { at: locate(self.chain, key), message: message.into() }
@@ -96,8 +93,7 @@ fn is_version(s: &str) -> bool {
 pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String>) -> Result<ReleaseSpec, SpecError> {
     let mut merged = SpecLayer::default();
     for loaded in chain.iter().rev() {
-        let nulls = null_keys(&loaded.text);
-        merged.merge(loaded.layer.clone(), &Nulls::new(&nulls));
+        merged.merge(loaded.layer.clone(), &Nulls::new(&loaded.nulls));
     }
     let r = Resolver { chain };
     // In file order, so the first error reported is the first a reader meets.

@@ -33,8 +33,7 @@ pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
         let mut additions = Vec::new();
         for loaded in chain.iter().rev() {
             if let Some(r) = loaded.layer.release.clone() {
-                let nulls = super::layer::null_keys(&loaded.text);
-                release.merge(r, &super::layer::Nulls::new(&nulls).section("release"));
+                release.merge(r, &super::layer::Nulls::new(&loaded.nulls).section("release"));
             }
             if let Some(a) = &loaded.layer.additions {
                 additions.clone_from(a);
