@@ -62,12 +62,8 @@ fn sessions(page: &Path) -> Vec<Vec<Example>> {
 
 /// The book's pages in SUMMARY.md's order.
 fn book_pages() -> Vec<PathBuf> {
-    let docs = repo().join("docs/src");
-    let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).unwrap();
-    summary
-        .lines()
-        .filter_map(|l| l.split_once("](").and_then(|(_, rest)| rest.split_once(')')).map(|(target, _)| docs.join(target)))
-        .collect()
+    let summary = std::fs::read_to_string(docs_src().join("SUMMARY.md")).unwrap();
+    links(&summary).iter().map(|target| docs_src().join(target)).collect()
 }
 
 #[test]

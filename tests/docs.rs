@@ -10,35 +10,8 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
-fn docs() -> PathBuf {
-    repo().join("docs/src")
-}
-
 fn pages() -> Vec<PathBuf> {
-    files_under(&docs()).into_iter().filter(|p| p.extension().is_some_and(|x| x == "md")).collect()
-}
-
-/// `[text](target)` links in Markdown, outside code blocks.
-fn links(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(i) = rest.find("](") {
-            let after = &rest[i + 2..];
-            let Some(end) = after.find(')') else { break };
-            out.push(after[..end].to_string());
-            rest = &after[end..];
-        }
-    }
-    out
+    files_under(&docs_src()).into_iter().filter(|p| p.extension().is_some_and(|x| x == "md")).collect()
 }
 
 /// mdBook's anchor for a heading: lowercase, spaces to dashes, punctuation dropped.
@@ -77,8 +50,8 @@ fn check_links(file: &Path, problems: &mut Vec<String>) {
 
 #[test]
 fn every_page_is_in_the_summary_and_every_link_resolves() {
-    let summary = std::fs::read_to_string(docs().join("SUMMARY.md")).unwrap();
-    let listed: BTreeSet<PathBuf> = links(&summary).iter().map(|l| docs().join(l)).collect();
+    let summary = std::fs::read_to_string(docs_src().join("SUMMARY.md")).unwrap();
+    let listed: BTreeSet<PathBuf> = links(&summary).iter().map(|l| docs_src().join(l)).collect();
     let mut problems = Vec::new();
     for page in pages() {
         if page.file_name().unwrap() != "SUMMARY.md" && !listed.contains(&page) {
@@ -110,7 +83,7 @@ fn accepted_keys(yaml: &str) -> Vec<String> {
 
 #[test]
 fn every_spec_key_is_in_the_spec_reference() {
-    let reference = std::fs::read_to_string(docs().join("reference/spec.md")).unwrap();
+    let reference = std::fs::read_to_string(docs_src().join("reference/spec.md")).unwrap();
     let sections = accepted_keys("zz_unknown_section: 1\n");
     assert!(sections.len() >= 12, "{sections:?}");
     let mut undocumented = Vec::new();

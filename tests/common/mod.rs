@@ -16,6 +16,34 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The guide's sources (an mdBook).
+pub fn docs_src() -> PathBuf {
+    repo().join("docs/src")
+}
+
+/// `[text](target)` links in Markdown, outside code blocks.
+pub fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
 pub fn spec(name: &str) -> PathBuf {
     repo().join("specs").join(name)
 }
