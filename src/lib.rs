@@ -11,7 +11,7 @@
 //!    provenance, the Hub client.
 //! 4. The stages, in order: [`source`] (NIH ingest) -> [`select`] -> [`infer`] (scores and
 //!    and answers, cached) -> [`signal`] -> [`diagnose`] (S2: location and signs) -> [`trial`]
-//!    -> [`eval`] -> [`shard`] (Parquet) -> [`card`].
+//!    -> [`eval`] -> [`review`] (expert review plans and answers) -> [`shard`] (Parquet) -> [`card`].
 //! 5. [`inputs`] resolves the files a spec names (calibration, gold labels, the embedded sample's
 //!    pins, the model directory); [`pipeline`] wires the stages into `build`, `build --dry-run`
 //!    and `infer`.
@@ -39,6 +39,7 @@ pub mod publish;
 pub mod reason;
 pub mod release_spec;
 pub mod reports;
+pub mod review;
 pub mod select;
 pub mod shard;
 pub mod signal;

@@ -50,6 +50,8 @@ enum Command {
     Curate(cli::curate::CurateArgs),
     /// Evaluate a release against expert labels: JSON on stdout, optionally a Markdown section.
     Eval(cli::eval::EvalArgs),
+    /// Expert review of the doubted rows: plan it, export it to Label Studio, import the answers.
+    Review(cli::review::ReviewArgs),
     /// Fit per-label calibration of a release's confidence on expert labels; a spec can name the file.
     Calibrate(cli::calibrate::CalibrateArgs),
     /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
         Command::Curate(a) => cli::curate::run(a),
         Command::Eval(a) => cli::eval::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
+        Command::Review(a) => cli::review::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::BenchGeneration(a) => cli::bench_generation::run(a),
         Command::BenchScoring(a) => cli::bench_scoring::run(a),

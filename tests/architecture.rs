@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 27] = [
+const LAYERS: [&str; 28] = [
     "vocab",
     "hashing",
     "vlm",
@@ -24,6 +24,7 @@ const LAYERS: [&str; 27] = [
     "paraphrase",
     "trial",
     "eval",
+    "review",
     "shard",
     "card",
     "inputs",

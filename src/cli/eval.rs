@@ -38,6 +38,10 @@ pub struct EvalArgs {
     /// A calibration file to report ECE and Brier after (see `calibrate`).
     #[arg(long)]
     calibration: Option<PathBuf>,
+    /// The review plan the gold answers (see `review plan`): adds the label errors found per 100
+    /// reviews in the rows the signal chose against the plan's random control.
+    #[arg(long, requires = "gold")]
+    review_plan: Option<PathBuf>,
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
@@ -52,7 +56,19 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let gold = eval::gold::read(gold_path, args.format.into())?;
     let options = eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
     let calibration = args.calibration.as_deref().map(bpals_release::signal::calibration::Calibration::read).transpose()?;
-    let report = eval::evaluate(&args.dir, gold_path, &gold, &options, calibration.as_ref())?;
+    let mut report = eval::evaluate(&args.dir, gold_path, &gold, &options, calibration.as_ref())?;
+    if let Some(plan_path) = &args.review_plan {
+        let (plan, _) = bpals_release::review::ReviewPlan::read(plan_path)?;
+        let (_, rows) = eval::read_release_split(&args.dir, Some(&report.split))?;
+        let file = plan_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let planned = plan.planned();
+        eval::add_review(
+            &mut report,
+            &rows,
+            &gold,
+            &eval::ReviewInput { plan_file: &file, release_id: &plan.release_id, split: &plan.split, rows: &planned },
+        )?;
+    }
     let mut markdown = eval::to_markdown(&report);
     let mut json = serde_json::to_value(&report)?;
     if let Some(location) = &location {

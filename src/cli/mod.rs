@@ -22,6 +22,7 @@ pub mod label_report;
 pub mod probe;
 pub mod publish;
 pub mod rebuild;
+pub mod review;
 pub mod sign;
 pub mod source;
 pub mod verify;

@@ -10,6 +10,8 @@ pub enum EvalError {
     Release(#[from] ManifestError),
     #[error("{}: the manifest lists no pair shards (data/full-* or data/trial-*)", dir.display())]
     NoPairShards { dir: PathBuf },
+    #[error("{}: the release has no `{split}` split (it has: {present})", dir.display())]
+    NoSplit { dir: PathBuf, split: String, present: String },
     #[error("cannot read {}", path.display())]
     Io {
         path: PathBuf,
@@ -44,6 +46,8 @@ pub enum EvalError {
         #[source]
         source: crate::source::SourceError,
     },
+    #[error("review plan {plan}: {message}")]
+    ReviewPlan { plan: String, message: String },
     #[error("no gold judgement in {gold} matches a row of release {release}")]
     NoMatch { gold: String, release: String },
 }

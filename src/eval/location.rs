@@ -144,7 +144,7 @@ pub fn evaluate(
 
 /// S2: the rows with a grounding answer, as the location evaluation reads them.
 fn read_located(dir: &Path) -> Result<Vec<LocatedRow>, EvalError> {
-    let (_, files) = release_rows::pair_files(dir)?;
+    let (_, files) = release_rows::pair_files(dir, None)?;
     let mut rows = Vec::new();
     release_rows::batches(dir, &files, |path, batch| {
         let column = |name: &str| release_rows::column(path, batch, name);

@@ -9,6 +9,7 @@ pub mod location;
 pub mod metrics;
 mod release_rows;
 mod report;
+mod review_lift;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,8 +18,9 @@ use serde::Serialize;
 
 pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
-pub use release_rows::{read as read_release_rows, ReleaseRow};
+pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
 pub use report::to_markdown;
+pub use review_lift::{review_lift, ArmYield, PlannedReview, ReviewArm, ReviewLift};
 
 use crate::signal::calibration;
 use crate::vocab::TrustClass;
@@ -103,6 +105,10 @@ pub struct EvalReport {
     /// Confidence against gold, pooled over labels.
     pub calibration: Calibration,
     pub strata: BTreeMap<String, StratumMetrics>,
+    /// What an expert review planned by `review plan` found, per arm (`eval --review-plan`, or
+    /// the spec's `evaluation.review_plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewLift>,
 }
 
 /// How much of the release the gold judges, in images.
@@ -268,7 +274,47 @@ pub fn evaluate_rows(
             }),
         },
         strata,
+        review: None,
     })
+}
+
+/// A review plan's rows, as [`add_review`] needs them.
+pub struct ReviewInput<'a> {
+    /// The plan's file name, for the report.
+    pub plan_file: &'a str,
+    /// The release and split the plan was made from.
+    pub release_id: &'a str,
+    pub split: &'a str,
+    pub rows: &'a [PlannedReview],
+}
+
+/// Adds to `report` the yield of the review `plan` describes, judged by `gold`. `rows` are the
+/// evaluated split's rows; every planned row must be one of them.
+pub fn add_review(report: &mut EvalReport, rows: &[ReleaseRow], gold: &GoldSet, plan: &ReviewInput<'_>) -> Result<(), EvalError> {
+    if plan.release_id != report.release_id {
+        return Err(EvalError::ReviewPlan {
+            plan: plan.plan_file.to_string(),
+            message: format!("it was made for release {}, not {}", plan.release_id, report.release_id),
+        });
+    }
+    if plan.split != report.split {
+        return Err(EvalError::ReviewPlan {
+            plan: plan.plan_file.to_string(),
+            message: format!("it was made from the `{}` split, the evaluation reads the `{}` split", plan.split, report.split),
+        });
+    }
+    let known: std::collections::BTreeSet<(&str, &str)> = rows.iter().map(|r| (r.image_index.as_str(), r.label.as_str())).collect();
+    if let Some(missing) = plan.rows.iter().find(|p| !known.contains(&(p.image_index.as_str(), p.label.as_str()))) {
+        return Err(EvalError::ReviewPlan {
+            plan: plan.plan_file.to_string(),
+            message: format!(
+                "row ({}, {}) is not in the `{}` split of release {}: the plan was made for another release",
+                missing.image_index, missing.label, report.split, report.release_id
+            ),
+        });
+    }
+    report.review = Some(review_lift(rows, &gold.labels, plan.rows, plan.plan_file, &report.options));
+    Ok(())
 }
 
 /// One derived row per image and composite gold label, when the release holds a row for every
@@ -298,6 +344,7 @@ fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
                 devices_present: members[0].devices_present,
                 // A composite has no class or questions of its own.
                 trust_class: String::new(),
+                flags: Vec::new(),
                 logit_yes: Vec::new(),
                 logit_no: Vec::new(),
             });

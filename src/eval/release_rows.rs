@@ -21,13 +21,16 @@ pub struct ReleaseRow {
     pub view_position: String,
     pub devices_present: bool,
     pub trust_class: String,
+    /// The row's flags (`hard_case`, `support_device_confounder`, ...), as shipped.
+    pub flags: Vec<String>,
     /// The label questions' raw logits, as shipped.
     pub logit_yes: Vec<f32>,
     pub logit_no: Vec<f32>,
 }
 
-/// The pair shards of the `full` split if the release has one, else of its `trial` split.
-pub(super) fn pair_files(dir: &Path) -> Result<(&'static str, Vec<String>), EvalError> {
+/// The pair shards of `split`, or by default of the `full` split if the release has one, else
+/// of its `trial` split.
+pub(super) fn pair_files(dir: &Path, split: Option<&str>) -> Result<(String, Vec<String>), EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let pairs = |split: &str| -> Vec<String> {
         manifest
@@ -37,6 +40,15 @@ pub(super) fn pair_files(dir: &Path) -> Result<(&'static str, Vec<String>), Eval
             .filter(|p| p.starts_with(&format!("data/{split}-")) && p.ends_with(".parquet"))
             .collect()
     };
+    if let Some(split) = split {
+        let files = pairs(split);
+        if files.is_empty() {
+            let has = |s: &str| !pairs(s).is_empty();
+            let present: Vec<&str> = ["full", "trial"].into_iter().filter(|s| has(s)).collect();
+            return Err(EvalError::NoSplit { dir: dir.to_path_buf(), split: split.to_string(), present: present.join(", ") });
+        }
+        return Ok((split.to_string(), files));
+    }
     let (split, files) = match pairs("full") {
         f if !f.is_empty() => ("full", f),
         _ => ("trial", pairs("trial")),
@@ -44,7 +56,7 @@ pub(super) fn pair_files(dir: &Path) -> Result<(&'static str, Vec<String>), Eval
     if files.is_empty() {
         return Err(EvalError::NoPairShards { dir: dir.to_path_buf() });
     }
-    Ok((split, files))
+    Ok((split.to_string(), files))
 }
 
 /// Every record batch of the chosen split's pair shards, in file order.
@@ -71,7 +83,12 @@ pub(super) fn column(path: &Path, batch: &arrow_array::RecordBatch, name: &str) 
 
 /// Every row of the pair table's `full` split if the release has one, else its `trial` split.
 pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
-    let (split, files) = pair_files(dir)?;
+    read_split(dir, None)
+}
+
+/// Every row of the pair table's `split` (the default as [`read`] when `None`).
+pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<ReleaseRow>), EvalError> {
+    let (split, files) = pair_files(dir, split)?;
     let mut rows = Vec::new();
     batches(dir, &files, |path, batch| {
         let column = |name: &str| column(path, batch, name);
@@ -83,6 +100,8 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
         let views = column("view_position")?;
         let devices = column("support_devices")?;
         let classes = column("trust_class")?;
+        let flags = column("flags")?;
+        let flags = flags.as_list::<i32>();
         let (yes, no) = (column("question_logit_yes")?, column("question_logit_no")?);
         let (classes, yes, no) = (classes.as_string::<i32>(), yes.as_list::<i32>(), no.as_list::<i32>());
         let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
@@ -98,13 +117,14 @@ pub fn read(dir: &Path) -> Result<(String, Vec<ReleaseRow>), EvalError> {
                 view_position: views.value(i).to_string(),
                 devices_present: !devices.value(i).is_empty(),
                 trust_class: classes.value(i).to_string(),
+                flags: flags.value(i).as_string::<i32>().iter().flatten().map(str::to_string).collect(),
                 logit_yes: floats(&yes.value(i)),
                 logit_no: floats(&no.value(i)),
             });
         }
         Ok(())
     })?;
-    Ok((split.to_string(), rows))
+    Ok((split, rows))
 }
 
 fn floats(list: &arrow_array::ArrayRef) -> Vec<f32> {

@@ -1,6 +1,6 @@
 //! The Markdown section an evaluation adds to a card.
 
-use super::EvalReport;
+use super::{ArmYield, EvalReport, ReviewLift};
 
 fn num(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |v| format!("{v:.3}"))
@@ -75,6 +75,40 @@ pub fn to_markdown(r: &EvalReport) -> String {
     for (name, s) in &r.strata {
         md.push_str(&format!("| {name} | {} | {} | {} |\n", s.n, num(s.auroc), num(s.mislabel.ap)));
     }
+    if let Some(review) = &r.review {
+        md.push_str(&review_section(review));
+    }
+    md
+}
+
+/// What the expert review found in the rows the signal chose, against random rows.
+fn review_section(r: &ReviewLift) -> String {
+    let per_100 = |a: &ArmYield| {
+        let ci = a.errors_per_100_ci95.map_or(String::new(), |(lo, hi)| format!(" [{lo:.1}, {hi:.1}]"));
+        a.errors_per_100.map_or("n/a".into(), |v| format!("{v:.1}{ci}"))
+    };
+    let times = |v: Option<f64>, ci: Option<(f64, Option<f64>)>| {
+        let ci = ci.map_or(String::new(), |(lo, hi)| format!(" [{lo:.1}, {}]", hi.map_or("unbounded".into(), |hi| format!("{hi:.1}"))));
+        v.map_or("not measured (no error among the rows compared against)".into(), |v| format!("{v:.1}x{ci}"))
+    };
+    let mut md = format!(
+        "\n**Expert review** of the rows in review plan `{}`: label errors found per 100 reviews, in the rows the \
+         signal chose and in the rows drawn at random as the plan's control.\n\n\
+         | rows | planned | reviewed | label errors | per 100 reviews [95% CI] |\n|---|---:|---:|---:|---|\n",
+        r.plan_file
+    );
+    let mut line =
+        |name: &str, a: &ArmYield| md.push_str(&format!("| {name} | {} | {} | {} | {} |\n", a.planned, a.reviewed, a.errors, per_100(a)));
+    line("chosen by the signal", &r.targeted);
+    line("random control", &r.control);
+    if let Some(split) = &r.split {
+        line("every judged row of the split", split);
+    }
+    md.push_str(&format!("\nRelabel efficiency (chosen against random): {} against the control", times(r.lift, r.lift_ci95)));
+    if r.split.is_some() {
+        md.push_str(&format!(", {} against every judged row of the split", times(r.lift_over_split, r.lift_over_split_ci95)));
+    }
+    md.push_str(". Each arm is resampled on its own for the intervals.\n");
     md
 }
 

@@ -76,6 +76,19 @@ pub struct Evaluation {
     pub sha256: String,
     #[serde(skip)]
     pub gold: GoldSet,
+    /// The review plan whose answers the gold holds (`evaluation.review_plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review_plan: Option<ReviewPlanRef>,
+}
+
+/// A review plan the spec names, read and digested.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReviewPlanRef {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub sha256: String,
+    #[serde(skip)]
+    pub plan: crate::review::ReviewPlan,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +116,12 @@ pub enum InputsError {
         path: PathBuf,
         #[source]
         source: serde_json::Error,
+    },
+    #[error("{at}: cannot use the review plan")]
+    ReviewPlan {
+        at: KeyLocation,
+        #[source]
+        source: crate::review::ReviewError,
     },
     #[error("{at}: cannot use the gold labels")]
     Gold {
@@ -239,7 +258,8 @@ fn read_gold(spec: &ReleaseSpec, e: &EvaluationSpec) -> Result<Evaluation, Input
 /// against it unless the spec names gold labels of its own.
 fn read_sample_truth(spec: &ReleaseSpec, file: &str) -> Result<Evaluation, InputsError> {
     let path = spec.source.root.join(file);
-    let truth = EvaluationSpec { gold_file: file.to_string(), format: GoldFormat::Generic, against: SAMPLE_TRUTH.to_string() };
+    let truth =
+        EvaluationSpec { gold_file: file.to_string(), format: GoldFormat::Generic, against: SAMPLE_TRUTH.to_string(), review_plan: None };
     read_evaluation(spec, "source.root", &path, truth)
 }
 
@@ -247,7 +267,17 @@ fn read_sample_truth(spec: &ReleaseSpec, file: &str) -> Result<Evaluation, Input
 fn read_evaluation(spec: &ReleaseSpec, key: &str, path: &Path, e: EvaluationSpec) -> Result<Evaluation, InputsError> {
     let bytes = std::fs::read(path).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
     let gold = crate::eval::gold::read(path, e.format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
-    Ok(Evaluation { gold_file: e.gold_file, format: e.format, against: e.against, sha256: sha256_hex(&bytes), gold })
+    let review_plan = match &e.review_plan {
+        None => None,
+        Some(file) => {
+            let key = "evaluation.review_plan";
+            let path = spec.base_dir(key).join(file);
+            let (plan, sha256) =
+                crate::review::ReviewPlan::read(&path).map_err(|source| InputsError::ReviewPlan { at: spec.locate(key), source })?;
+            Some(ReviewPlanRef { file: file.clone(), sha256, plan })
+        }
+    };
+    Ok(Evaluation { gold_file: e.gold_file, format: e.format, against: e.against, sha256: sha256_hex(&bytes), gold, review_plan })
 }
 
 /// How a card names the embedded sample's truth.

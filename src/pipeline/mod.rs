@@ -364,11 +364,11 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let evaluation = match &spec.gold {
         None => None,
         Some(e) => {
-            let (split, rows) = (main_split, &main_rows);
+            let (split, rows) = (main_split, table_rows.release_rows(&main_rows));
             let mut report = crate::eval::evaluate_rows(
                 &spec.release.id,
                 split.name(),
-                &table_rows.release_rows(rows),
+                &rows,
                 &e.gold_file,
                 &e.gold,
                 &crate::eval::EvalOptions::default(),
@@ -376,6 +376,14 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
             )
             .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
             report.against = e.against.clone();
+            if let Some(r) = &e.review_plan {
+                let planned = r.plan.planned();
+                let file = Path::new(&r.file).file_name().map_or(r.file.clone(), |n| n.to_string_lossy().into_owned());
+                let review =
+                    crate::eval::ReviewInput { plan_file: &file, release_id: &r.plan.release_id, split: &r.plan.split, rows: &planned };
+                crate::eval::add_review(&mut report, &rows, &e.gold, &review)
+                    .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
+            }
             write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;
             log(&format!("eval: {} gold judgements matched on the {} split", report.matched, report.split));
             Some(crate::eval::to_markdown(&report))

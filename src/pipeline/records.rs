@@ -157,6 +157,7 @@ impl<'a> RecordTable<'a> {
                     view_position: image.view_position.clone(),
                     devices_present: !self.signal.devices[row.image].is_empty(),
                     trust_class: self.signal.pairs[i].trust_class.name().to_string(),
+                    flags: self.signal.pairs[i].flags.iter().map(|f| f.to_string()).collect(),
                     logit_yes: questions.iter().map(|&q| scores[q].logit_yes).collect(),
                     logit_no: questions.iter().map(|&q| scores[q].logit_no).collect(),
                 }

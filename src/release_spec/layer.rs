@@ -527,11 +527,14 @@ pub struct EvaluationLayer {
     /// What the gold file is, as the card's evaluation heading names it ("expert labels" by
     /// default; the sample's spec says "the synthetic sample's planted truth").
     pub against: Option<String>,
+    /// The review plan (`review plan`) whose answers the gold holds: the card then reports the
+    /// errors found per 100 reviews in the rows the signal chose against the random control.
+    pub review_plan: Option<String>,
 }
 
 impl Merge for EvaluationLayer {
     fn merge(&mut self, c: Self, nulls: &Nulls) {
-        merge_options!(self, c, nulls; gold, format, against);
+        merge_options!(self, c, nulls; gold, format, against, review_plan);
     }
 }
 

@@ -107,13 +107,22 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
     let evaluation = match merged.evaluation {
-        Some(EvaluationLayer { gold: Some(gold_file), format, against }) => Some(EvaluationSpec {
+        Some(EvaluationLayer { gold: Some(gold_file), format, against, review_plan }) => Some(EvaluationSpec {
             gold_file,
             format: format.unwrap_or_default(),
             against: against.unwrap_or_else(|| EXPERT_LABELS.to_string()),
+            review_plan,
         }),
-        Some(EvaluationLayer { gold: None, format, against }) if format.is_some() || against.is_some() => {
-            let key = if format.is_some() { "evaluation.format" } else { "evaluation.against" };
+        Some(EvaluationLayer { gold: None, format, against, review_plan })
+            if format.is_some() || against.is_some() || review_plan.is_some() =>
+        {
+            let key = if format.is_some() {
+                "evaluation.format"
+            } else if against.is_some() {
+                "evaluation.against"
+            } else {
+                "evaluation.review_plan"
+            };
             return Err(r.invalid(key, "is set but evaluation.gold names no gold file"));
         }
         _ => None,

@@ -260,6 +260,9 @@ pub struct EvaluationSpec {
     pub format: GoldFormat,
     /// What the gold is, for the card's heading ("expert labels").
     pub against: String,
+    /// The review plan whose answers the gold holds, as the spec wrote its path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review_plan: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

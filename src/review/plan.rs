@@ -1,0 +1,302 @@
+//! `review plan`: which (image, label) rows of a release to send to expert review, and why.
+//!
+//! The rule, in order:
+//! 1. **Control.** `round(budget x control_share)` rows are drawn uniformly at random from the
+//!    whole split (a seeded hash order, so the draw does not depend on row order). They estimate
+//!    what random review would find, which is what the lift is measured against.
+//! 2. **Targeted.** The rest of the budget comes from the remaining rows, by tier:
+//!    `likely_mislabeled`, then `suspect`, then `review` rows flagged as a support-device
+//!    confounder, then the other `review` rows, then `trusted`. Within a tier the labels take
+//!    turns: each label's most doubted row (lowest agreement with the NIH label) comes before any
+//!    label's second, so a common finding cannot starve a rare one. Within a turn, more doubt
+//!    first.
+//!
+//! The signal's doubt (1 - agreement) is its estimate of the chance the NIH label is wrong, so
+//! taking rows in this order maximises the errors a review can expect to find, up to the turns
+//! taken for coverage.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::ReviewError;
+use crate::eval::{PlannedReview, ReleaseRow, ReviewArm};
+use crate::hashing::{sha256_hex, stable_u64};
+use crate::signal::FLAG_DEVICE_CONFOUNDER;
+use crate::vocab::TrustClass;
+
+pub const PLAN_FORMAT: &str = "bpals-review-plan/1";
+
+/// The rule as the plan file states it.
+pub const RULE: &str = "control: round(budget x control_share) rows drawn at random from the split (seeded); \
+targeted: the rest by tier (likely_mislabeled, suspect, review with a support-device confounder, review, trusted), \
+labels taking turns within a tier (each label's most doubted row before any label's next), most doubt first within a turn";
+
+/// How many rows to review: a count, or a share of the split's rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Budget {
+    Rows(usize),
+    Percent(f64),
+}
+
+impl Budget {
+    /// `78` or `10%`.
+    pub fn parse(text: &str) -> Result<Budget, String> {
+        let text = text.trim();
+        if let Some(p) = text.strip_suffix('%') {
+            match p.trim().parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Percent(p)),
+                _ => Err(format!("{text:?}: a share must be above 0% and at most 100%")),
+            }
+        } else {
+            match text.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Budget::Rows(n)),
+                _ => Err(format!("{text:?}: expected a number of rows (at least 1) or a share such as 10%")),
+            }
+        }
+    }
+
+    pub fn rows(self, split_rows: usize) -> usize {
+        match self {
+            Budget::Rows(n) => n,
+            Budget::Percent(p) => ((split_rows as f64 * p / 100.0).round() as usize).max(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub budget: Budget,
+    /// The split to plan over [default: `full` if the release has one, else `trial`].
+    pub split: Option<String>,
+    pub seed: u64,
+    /// Share of the budget drawn at random as the control.
+    pub control_share: f64,
+}
+
+pub const DEFAULT_CONTROL_SHARE: f64 = 0.2;
+
+/// A review plan, as `plan.json` holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewPlan {
+    pub format: String,
+    pub release_id: String,
+    pub release_version: String,
+    /// SHA-256 of the release's `manifest.json`: the plan belongs to exactly those files.
+    pub release_manifest_sha256: String,
+    pub split: String,
+    pub split_rows: usize,
+    pub budget: usize,
+    pub control_share: f64,
+    pub seed: u64,
+    pub rule: String,
+    pub summary: PlanSummary,
+    /// Ordered by image, then label: a reviewer sees each image once, with all its rows.
+    pub rows: Vec<PlanRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSummary {
+    pub images: usize,
+    pub targeted: usize,
+    pub control: usize,
+    /// Targeted rows per tier.
+    pub by_tier: BTreeMap<String, usize>,
+    pub by_label: BTreeMap<String, usize>,
+}
+
+/// One row to review.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRow {
+    pub image_index: String,
+    pub label: String,
+    pub nih_label: bool,
+    pub arm: ReviewArm,
+    /// The targeted rows' order of choice, from 1; none for the control.
+    pub priority: Option<usize>,
+    pub trust_class: String,
+    pub confidence: f64,
+    pub agreement: f64,
+    pub flags: Vec<String>,
+    /// Why the row was chosen, in words.
+    pub reason: String,
+}
+
+/// The tiers targeted rows are taken from, in order.
+const TIERS: [&str; 5] = ["likely_mislabeled", "suspect", "review_device_confounder", "review", "trusted"];
+
+fn tier(row: &ReleaseRow) -> usize {
+    match TrustClass::parse(&row.trust_class) {
+        Some(TrustClass::LikelyMislabeled) => 0,
+        Some(TrustClass::Suspect) => 1,
+        Some(TrustClass::Review) if row.flags.iter().any(|f| f == FLAG_DEVICE_CONFOUNDER) => 2,
+        Some(TrustClass::Review) => 3,
+        _ => 4,
+    }
+}
+
+/// Plans a review of `rows`, the `split` of the release whose manifest is `manifest_bytes`.
+pub fn plan(
+    manifest: &crate::manifest::Manifest,
+    manifest_bytes: &[u8],
+    split: &str,
+    rows: &[ReleaseRow],
+    o: &PlanOptions,
+) -> Result<ReviewPlan, ReviewError> {
+    let budget = o.budget.rows(rows.len());
+    if budget > rows.len() {
+        return Err(ReviewError::Budget { budget, split: split.to_string(), rows: rows.len() });
+    }
+    if !(0.0..=1.0).contains(&o.control_share) {
+        return Err(ReviewError::ControlShare(o.control_share));
+    }
+    let seed = o.seed.to_string();
+    let key = |r: &ReleaseRow| stable_u64(&[&seed, &r.image_index, &r.label]);
+    let control_n = (budget as f64 * o.control_share).round() as usize;
+
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| (key(&rows[i]), i));
+    let control: Vec<usize> = order[..control_n].to_vec();
+    let is_control: std::collections::BTreeSet<usize> = control.iter().copied().collect();
+
+    // Targeted: per (tier, label) queues, most doubt first; then labels take turns per tier.
+    let mut queues: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+    for i in (0..rows.len()).filter(|i| !is_control.contains(i)) {
+        queues.entry((tier(&rows[i]), rows[i].label.as_str())).or_default().push(i);
+    }
+    let doubt_order = |a: &usize, b: &usize| rows[*a].agreement.total_cmp(&rows[*b].agreement).then(key(&rows[*a]).cmp(&key(&rows[*b])));
+    let mut ranked: Vec<(usize, usize, usize)> = Vec::new(); // (tier, turn, row)
+    for ((t, _), queue) in queues.iter_mut() {
+        queue.sort_by(doubt_order);
+        ranked.extend(queue.iter().enumerate().map(|(turn, &i)| (*t, turn, i)));
+    }
+    ranked.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(doubt_order(&a.2, &b.2)));
+    let targeted: Vec<usize> = ranked.iter().take(budget - control_n).map(|&(_, _, i)| i).collect();
+
+    let mut out: Vec<PlanRow> = Vec::with_capacity(budget);
+    let mut summary =
+        PlanSummary { images: 0, targeted: targeted.len(), control: control.len(), by_tier: BTreeMap::new(), by_label: BTreeMap::new() };
+    for (priority, &i) in targeted.iter().enumerate() {
+        *summary.by_tier.entry(TIERS[tier(&rows[i])].to_string()).or_default() += 1;
+        out.push(plan_row(&rows[i], ReviewArm::Targeted, Some(priority + 1), targeted_reason(&rows[i])));
+    }
+    for &i in &control {
+        out.push(plan_row(&rows[i], ReviewArm::Control, None, format!("control: drawn at random (seed {})", o.seed)));
+    }
+    out.sort_by(|a, b| (&a.image_index, &a.label).cmp(&(&b.image_index, &b.label)));
+    for row in &out {
+        *summary.by_label.entry(row.label.clone()).or_default() += 1;
+    }
+    summary.images = out.iter().map(|r| &r.image_index).collect::<std::collections::BTreeSet<_>>().len();
+    Ok(ReviewPlan {
+        format: PLAN_FORMAT.to_string(),
+        release_id: manifest.release_id.clone(),
+        release_version: manifest.version.clone(),
+        release_manifest_sha256: sha256_hex(manifest_bytes),
+        split: split.to_string(),
+        split_rows: rows.len(),
+        budget,
+        control_share: o.control_share,
+        seed: o.seed,
+        rule: RULE.to_string(),
+        summary,
+        rows: out,
+    })
+}
+
+fn plan_row(r: &ReleaseRow, arm: ReviewArm, priority: Option<usize>, reason: String) -> PlanRow {
+    PlanRow {
+        image_index: r.image_index.clone(),
+        label: r.label.clone(),
+        nih_label: r.nih_label,
+        arm,
+        priority,
+        trust_class: r.trust_class.clone(),
+        confidence: r.confidence,
+        agreement: r.agreement,
+        flags: r.flags.clone(),
+        reason,
+    }
+}
+
+fn targeted_reason(r: &ReleaseRow) -> String {
+    let mut reason = format!("{} (agreement with the NIH label {:.3})", r.trust_class, r.agreement);
+    if r.flags.iter().any(|f| f == FLAG_DEVICE_CONFOUNDER) {
+        reason.push_str("; a support device is present on a finding it is easily mistaken for");
+    }
+    reason
+}
+
+impl ReviewPlan {
+    /// The plan's rows as evaluation needs them.
+    pub fn planned(&self) -> Vec<PlannedReview> {
+        self.rows.iter().map(|r| PlannedReview { image_index: r.image_index.clone(), label: r.label.clone(), arm: r.arm }).collect()
+    }
+
+    /// Reads a plan written by `review plan`.
+    pub fn read(path: &Path) -> Result<(ReviewPlan, String), ReviewError> {
+        let bytes = std::fs::read(path).map_err(|source| ReviewError::Io { path: path.into(), source })?;
+        let plan: ReviewPlan = serde_json::from_slice(&bytes).map_err(|e| ReviewError::Json {
+            path: path.into(),
+            message: format!("line {}, column {}: {e} (expected a plan written by `bpals-release review plan`)", e.line(), e.column()),
+        })?;
+        if plan.format != PLAN_FORMAT {
+            return Err(ReviewError::Json { path: path.into(), message: format!("format {:?}, expected {PLAN_FORMAT:?}", plan.format) });
+        }
+        Ok((plan, sha256_hex(&bytes)))
+    }
+
+    /// Checks the plan was made for the release whose manifest is `manifest_bytes`.
+    pub fn check_release(&self, plan_path: &Path, release_dir: &Path, manifest_bytes: &[u8]) -> Result<(), ReviewError> {
+        let digest = sha256_hex(manifest_bytes);
+        if digest != self.release_manifest_sha256 {
+            return Err(ReviewError::OtherRelease {
+                plan: plan_path.into(),
+                planned_for: format!("{} {} (manifest {})", self.release_id, self.release_version, &self.release_manifest_sha256[..12]),
+                release: release_dir.into(),
+                digest: digest[..12].to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The plan as JSON and as CSV, rows in the same order.
+    pub fn to_files(&self) -> Result<(Vec<u8>, Vec<u8>), ReviewError> {
+        let mut json = serde_json::to_vec_pretty(self).expect("in-memory JSON serialization cannot fail");
+        json.push(b'\n');
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        let header = ["image_index", "label", "nih_label", "arm", "priority", "trust_class", "confidence", "agreement", "flags", "reason"];
+        csv.write_record(header).map_err(ReviewError::Csv)?;
+        for r in &self.rows {
+            let arm = match r.arm {
+                ReviewArm::Targeted => "targeted",
+                ReviewArm::Control => "control",
+            };
+            let priority = r.priority.map_or(String::new(), |p| p.to_string());
+            let record = [
+                r.image_index.as_str(),
+                &r.label,
+                if r.nih_label { "1" } else { "0" },
+                arm,
+                &priority,
+                &r.trust_class,
+                &format!("{:.6}", r.confidence),
+                &format!("{:.6}", r.agreement),
+                &r.flags.join(";"),
+                &r.reason,
+            ];
+            csv.write_record(record).map_err(ReviewError::Csv)?;
+        }
+        let csv = csv.into_inner().map_err(|e| ReviewError::Csv(e.into_error().into()))?;
+        Ok((json, csv))
+    }
+}
+
+/// The CSV written beside a plan's JSON: the same name, `.csv`.
+pub fn csv_path(json: &Path) -> PathBuf {
+    json.with_extension("csv")
+}
