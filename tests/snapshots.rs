@@ -11,9 +11,13 @@ fn help_text() {
     insta::assert_snapshot!("help", stdout(&a));
     let a = bin().args(["build", "--help"]).assert().success();
     insta::assert_snapshot!("build_help", stdout(&a));
-    for command in ["publish", "verify", "sign", "rebuild", "diff"] {
+    for command in ["publish", "verify", "sign", "rebuild", "diff", "review"] {
         let a = bin().args([command, "--help"]).assert().success();
         insta::assert_snapshot!(format!("{command}_help"), stdout(&a));
+    }
+    for command in ["plan", "export", "import"] {
+        let a = bin().args(["review", command, "--help"]).assert().success();
+        insta::assert_snapshot!(format!("review_{command}_help"), stdout(&a));
     }
 }
 

@@ -179,6 +179,28 @@ fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     assert!(mean_auroc >= 0.9, "mean per-label AUROC {mean_auroc:.3}");
     assert!(precision >= 0.6 && recall >= 0.5, "likely_mislabeled precision {precision:.3}, recall {recall:.3}");
 
+    // The review loop's promise: at a budget of 10% of rows, the rows `review plan` chooses hold at
+    // least 4 times the label errors of random rows (the sample's truth stands in for reviewers).
+    let plan = s.path("plan.json");
+    bin().args(["review", "plan"]).arg(&out).args(["--budget", "10%", "--out"]).arg(&plan).assert().success();
+    let a = bin()
+        .arg("eval")
+        .arg(&out)
+        .arg("--gold")
+        .arg(repo().join("fixtures/sample/truth.csv"))
+        .arg("--review-plan")
+        .arg(&plan)
+        .assert()
+        .success();
+    let review = serde_json::from_str::<serde_json::Value>(&stdout(&a)).unwrap()["review"].clone();
+    let (efficiency, ci) = (review["lift_over_split"].as_f64().unwrap(), &review["lift_over_split_ci95"]);
+    eprintln!(
+        "s1a review plan at 10%: {} errors in {} chosen rows, {} in {} control rows, split rate {:.1} per 100; relabel efficiency {efficiency:.2}x {ci} against the split, {} {} against the control",
+        review["targeted"]["errors"], review["targeted"]["reviewed"], review["control"]["errors"], review["control"]["reviewed"],
+        review["split"]["errors_per_100"].as_f64().unwrap(), review["lift"], review["lift_ci95"]
+    );
+    assert!(efficiency >= 4.0 && ci[0].as_f64().unwrap() > 2.0, "relabel efficiency {efficiency} {ci}");
+
     // Not degenerate: `trusted` is the largest class, and every class and flag has rows.
     let counts = signal_summary(&card, "trial");
     let rows_of = |name: &str| counts.get(name).copied().unwrap_or(0);

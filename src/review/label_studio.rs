@@ -224,6 +224,11 @@ pub fn read_export(path: &Path) -> Result<Vec<ExportedTask>, ReviewError> {
         Value::Object(_) => return Err(bad("expected a JSON list of tasks (Label Studio's JSON export), found an object".into())),
         _ => return Err(bad("expected a JSON list of tasks (Label Studio's JSON export)".into())),
     };
+    if !tasks.is_empty() && tasks.iter().all(|t| t.get("id").is_none() && t.get("annotations").is_none()) {
+        return Err(bad("this is the task list `review export` wrote (tasks with no id and no annotations), not Label Studio's export \
+             of the answers: import it into Label Studio, and once reviewers have answered, export the project as JSON"
+            .into()));
+    }
     tasks
         .into_iter()
         .enumerate()
