@@ -9,7 +9,8 @@
 #   (c) 32 sequences of 64 new tokens decoded as one batch against one at a time; target <= 0.3;
 #   (d) the full-size architectures of benches/configs cut to two layers each, real widths, on
 #       the CPU: one 1024x1024 image, 57 questions (numbers, no target: the shapes run here).
-# Each side keeps its best of three. Needs the venv of fixtures/vlm/requirements.txt:
+# Each side keeps its best of three runs in one process (the first run of a process pays libtorch's
+# warm-up on both sides). Needs the venv of fixtures/vlm/requirements.txt:
 #
 #   VLM_VENV=/path/to/venv benches/vlm.sh
 #
@@ -36,15 +37,12 @@ fi
 
 questions=()
 for i in $(seq 1 45); do questions+=(--question "Question number $i: is there a finding of kind $i in this chest X-ray?"); done
-best() { # MODEL ARGS...: best total of preprocess + vision + text over three runs
-  local model="$1" best=""
+best() { # MODEL ARGS...: best total of preprocess + vision + text over three runs in one process,
+  # as vlm_reference.py times transformers (three calls in one Python session, best kept)
+  local model="$1"
   shift
-  for run in 1 2 3; do
-    local ms
-    ms="$("$bin" probe --model "$model" --image "$model/image-448.png" --device cpu "$@" | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])')"
-    best="$("$venv/bin/python" -c "print(min(float('$ms'), float('${best:-inf}')))")"
-  done
-  echo "$best"
+  "$bin" probe --model "$model" --image "$model/image-448.png" --device cpu --repeat 3 "$@" \
+    | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])'
 }
 for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5}; do
   reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
