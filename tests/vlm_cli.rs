@@ -31,6 +31,30 @@ fn probe_scores_every_question_and_describe_answers() {
         let (y, n, p) = (q["logit_yes"].as_f64().unwrap(), q["logit_no"].as_f64().unwrap(), q["p_yes"].as_f64().unwrap());
         assert!((p - 1.0 / (1.0 + (n - y).exp())).abs() < 1e-6, "p_yes is the softmax over the two logits");
     }
+    // --repeat answers the same, and times every run.
+    let a = bin()
+        .args([
+            "probe",
+            "--model",
+            &model("qwen2_vl"),
+            "--image",
+            &image("qwen2_vl", "tall-77x123.png"),
+            "--device",
+            "cpu",
+            "--repeat",
+            "3",
+        ])
+        .args(questions.iter().flat_map(|q| ["--question", q]))
+        .assert()
+        .success();
+    let repeated: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(repeated["questions"], r["questions"]);
+    let runs = repeated["runs_ms"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let t = &repeated["timing_ms"];
+    let best = t["preprocess"].as_f64().unwrap() + t["vision"].as_f64().unwrap() + t["text"].as_f64().unwrap();
+    assert!(runs.iter().all(|ms| ms.as_f64().unwrap() >= best), "timing_ms is the fastest run");
+    assert!(r.get("runs_ms").is_none(), "one run reports no runs_ms");
 
     let a = bin()
         .args([
