@@ -147,6 +147,10 @@ def test_the_round_trip_through_label_studio(tmp_path):
         # The images are served from the sample's folder once a local storage names it.
         server.call("POST", "/api/storages/localfiles", {"project": pid, "path": os.path.join(SAMPLE, "images"),
                                                           "title": "sample images", "use_blob_urls": False})
+        # The first task's image, fetched by the URL the export wrote, as the labeling page does.
+        req = urllib.request.Request(server.base + tasks[0]["data"]["image"], headers={"Authorization": f"Token {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200 and r.read(8) == b"\x89PNG\r\n\x1a\n"
         listed = server.call("GET", f"/api/tasks?project={pid}&page_size={len(tasks) + 10}")
         ls_tasks = listed["tasks"] if isinstance(listed, dict) else listed
         assert len(ls_tasks) == len(tasks)
