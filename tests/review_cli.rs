@@ -319,6 +319,22 @@ fn bad_inputs_are_named_and_nothing_is_half_written() {
     ]);
     assert!(err.contains("the plan was made for release s1a 1.0.0") && err.contains("is another build"), "{err}");
     assert!(!ls.exists());
+    // A hand-edited digest, too short to abbreviate, is named as it is.
+    let mut edited = read_json(&plan_path);
+    edited["release_manifest_sha256"] = json!("abc");
+    let edited = s.write("edited.json", &edited.to_string());
+    let err = fails(&[
+        "review".as_ref(),
+        "export".as_ref(),
+        out.as_os_str(),
+        "--plan".as_ref(),
+        edited.as_os_str(),
+        "--images".as_ref(),
+        images.as_os_str(),
+        "--out".as_ref(),
+        ls.as_os_str(),
+    ]);
+    assert!(err.contains("(manifest abc), but") && err.contains("is another build"), "{err}");
 
     // Images missing under --images.
     let empty = s.path("no-images");

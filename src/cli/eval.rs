@@ -56,19 +56,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let gold = eval::gold::read(gold_path, args.format.into())?;
     let options = eval::EvalOptions { bootstrap_resamples: args.bootstrap, seed: args.seed, ..Default::default() };
     let calibration = args.calibration.as_deref().map(bpals_release::signal::calibration::Calibration::read).transpose()?;
-    let mut report = eval::evaluate(&args.dir, gold_path, &gold, &options, calibration.as_ref())?;
-    if let Some(plan_path) = &args.review_plan {
-        let (plan, _) = bpals_release::review::ReviewPlan::read(plan_path)?;
-        let (_, rows) = eval::read_release_split(&args.dir, Some(&report.split))?;
-        let file = plan_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let planned = plan.planned();
-        eval::add_review(
-            &mut report,
-            &rows,
-            &gold,
-            &eval::ReviewInput { plan_file: &file, release_id: &plan.release_id, split: &plan.split, rows: &planned },
-        )?;
-    }
+    let review = match &args.review_plan {
+        Some(path) => Some(bpals_release::review::ReviewPlan::read(path)?.0.review_input(path)),
+        None => None,
+    };
+    let report = eval::evaluate(&args.dir, gold_path, &gold, &options, calibration.as_ref(), review.as_ref())?;
     let mut markdown = eval::to_markdown(&report);
     let mut json = serde_json::to_value(&report)?;
     if let Some(location) = &location {

@@ -147,24 +147,35 @@ pub fn bootstrap_ci95(
     if n == 0 {
         return None;
     }
-    let mut rng = Resampler::new(seed);
-    let mut values = Vec::with_capacity(resamples);
     let (mut s, mut y) = (vec![0.0; n], vec![false; n]);
-    for _ in 0..resamples {
+    bootstrap_interval(resamples, seed, |rng| {
         for i in 0..n {
             let k = rng.below(n);
             s[i] = scores[k];
             y[i] = labels[k];
         }
-        if let Some(v) = metric(&s, &y) {
-            values.push(v);
-        }
-    }
-    if values.len() * 2 < resamples {
+        metric(&s, &y)
+    })
+}
+
+/// The (2.5%, 97.5%) percentiles of `statistic` over `resamples` draws from one seeded
+/// resampler, skipping draws where it is undefined; None when fewer than half are defined.
+/// Percentiles interpolate linearly, except among unbounded values (an infinite ratio), where
+/// the nearest rank is taken.
+pub fn bootstrap_interval(resamples: usize, seed: u64, mut statistic: impl FnMut(&mut Resampler) -> Option<f64>) -> Option<(f64, f64)> {
+    let mut rng = Resampler::new(seed);
+    let mut values: Vec<f64> = (0..resamples).filter_map(|_| statistic(&mut rng)).collect();
+    if values.is_empty() || values.len() * 2 < resamples {
         return None;
     }
     values.sort_by(f64::total_cmp);
-    Some((percentile(&values, 2.5), percentile(&values, 97.5)))
+    let at = |q: f64| if values.iter().all(|v| v.is_finite()) { percentile(&values, q) } else { nearest_rank(&values, q) };
+    Some((at(2.5), at(97.5)))
+}
+
+/// The nearest-rank percentile of sorted values.
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    sorted[((q / 100.0 * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
 }
 
 /// Linear-interpolation percentile of sorted values (numpy's default method).

@@ -184,23 +184,29 @@ struct Judged<'a> {
 }
 
 /// `calibration`, when given, is applied to the shipped confidence for the "after calibration"
-/// figures (in-sample when it was fitted on the same gold: say so when reporting it).
+/// figures (in-sample when it was fitted on the same gold: say so when reporting it). `review`,
+/// when given, adds what the review it planned found (see [`add_review`]).
 pub fn evaluate(
     dir: &Path,
     gold_path: &Path,
     gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
+    review: Option<&ReviewInput>,
 ) -> Result<EvalReport, EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
     let gold_file = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration).map_err(|e| match e {
+    let mut report = evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration).map_err(|e| match e {
         EvalError::NoMatch { .. } => {
             EvalError::NoMatch { gold: gold_path.display().to_string(), release: format!("{} in {}", manifest.release_id, dir.display()) }
         }
         other => other,
-    })
+    })?;
+    if let Some(review) = review {
+        add_review(&mut report, &rows, gold, review)?;
+    }
+    Ok(report)
 }
 
 /// The evaluation of rows already in hand: `evaluate` reads them from a release directory; the
@@ -279,18 +285,18 @@ pub fn evaluate_rows(
 }
 
 /// A review plan's rows, as [`add_review`] needs them.
-pub struct ReviewInput<'a> {
+pub struct ReviewInput {
     /// The plan's file name, for the report.
-    pub plan_file: &'a str,
+    pub plan_file: String,
     /// The release and split the plan was made from.
-    pub release_id: &'a str,
-    pub split: &'a str,
-    pub rows: &'a [PlannedReview],
+    pub release_id: String,
+    pub split: String,
+    pub rows: Vec<PlannedReview>,
 }
 
 /// Adds to `report` the yield of the review `plan` describes, judged by `gold`. `rows` are the
 /// evaluated split's rows; every planned row must be one of them.
-pub fn add_review(report: &mut EvalReport, rows: &[ReleaseRow], gold: &GoldSet, plan: &ReviewInput<'_>) -> Result<(), EvalError> {
+pub fn add_review(report: &mut EvalReport, rows: &[ReleaseRow], gold: &GoldSet, plan: &ReviewInput) -> Result<(), EvalError> {
     if plan.release_id != report.release_id {
         return Err(EvalError::ReviewPlan {
             plan: plan.plan_file.to_string(),
@@ -313,7 +319,7 @@ pub fn add_review(report: &mut EvalReport, rows: &[ReleaseRow], gold: &GoldSet, 
             ),
         });
     }
-    report.review = Some(review_lift(rows, &gold.labels, plan.rows, plan.plan_file, &report.options));
+    report.review = Some(review_lift(rows, &gold.labels, &plan.rows, &plan.plan_file, &report.options));
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::metrics::{percentile, Resampler};
+use super::metrics::{bootstrap_interval, Resampler};
 use super::{EvalOptions, GoldLabels, ReleaseRow};
 
 /// Why a row is in a review plan: chosen by the signal, or drawn at random as the control.
@@ -133,22 +133,8 @@ fn resample(values: &[bool], rng: &mut Resampler) -> Vec<bool> {
     (0..values.len()).map(|_| values[rng.below(values.len())]).collect()
 }
 
-/// A 95% percentile interval of `statistic` over the options' resamples; None when it is
-/// undefined in more than half of them (as `metrics::bootstrap_ci95`).
-fn bootstrap(o: &EvalOptions, mut statistic: impl FnMut(&mut Resampler) -> Option<f64>) -> Option<(f64, f64)> {
-    let mut rng = Resampler::new(o.seed);
-    let mut values: Vec<f64> = (0..o.bootstrap_resamples).filter_map(|_| statistic(&mut rng)).collect();
-    if values.is_empty() || values.len() * 2 < o.bootstrap_resamples {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let at = |q: f64| if values.iter().all(|v| v.is_finite()) { percentile(&values, q) } else { nearest_rank(&values, q) };
-    Some((at(2.5), at(97.5)))
-}
-
-/// The nearest-rank percentile, where unbounded values forbid interpolation.
-fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    sorted[((q / 100.0 * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+fn bootstrap(o: &EvalOptions, statistic: impl FnMut(&mut Resampler) -> Option<f64>) -> Option<(f64, f64)> {
+    bootstrap_interval(o.bootstrap_resamples, o.seed, statistic)
 }
 
 #[cfg(test)]

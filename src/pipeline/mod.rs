@@ -377,11 +377,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
             .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
             report.against = e.against.clone();
             if let Some(r) = &e.review_plan {
-                let planned = r.plan.planned();
-                let file = Path::new(&r.file).file_name().map_or(r.file.clone(), |n| n.to_string_lossy().into_owned());
-                let review =
-                    crate::eval::ReviewInput { plan_file: &file, release_id: &r.plan.release_id, split: &r.plan.split, rows: &planned };
-                crate::eval::add_review(&mut report, &rows, &e.gold, &review)
+                crate::eval::add_review(&mut report, &rows, &e.gold, &r.plan.review_input(Path::new(&r.file)))
                     .map_err(|source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source })?;
             }
             write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;

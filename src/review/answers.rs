@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::agreement::{cohen_kappa, fleiss_kappa};
 use super::label_studio::{read_export, ExportedAnnotation, ExportedTask, ABSENT, PRESENT, UNCERTAIN};
 use super::plan::ReviewPlan;
-use super::ReviewError;
+use super::{short_digest, ReviewError};
 
 /// How answers become gold, as the report states it. In the spirit of the adjudication of
 /// Google's NIH relabels: a majority of definite answers decides, and a tie is no verdict.
@@ -135,9 +135,9 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
         if origin.plan_sha256 != digest {
             return Err(bad(format!(
                 "its tasks were exported from another plan (plan digest {}), not {} ({})",
-                short(&origin.plan_sha256),
+                short_digest(&origin.plan_sha256),
                 plan_path.display(),
-                short(digest)
+                short_digest(digest)
             )));
         }
     }
@@ -147,8 +147,8 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
             return Err(bad(format!(
                 "task {} comes from another review plan (digest {}) than the first task ({}): import one project's export at a time",
                 task.id,
-                short(&this.plan_sha256),
-                short(&origin.plan_sha256)
+                short_digest(&this.plan_sha256),
+                short_digest(&origin.plan_sha256)
             )));
         }
         for label in &this.labels {
@@ -225,10 +225,6 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
     report.agreement = agreement(&answers);
     let gold = gold.into_inner().map_err(|e| ReviewError::Csv(e.into_error().into()))?;
     Ok((gold, report))
-}
-
-fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(12)]
 }
 
 /// What a task says about where it came from (written by `review export`).
@@ -319,7 +315,7 @@ fn agreement(answers: &BTreeMap<(String, String), BTreeMap<String, Answer>>) -> 
 impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kappa = |k: Option<f64>| k.map_or("n/a".to_string(), |k| format!("{k:.3}"));
-        writeln!(f, "{}: release {}, `{}` split, plan {}", self.export_file, self.release_id, self.split, short(&self.plan_sha256))?;
+        writeln!(f, "{}: release {}, `{}` split, plan {}", self.export_file, self.release_id, self.split, short_digest(&self.plan_sha256))?;
         writeln!(
             f,
             "tasks: {} ({} answered, {} skipped, {} not annotated); annotations: {} ({} cancelled, {} superseded by a later answer)",

@@ -51,6 +51,12 @@ pub enum ReviewError {
     Export { path: PathBuf, message: String },
 }
 
+/// A digest's first 12 characters, for messages: whatever a hand-edited file holds there, never
+/// a panic.
+pub(crate) fn short_digest(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
+}
+
 /// Writes every file or none: each goes to a temporary file beside its target first, and only
 /// when all are written are they renamed into place.
 pub fn write_all(files: &[(&Path, &[u8])]) -> Result<(), ReviewError> {

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::ReviewError;
-use crate::eval::{PlannedReview, ReleaseRow, ReviewArm};
+use super::{short_digest, ReviewError};
+use crate::eval::{PlannedReview, ReleaseRow, ReviewArm, ReviewInput};
 use crate::hashing::{sha256_hex, stable_u64};
 use crate::signal::FLAG_DEVICE_CONFOUNDER;
 use crate::vocab::TrustClass;
@@ -154,12 +154,13 @@ pub fn plan(
     if !(0.0..=1.0).contains(&o.control_share) {
         return Err(ReviewError::ControlShare(o.control_share));
     }
+    // Each row's place in the seeded random order, hashed once (sorting would hash per comparison).
     let seed = o.seed.to_string();
-    let key = |r: &ReleaseRow| stable_u64(&[&seed, &r.image_index, &r.label]);
+    let key: Vec<u64> = rows.iter().map(|r| stable_u64(&[&seed, &r.image_index, &r.label])).collect();
     let control_n = (budget as f64 * o.control_share).round() as usize;
 
     let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| (key(&rows[i]), i));
+    order.sort_by_key(|&i| (key[i], i));
     let control: Vec<usize> = order[..control_n].to_vec();
     let is_control: std::collections::BTreeSet<usize> = control.iter().copied().collect();
 
@@ -168,7 +169,7 @@ pub fn plan(
     for i in (0..rows.len()).filter(|i| !is_control.contains(i)) {
         queues.entry((tier(&rows[i]), rows[i].label.as_str())).or_default().push(i);
     }
-    let doubt_order = |a: &usize, b: &usize| rows[*a].agreement.total_cmp(&rows[*b].agreement).then(key(&rows[*a]).cmp(&key(&rows[*b])));
+    let doubt_order = |a: &usize, b: &usize| rows[*a].agreement.total_cmp(&rows[*b].agreement).then(key[*a].cmp(&key[*b]));
     let mut ranked: Vec<(usize, usize, usize)> = Vec::new(); // (tier, turn, row)
     for ((t, _), queue) in queues.iter_mut() {
         queue.sort_by(doubt_order);
@@ -232,9 +233,18 @@ fn targeted_reason(r: &ReleaseRow) -> String {
 }
 
 impl ReviewPlan {
-    /// The plan's rows as evaluation needs them.
-    pub fn planned(&self) -> Vec<PlannedReview> {
-        self.rows.iter().map(|r| PlannedReview { image_index: r.image_index.clone(), label: r.label.clone(), arm: r.arm }).collect()
+    /// The plan as evaluation needs it; `path` is where it was read from (the report names its file).
+    pub fn review_input(&self, path: &Path) -> ReviewInput {
+        ReviewInput {
+            plan_file: path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            release_id: self.release_id.clone(),
+            split: self.split.clone(),
+            rows: self
+                .rows
+                .iter()
+                .map(|r| PlannedReview { image_index: r.image_index.clone(), label: r.label.clone(), arm: r.arm })
+                .collect(),
+        }
     }
 
     /// Reads a plan written by `review plan`.
@@ -256,9 +266,14 @@ impl ReviewPlan {
         if digest != self.release_manifest_sha256 {
             return Err(ReviewError::OtherRelease {
                 plan: plan_path.into(),
-                planned_for: format!("{} {} (manifest {})", self.release_id, self.release_version, &self.release_manifest_sha256[..12]),
+                planned_for: format!(
+                    "{} {} (manifest {})",
+                    self.release_id,
+                    self.release_version,
+                    short_digest(&self.release_manifest_sha256)
+                ),
                 release: release_dir.into(),
-                digest: digest[..12].to_string(),
+                digest: short_digest(&digest).to_string(),
             });
         }
         Ok(())
