@@ -21,7 +21,9 @@ make_venv() {
 install_torch() {
   make_venv
   echo "installing PyTorch 2.13 into $venv (about 4.6 GB, once; libtorch for the VLM engine)" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$root/scripts/requirements-torch.txt"
+  # --no-compile: byte-compiling torch's thousands of modules costs half a minute of CPU that
+  # the first run's compile wants; Python compiles what it imports when it imports it.
+  "$venv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -r "$root/scripts/requirements-torch.txt"
   cp "$root/scripts/requirements-torch.txt" "$stamp"
 }
 if [ -z "${BPALS_TORCH_DEFER:-}" ] && ! torch_ready; then
