@@ -12,7 +12,10 @@ fn main() {
             return None;
         }
         let mut commit = String::from_utf8(head.stdout).ok()?.trim().to_string();
-        let dirty = Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).output().ok()?;
+        // --no-optional-locks: a plain `git status` may rewrite .git/index to refresh it (it does
+        // in a fresh clone), which would make the next cargo build rerun this script and
+        // recompile the crate for nothing.
+        let dirty = Command::new("git").args(["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"]).output().ok()?;
         if !dirty.stdout.is_empty() {
             commit.push_str("+dirty");
         }
