@@ -36,46 +36,34 @@ pub struct BoxSummary {
     pub per_finding: Map<String, Value>,
 }
 
-fn scalar(frame: &DataFrame, name: &str) -> Result<u64, SourceError> {
-    Ok(frame.column(name)?.get(0)?.extract::<u64>().unwrap_or(0))
+/// A numeric column reduced to one value (min, max or sum), as u64; 0 for an empty table.
+fn reduce(frame: &DataFrame, name: &str, how: fn(&Column) -> PolarsResult<Scalar>) -> Result<u64, SourceError> {
+    let column = frame.column(name)?.cast(&DataType::UInt64)?;
+    Ok(how(&column)?.value().extract::<u64>().unwrap_or(0))
 }
 
-/// Counts per distinct value of a string column, sorted by value.
+/// Counts per distinct value of a string column, sorted by value; nulls left out.
 fn counts(frame: &DataFrame, column: &str) -> Result<Map<String, Value>, SourceError> {
-    let counted = frame
-        .clone()
-        .lazy()
-        .filter(col(column).is_not_null())
-        .group_by([col(column)])
-        .agg([len().alias("n")])
-        .sort([column], SortMultipleOptions::default())
-        .collect()?;
-    let keys = counted.column(column)?.str()?.clone();
-    let ns = counted.column("n")?.cast(&DataType::UInt64)?;
-    let ns = ns.u64()?;
-    Ok(keys.iter().zip(ns.iter()).map(|(k, n)| (k.unwrap_or("").to_string(), Value::from(n.unwrap_or(0)))).collect())
+    let present = frame.select([column])?.drop_nulls::<String>(None)?;
+    let groups = present.group_by([column])?;
+    let keys = groups.keys().swap_remove(0);
+    let sizes = groups.get_groups().group_count();
+    let mut counted: Vec<(String, u64)> =
+        keys.str()?.iter().zip(sizes.iter()).map(|(k, n)| (k.unwrap_or("").to_string(), u64::from(n.unwrap_or(0)))).collect();
+    counted.sort();
+    Ok(counted.into_iter().map(|(k, n)| (k, Value::from(n))).collect())
 }
 
 pub fn summarize(table: &NihTable) -> Result<SourceSummary, SourceError> {
     let frame = &table.frame;
-    let mut exprs = vec![
-        len().cast(DataType::UInt64).alias("images"),
-        col("patient_id").n_unique().cast(DataType::UInt64).alias("patients"),
-        col("age_years").min().cast(DataType::UInt64).alias("age_min"),
-        col("age_years").max().cast(DataType::UInt64).alias("age_max"),
-        col("n_boxes").gt(lit(0u32)).cast(DataType::UInt64).sum().alias("boxed_images"),
-    ];
-    for label in LABELS {
-        exprs.push(col(label).cast(DataType::UInt64).sum().alias(format!("count:{label}")));
-    }
-    let agg = frame.clone().lazy().select(exprs).collect()?;
     let mut labels = Map::new();
     let mut label_rows = 0;
     for label in LABELS {
-        let n = scalar(&agg, &format!("count:{label}"))?;
+        let n = reduce(frame, label, Column::sum_reduce)?;
         label_rows += n;
         labels.insert(label.to_string(), n.into());
     }
+    let boxed_images = frame.column("n_boxes")?.as_materialized_series().gt(0u32)?.sum().unwrap_or(0);
     let mut per_finding = Map::new();
     for label in LABELS {
         let n = table.boxes.iter().filter(|b| b.label == label).count();
@@ -92,14 +80,14 @@ pub fn summarize(table: &NihTable) -> Result<SourceSummary, SourceError> {
         None
     };
     Ok(SourceSummary {
-        images: scalar(&agg, "images")?,
-        patients: scalar(&agg, "patients")?,
+        images: frame.height() as u64,
+        patients: frame.column("patient_id")?.n_unique()? as u64,
         labels,
         label_rows,
         view_positions: counts(frame, "view_position")?,
         sexes: counts(frame, "sex")?,
-        age: AgeRange { min: scalar(&agg, "age_min")?, max: scalar(&agg, "age_max")? },
-        boxes: BoxSummary { total: table.boxes.len() as u64, images: scalar(&agg, "boxed_images")?, per_finding },
+        age: AgeRange { min: reduce(frame, "age_years", Column::min_reduce)?, max: reduce(frame, "age_years", Column::max_reduce)? },
+        boxes: BoxSummary { total: table.boxes.len() as u64, images: u64::from(boxed_images), per_finding },
         splits,
         inputs: table.inputs.iter().map(|(k, v)| (k.clone(), serde_json::to_value(v).expect("plain struct"))).collect(),
     })
