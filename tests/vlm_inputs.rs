@@ -129,6 +129,8 @@ fn bad_model_directories_say_what_is_wrong() {
     assert!(e.contains("no chat template"), "{e}");
     let e = case("tokenizer", &|d| std::fs::write(d.join("tokenizer.json"), "{ not json").unwrap());
     assert!(e.contains("tokenizer.json: not a tokenizer"), "{e}");
+    let e = case("image-token", &|d| edit_config(d, &|v| v["image_token_id"] = serde_json::json!(7)));
+    assert!(e.contains("tokenizer.json: <|image_pad|> is token") && e.contains("expected config.json's image_token_id 7"), "{e}");
     let e = case("preproc", &|d| std::fs::write(d.join("preprocessor_config.json"), r#"{"patch_size": 14}"#).unwrap());
     assert!(e.contains("preprocessor_config.json: key `min_pixels`"), "{e}");
 }

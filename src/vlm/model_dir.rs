@@ -2,14 +2,16 @@
 //! the preprocessor config, the tokenizer, the chat template (wherever the checkpoint keeps it)
 //! and the weight files (one file, or shards listed by an index).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::config::{ModelConfig, PreprocessorConfig};
 use super::error::VlmError;
-use super::prompt::{ChatTemplate, Prompt, IMAGE_PAD};
+use super::prompt::{ChatTemplate, Prompt, PromptParts, IMAGE_PAD};
 
 /// Where the chat template was found, in the order they are looked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,6 +47,8 @@ pub struct ModelDir {
     pub rescale_factor: f64,
     /// Token ids that end a generated answer (from generation_config.json, else config.json).
     pub eos_token_ids: Vec<u32>,
+    /// Each question's prompt, rendered and tokenized on first use (a run asks a few dozen).
+    prompts: Mutex<HashMap<String, Arc<PromptParts>>>,
 }
 
 fn read_json(path: &Path) -> Result<Value, VlmError> {
@@ -93,6 +97,19 @@ impl ModelDir {
                 message: format!("{vocab} tokens, more than the model's vocab_size {}", config.text.vocab_size),
             });
         }
+        // Prompts repeat the placeholder's id once per merged patch (see `prompt`): it must be
+        // one token, the one the model replaces with the image's embeddings.
+        let pad = tokenizer.token_to_id(IMAGE_PAD);
+        if pad != Some(config.image_token_id) {
+            return Err(VlmError::File {
+                path: tokenizer_path,
+                message: format!(
+                    "{IMAGE_PAD} is {}, expected config.json's image_token_id {}",
+                    pad.map_or("not a token".to_string(), |id| format!("token {id}")),
+                    config.image_token_id
+                ),
+            });
+        }
         let (chat_template, chat_template_source) = chat_template(dir)?;
         let template = ChatTemplate::compile(chat_template.clone(), chat_template_source.file())?;
         let weights = weight_files(dir)?;
@@ -110,6 +127,7 @@ impl ModelDir {
             weights,
             rescale_factor,
             eos_token_ids,
+            prompts: Mutex::default(),
         })
     }
 
@@ -202,6 +220,15 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, VlmError> {
 impl ModelDir {
     /// The prompt for `question` about an image whose patch grid is (t, h, w).
     pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
+        let merge = self.config.vision.spatial_merge_size;
+        let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
+        Ok(self.prompt_parts(question)?.for_image(self.config.image_token_id, image_tokens))
+    }
+
+    fn prompt_parts(&self, question: &str) -> Result<Arc<PromptParts>, VlmError> {
+        if let Some(parts) = self.prompts.lock().expect("prompt cache lock").get(question) {
+            return Ok(parts.clone());
+        }
         let text = self.template.render(question)?;
         if text.matches(IMAGE_PAD).count() != 1 {
             return Err(VlmError::Template {
@@ -209,11 +236,22 @@ impl ModelDir {
                 message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
             });
         }
-        let merge = self.config.vision.spatial_merge_size;
-        let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
-        let expanded = text.replace(IMAGE_PAD, &IMAGE_PAD.repeat(image_tokens));
-        let encoding = self.tokenizer.encode(expanded, true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
-        Ok(Prompt { text, input_ids: encoding.get_ids().to_vec(), image_tokens })
+        let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
+        let ids = encoding.get_ids();
+        let pad = self.config.image_token_id;
+        let at: Vec<usize> = ids.iter().enumerate().filter(|(_, &id)| id == pad).map(|(i, _)| i).collect();
+        let &[at] = at.as_slice() else {
+            return Err(VlmError::File {
+                path: self.path.join("tokenizer.json"),
+                message: format!(
+                    "the prompt's one {IMAGE_PAD} tokenizes to {} copies of config.json's image_token_id {pad}, expected exactly 1",
+                    at.len()
+                ),
+            });
+        };
+        let parts = Arc::new(PromptParts { text, before: ids[..at].to_vec(), after: ids[at + 1..].to_vec() });
+        self.prompts.lock().expect("prompt cache lock").insert(question.to_string(), parts.clone());
+        Ok(parts)
     }
 
     /// The text of generated tokens: stop tokens left out, special tokens kept (Qwen2-VL's box
