@@ -11,6 +11,7 @@ pub mod diagnose;
 mod expand;
 pub mod gates;
 pub mod layer;
+mod merge;
 pub mod narrative;
 mod pledge;
 mod resolve;
@@ -91,7 +92,7 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
             let dir = path.parent().unwrap_or(Path::new("."));
             next = Some(dir.join(parent));
         }
-        let nulls = layer::null_keys(&text);
+        let nulls = merge::null_keys(&text);
         chain.push(LoadedLayer { path, text, layer, nulls });
     }
     Ok(chain)

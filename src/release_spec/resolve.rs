@@ -4,6 +4,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::expand::{expand, ExpandError};
 use super::layer::*;
+use super::merge::{Merge, Nulls};
 use super::types::*;
 use super::{diagnose, narrative};
 use super::{locate, LoadedLayer, SpecError};

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::layer::{Merge, ReleaseLayer, Status};
+use super::layer::{ReleaseLayer, Status};
+use super::merge::{Merge, Nulls};
 use super::{load_chain, SpecError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -33,7 +34,7 @@ pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
         let mut additions = Vec::new();
         for loaded in chain.iter().rev() {
             if let Some(r) = loaded.layer.release.clone() {
-                release.merge(r, &super::layer::Nulls::new(&loaded.nulls).section("release"));
+                release.merge(r, &Nulls::new(&loaded.nulls).section("release"));
             }
             if let Some(a) = &loaded.layer.additions {
                 additions.clone_from(a);
