@@ -1,7 +1,7 @@
 //! One spec file as written: every key optional, unknown keys rejected by serde.
 //!
 //! A release spec is a chain of these layers (`extends:`), merged child-over-parent (the rules are
-//! in [`super::merge`]) and then resolved into a [`super::ReleaseSpec`], where missing keys become
+//! in `merge.rs`) and then resolved into a [`super::ReleaseSpec`], where missing keys become
 //! errors.
 
 use std::collections::BTreeMap;
