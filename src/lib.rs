@@ -4,8 +4,9 @@
 //! The modules follow the pipeline, lowest first; a module imports only those below it
 //! (`tests/architecture.rs` checks this):
 //!
-//! 1. [`vocab`], [`hashing`], [`vlm`]: the label vocabulary, content hashes and the engine; they
-//!    import nothing (the spec checks its model family against the engine's list).
+//! 1. [`vocab`], [`files`], [`hashing`], [`vlm`]: the label vocabulary, guarded reads and output
+//!    folders, content hashes and the engine; they import nothing above them (the spec checks its
+//!    model family against the engine's list).
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
 //! 3. [`manifest`], [`signing`], [`hub`]: the release's file contract, its signature and
 //!    provenance, the Hub client.
@@ -28,6 +29,7 @@ pub mod diagnose;
 pub mod diff;
 pub mod doctor;
 pub mod eval;
+pub mod files;
 pub mod hashing;
 pub mod hub;
 pub mod infer;

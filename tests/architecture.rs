@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 28] = [
+const LAYERS: [&str; 29] = [
     "vocab",
+    "files",
     "hashing",
     "vlm",
     "reports",

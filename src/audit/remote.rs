@@ -71,6 +71,15 @@ pub fn verify_remote(
     log: &dyn Fn(&str),
 ) -> Result<RemoteVerifyReport, HubError> {
     let revision = repo.revision().to_string();
+    // Before anything is fetched: the download folder is this command's alone.
+    let claimed = download
+        .map(|dir| {
+            let claim =
+                crate::files::Claim { option: "--download", replaces: true, is_ours: &crate::manifest::owned_release, protected: &[] };
+            crate::files::OutDir::claim(dir, &claim)
+        })
+        .transpose()
+        .map_err(|e| HubError::Protocol(e.to_string()))?;
     // Pin the revision to a commit first, so every later call reads the same tree.
     let commit = hub.commit_of(repo, &revision)?;
     let tree = hub.files(repo, &commit)?;
@@ -101,6 +110,10 @@ pub fn verify_remote(
     // What each file's sha256 is on the Hub: what the signature is checked against.
     let mut on_hub: BTreeMap<String, String> = BTreeMap::new();
     for file in &manifest.files {
+        if !crate::manifest::is_plain_relative(&file.path) {
+            problems.push(FileProblem::UnsafePath { path: file.path.clone() });
+            continue;
+        }
         if !tree.contains_key(&file.path) {
             problems.push(FileProblem::Missing { path: file.path.clone() });
             continue;
@@ -161,8 +174,8 @@ pub fn verify_remote(
     if download.is_some() {
         downloaded.extend(signature_files.into_iter().map(|(name, bytes)| (name.to_string(), bytes)));
     }
-    if let Some(dir) = download {
-        write_release(dir, &manifest_bytes, &downloaded).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
+    if let (Some(dir), Some(claimed)) = (download, &claimed) {
+        write_release(claimed, &manifest_bytes, &downloaded).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
         log(&format!("downloaded {} files into {}", downloaded.len() + 1, dir.display()));
     }
     Ok(RemoteVerifyReport {
@@ -182,8 +195,8 @@ pub fn verify_remote(
 
 /// Writes the downloaded release into a fresh directory, through a staging folder renamed at
 /// the end, like a build.
-fn write_release(dir: &Path, manifest: &[u8], files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
-    let staging = crate::pipeline::output::Staging::create(dir)?;
+fn write_release(claimed: &crate::files::OutDir, manifest: &[u8], files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
+    let staging = crate::pipeline::output::Staging::create(claimed)?;
     std::fs::write(staging.dir.join(MANIFEST_FILE), manifest)?;
     for (path, bytes) in files {
         let target = staging.dir.join(path);

@@ -38,7 +38,22 @@ pub struct FetchNihArgs {
     json: JsonArg,
 }
 
+/// The NIH folder also holds the metadata files a user put there: fetch-nih writes only inside
+/// its `downloads/` and `images/`, so those must be folders; the rest is left alone.
+fn fetch_folders(dir: &std::path::Path) -> Result<(), String> {
+    for name in ["downloads", "images"] {
+        let path = dir.join(name);
+        if std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
+            return Err(format!("holds {name}, which is not a folder (fetch-nih writes the archives and images into {name}/)"));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: FetchNihArgs) -> anyhow::Result<ExitCode> {
+    // One fetch at a time into a folder: two would extract the same archive over each other.
+    let claim = bpals_release::files::Claim { option: "DIR", replaces: false, is_ours: &fetch_folders, protected: &[] };
+    let _claimed = bpals_release::files::OutDir::claim(&args.dir, &claim)?;
     let options = FetchOptions {
         dir: args.dir.clone(),
         base_url: args.base_url,

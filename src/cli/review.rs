@@ -1,12 +1,13 @@
 //! `bpals-release review`: plan an expert review of a release's doubted rows, export it to Label
 //! Studio, and import the reviewers' answers as gold labels.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::JsonArg;
+use bpals_release::files::{Claim, OutDir, Protected};
 use bpals_release::review::{self, label_studio, plan, Budget, PlanOptions, ReviewPlan};
 
 #[derive(Args)]
@@ -121,6 +122,24 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+const EXPORT_TASKS: &str = "tasks.json";
+const EXPORT_CONFIG: &str = "labeling-config.xml";
+
+/// A folder's contents are ours when they are among `names` (what the command writes there).
+fn only_files(names: &'static [&'static str]) -> impl Fn(&Path) -> Result<(), String> {
+    move |dir: &Path| {
+        let foreign: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot be listed: {e}"))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| !names.contains(&n.as_str()))
+            .collect();
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        Err(format!("holds files this command did not write ({}); it writes only {}", foreign.join(", "), names.join(" and ")))
+    }
+}
+
 fn run_export(a: ExportArgs) -> anyhow::Result<ExitCode> {
     let Tool::LabelStudio = a.to;
     let (plan, plan_sha256) = ReviewPlan::read(&a.plan)?;
@@ -132,8 +151,16 @@ fn run_export(a: ExportArgs) -> anyhow::Result<ExitCode> {
         (None, Some(prefix)) => label_studio::ImageSource::UrlPrefix(prefix.clone()),
         (None, None) => unreachable!("clap requires --images or --image-url-prefix"),
     };
+    // Before any work: the export folder holds nothing but an earlier export, and is clear of
+    // the release and the images it points at.
+    let mut protected = vec![Protected { what: "the release", path: &a.release }];
+    if let Some(dir) = &a.images {
+        protected.push(Protected { what: "the images", path: dir });
+    }
+    let is_ours = only_files(&[EXPORT_TASKS, EXPORT_CONFIG]);
+    let _claimed = OutDir::claim(&a.out, &Claim { option: "--out", replaces: false, is_ours: &is_ours, protected: &protected })?;
     let export = label_studio::export(&plan, &plan_sha256, &images, a.show_model)?;
-    let (tasks, config) = (a.out.join("tasks.json"), a.out.join("labeling-config.xml"));
+    let (tasks, config) = (a.out.join(EXPORT_TASKS), a.out.join(EXPORT_CONFIG));
     review::write_all(&[(&tasks, &export.tasks), (&config, export.config.as_bytes())])?;
     println!(
         "{} tasks ({} images, {} questions; the model's opinion {}) in {}; labeling configuration in {}",

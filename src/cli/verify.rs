@@ -44,6 +44,9 @@ struct Verified {
     /// A signed release checked without a key: say so.
     #[serde(skip)]
     signed_unchecked: bool,
+    /// A `release.sig` that is not a signature bundle at all (checked without a key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature_unreadable: Option<String>,
 }
 
 impl std::fmt::Display for Verified {
@@ -51,6 +54,8 @@ impl std::fmt::Display for Verified {
         write!(f, "{}", self.files)?;
         if let Some(signature) = &self.signature {
             write!(f, "{signature}")?;
+        } else if let Some(why) = &self.signature_unreadable {
+            writeln!(f, "FAILED: {why}")?;
         } else if self.signed_unchecked {
             writeln!(f, "note: the release is signed; pass --public-key KEY.pub.pem to check who signed it")?;
         }
@@ -82,7 +87,10 @@ fn signature_ok(report: Option<&signing::SignatureReport>, required: bool) -> bo
 fn verify_dir(dir: &Path, key: Option<&signing::PublicKey>, required: bool, json: &JsonArg) -> anyhow::Result<bool> {
     let report = manifest::verify(dir)?;
     let signature = key.map(|key| signing::check_dir(dir, key)).transpose()?;
-    let ok = report.ok() && signature_ok(signature.as_ref(), required);
-    json.print(&Verified { files: report, signature, signed_unchecked: signing::is_signed(dir) })?;
+    let form = signing::signature_form(dir);
+    let signature_unreadable = if signature.is_none() { form.clone().err() } else { None };
+    let ok = report.ok() && signature_ok(signature.as_ref(), required) && signature_unreadable.is_none();
+    let signed_unchecked = form.unwrap_or(false);
+    json.print(&Verified { files: report, signature, signed_unchecked, signature_unreadable })?;
     Ok(ok)
 }

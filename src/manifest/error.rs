@@ -34,7 +34,10 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(
     expected: &'static str,
     format_of: impl Fn(&T) -> &str,
 ) -> Result<T, ManifestError> {
-    let bytes = std::fs::read(&path).map_err(|source| ManifestError::Read { path: path.clone(), source })?;
+    // Never through a link: what is read is the release's own file.
+    let bytes = crate::files::regular::open(&path, false)
+        .and_then(|f| crate::files::regular::read_file(f, crate::files::regular::RELEASE_JSON))
+        .map_err(|source| ManifestError::Read { path: path.clone(), source })?;
     let value: T = serde_json::from_slice(&bytes).map_err(|source| ManifestError::Parse { path: path.clone(), what, source })?;
     let found = format_of(&value);
     if found != expected {

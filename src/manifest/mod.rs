@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::ManifestError;
 pub use lock::{BuildLock, ImageHashesFile, ToolInfo, IMAGE_HASHES_FILE, LOCK_FORMAT};
-pub use verify::{verify, FileProblem, VerifyReport};
+pub use verify::{is_plain_relative, verify, FileProblem, VerifyReport};
 
 use crate::hashing::sha256_file;
 
@@ -75,9 +75,22 @@ pub fn collect_files(dir: &Path, rows: &dyn Fn(&str) -> Option<u64>) -> std::io:
     Ok(files)
 }
 
-/// Every regular file under `dir`, as sorted `/`-separated relative paths.
+/// Every regular file under `dir`, as sorted `/`-separated relative paths. Links and special
+/// files are left out (see [`scan`] for them): nothing outside the release is ever read through it.
 pub fn list_files(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut out = Vec::new();
+    Ok(scan(dir)?.files)
+}
+
+/// What is under a release folder: its regular files, and everything else (links, FIFOs,
+/// devices, sockets) with what it is. Links are never followed, folder links included.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub files: Vec<String>,
+    pub others: Vec<(String, &'static str)>,
+}
+
+pub fn scan(dir: &Path) -> std::io::Result<Scan> {
+    let mut out = Scan::default();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
         for entry in std::fs::read_dir(&current)? {
@@ -85,15 +98,60 @@ pub fn list_files(dir: &Path) -> std::io::Result<Vec<String>> {
             let kind = entry.file_type()?;
             if kind.is_dir() {
                 stack.push(entry.path());
+                continue;
+            }
+            let rel = entry.path().strip_prefix(dir).expect("under dir").to_path_buf();
+            let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            if kind.is_file() {
+                out.files.push(parts.join("/"));
             } else {
-                let rel = entry.path().strip_prefix(dir).expect("under dir").to_path_buf();
-                let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
-                out.push(parts.join("/"));
+                out.others.push((parts.join("/"), crate::files::regular::kind_of(&entry.metadata()?)));
             }
         }
     }
-    out.sort();
+    out.files.sort();
+    out.others.sort();
     Ok(out)
+}
+
+/// Whether `dir` holds a release this tool wrote and nothing else: a manifest of ours, and no
+/// file it does not list (the signature files aside). What a build may replace; the reason when
+/// not.
+pub fn owned_release(dir: &Path) -> Result<(), String> {
+    let manifest = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            let found = scan(dir).map(|s| s.files.len() + s.others.len()).unwrap_or(0);
+            return Err(format!("holds {found} files but no release manifest of this tool's ({})", error_chain(&e)));
+        }
+    };
+    let listed: std::collections::BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    let found = scan(dir).map_err(|e| format!("cannot be listed: {e}"))?;
+    let foreign: Vec<&str> = found
+        .files
+        .iter()
+        .map(String::as_str)
+        .chain(found.others.iter().map(|(p, _)| p.as_str()))
+        .filter(|p| *p != MANIFEST_FILE && !is_signature_file(p) && !listed.contains(p))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = foreign.iter().take(5).copied().collect();
+    let more = if foreign.len() > 5 { format!(" and {} more", foreign.len() - 5) } else { String::new() };
+    Err(format!("holds a release, and files its manifest does not list: {}{more}", shown.join(", ")))
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Pretty JSON with a trailing newline: stable bytes for equal values.

@@ -1,14 +1,34 @@
 //! The release directory appears only when complete: everything is written to a hidden staging
 //! directory beside it, then renamed into place. A killed build leaves only the staging
-//! directory, which the next build removes. Before the rename every file is flushed to disk, so
-//! a power cut after a build says it is done cannot leave a release with empty files in it.
-//! (Cache entries are not synced: a torn entry fails its check and is scored again.)
+//! directory, which the next build of the same target removes. Before the rename every file is
+//! flushed to disk, so a power cut after a build says it is done cannot leave a release with
+//! empty files in it. (Cache entries are not synced: a torn entry fails its check and is scored
+//! again.)
+//!
+//! The target is claimed first ([`claim`]): it must be missing or hold a release this tool wrote
+//! and nothing else, and one build at a time holds it. So the only staging folders a build meets
+//! beside its target are those of builds that are gone, and the only folder it replaces is a
+//! release.
 
 use std::path::{Path, PathBuf};
+
+use crate::files::{Claim, OutDir, OutDirError, Protected};
+use crate::inputs::ResolvedSpec;
 
 pub struct Staging {
     pub dir: PathBuf,
     target: PathBuf,
+}
+
+/// Claims the release folder `out` before any work: see [`crate::files::out_dir`]. It may not
+/// overlap what the build reads: the source root, the cache folder, the spec's files.
+pub fn claim(out: &Path, spec: &ResolvedSpec, cache: Option<&Path>) -> Result<OutDir, OutDirError> {
+    let mut protected = vec![Protected { what: "the source root", path: &spec.source.root }];
+    if let Some(cache) = cache {
+        protected.push(Protected { what: "the cache", path: cache });
+    }
+    protected.extend(spec.layers.iter().map(|l| Protected { what: "the spec", path: &l.path }));
+    OutDir::claim(out, &Claim { option: "--out", replaces: true, is_ours: &crate::manifest::owned_release, protected: &protected })
 }
 
 fn hidden_sibling(target: &Path, tag: &str) -> PathBuf {
@@ -17,7 +37,9 @@ fn hidden_sibling(target: &Path, tag: &str) -> PathBuf {
 }
 
 impl Staging {
-    pub fn create(target: &Path) -> std::io::Result<Staging> {
+    /// A staging folder beside the claimed target (whose lock the caller holds).
+    pub fn create(claimed: &OutDir) -> std::io::Result<Staging> {
+        let target = claimed.path();
         let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent)?;
         remove_stale(target)?;
@@ -73,7 +95,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Staging and replaced directories left by killed builds of the same target.
+/// Staging and replaced directories left by killed builds of the same target. Only the holder of
+/// the target's lock calls this, so none of them belongs to a running build.
 fn remove_stale(target: &Path) -> std::io::Result<()> {
     let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else { return Ok(()) };
     let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

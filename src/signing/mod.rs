@@ -215,7 +215,9 @@ pub fn check_dir(dir: &Path, key: &PublicKey) -> Result<SignatureReport, Signing
     let lock = BuildLock::read(dir)?;
     let read = |name: &str| -> Result<Option<Vec<u8>>, SigningError> {
         let path = dir.join(name);
-        match std::fs::read(&path) {
+        let read = crate::files::regular::open(&path, false)
+            .and_then(|f| crate::files::regular::read_file(f, crate::files::regular::SIGNATURE));
+        match read {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(SigningError::Read { path, source }),
@@ -229,4 +231,18 @@ pub fn check_dir(dir: &Path, key: &PublicKey) -> Result<SignatureReport, Signing
 /// Whether the release in `dir` carries a signature (checked or not).
 pub fn is_signed(dir: &Path) -> bool {
     dir.join(SIGNATURE_FILE).is_file()
+}
+
+/// Without a key: whether the release's `release.sig`, when it has one, is a signature bundle at
+/// all (a junk file there is not a signature, and `verify` says so). Ok(false) when unsigned.
+pub fn signature_form(dir: &Path) -> Result<bool, String> {
+    let path = dir.join(SIGNATURE_FILE);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(false);
+    }
+    let bytes = crate::files::regular::open(&path, false)
+        .and_then(|f| crate::files::regular::read_file(f, crate::files::regular::SIGNATURE))
+        .map_err(|e| format!("{SIGNATURE_FILE} {e}"))?;
+    model_signature::check_form(&bytes).map_err(|why| format!("{SIGNATURE_FILE} {why}"))?;
+    Ok(true)
 }

@@ -142,6 +142,16 @@ impl std::fmt::Display for SignedFileProblem {
     }
 }
 
+/// Whether `release.sig`'s bytes are a Sigstore bundle of the kind this tool writes, without a
+/// key: what `verify` says of a signature it cannot check.
+pub fn check_form(bytes: &[u8]) -> Result<(), String> {
+    let bundle: Bundle = serde_json::from_slice(bytes).map_err(|e| format!("is not a Sigstore bundle ({e})"))?;
+    if bundle.media_type != BUNDLE_MEDIA_TYPE {
+        return Err(format!("media type {:?}, expected {BUNDLE_MEDIA_TYPE:?}", bundle.media_type));
+    }
+    Ok(())
+}
+
 /// Checks `release.sig`'s bytes with `key` against `files` (path -> sha256, every file of the
 /// release but the signature and git files). `Err` when the signature itself does not hold;
 /// `Ok` with the files that do not match it otherwise (empty when all do).

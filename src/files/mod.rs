@@ -1,0 +1,9 @@
+//! The tool's footing on the file system, below every stage: what it reads from a path someone
+//! named (regular files only, with a size cap: [`regular`]) and the folders it writes (its own
+//! alone, one writer at a time: [`out_dir`]).
+
+pub mod out_dir;
+pub mod regular;
+
+pub use out_dir::{Claim, OutDir, OutDirError, Protected};
+pub use regular::Limit;
