@@ -13,7 +13,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Streams a file through SHA-256; returns (hex digest, byte count).
 pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
-    let mut file = File::open(path)?;
+    sha256_reader(File::open(path)?)
+}
+
+/// Streams an opened file (or any reader) through SHA-256; returns (hex digest, byte count).
+pub fn sha256_reader(mut file: impl Read) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
@@ -58,10 +62,14 @@ pub fn stable_u64(parts: &[&str]) -> u64 {
 }
 
 /// Digests of large files (model weights), remembered under a cache folder so a file is hashed
-/// once rather than on every build. An entry is keyed by the file's canonical path, size and
-/// modification time, so a replaced or rewritten file is hashed again.
+/// once rather than on every build. An entry is keyed by the file's canonical path, size,
+/// modification and change times and inode, so a replaced, rewritten or touched file is hashed
+/// again; each entry also carries the digest of its own content, so an edited entry is not
+/// believed. With `rehash` (`build --verify-cache`, and every publishable build) the file is
+/// hashed whatever the cache says, and a cached digest that disagrees is reported.
 pub struct DigestCache {
     dir: std::path::PathBuf,
+    rehash: bool,
 }
 
 #[derive(Serialize, serde::Deserialize)]
@@ -69,37 +77,75 @@ struct DigestEntry {
     path: String,
     len: u64,
     modified_ns: u128,
+    changed_ns: i128,
+    inode: u64,
     sha256: String,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct SealedDigest {
+    entry: DigestEntry,
+    entry_sha256: String,
+}
+
+/// What [`DigestCache::sha256_file`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileDigest {
+    pub sha256: String,
+    /// A cached digest that the file's bytes contradict (found with `rehash`), or a cache entry
+    /// that failed its own check: said to the user, never used.
+    pub problem: Option<String>,
 }
 
 impl DigestCache {
     pub fn new(cache_root: &Path) -> Self {
-        DigestCache { dir: cache_root.join("file-digests-v1") }
+        DigestCache { dir: cache_root.join("file-digests-v2"), rehash: false }
     }
 
-    /// The file's sha256, from the cache when its size and mtime are unchanged. A cache that
+    /// Hash every file even when the cache holds its digest.
+    pub fn rehashing(self, rehash: bool) -> Self {
+        DigestCache { rehash, ..self }
+    }
+
+    /// The file's sha256, from the cache when nothing about the file changed. A cache that
     /// cannot be written only costs the next build a rehash.
-    pub fn sha256_file(&self, path: &Path) -> io::Result<String> {
+    pub fn sha256_file(&self, path: &Path) -> io::Result<FileDigest> {
+        use std::os::unix::fs::MetadataExt;
         let canonical = std::fs::canonicalize(path)?;
         let meta = std::fs::metadata(&canonical)?;
         let modified_ns = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let changed_ns = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
         let name = canonical.to_string_lossy().into_owned();
-        let entry_path = self.dir.join(format!("{}.json", sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string()])));
-        if let Ok(text) = std::fs::read(&entry_path) {
-            if let Ok(e) = serde_json::from_slice::<DigestEntry>(&text) {
-                if e.path == name && e.len == meta.len() && e.modified_ns == modified_ns && e.sha256.len() == 64 {
-                    return Ok(e.sha256);
-                }
+        let key = sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string(), &changed_ns.to_string(), &meta.ino().to_string()]);
+        let entry_path = self.dir.join(format!("{key}.json"));
+        let mut problem = None;
+        let cached = match std::fs::read(&entry_path).ok().map(|b| serde_json::from_slice::<SealedDigest>(&b)) {
+            None => None,
+            Some(Ok(s)) if s.entry_sha256 == sha256_json(&s.entry) => {
+                let e = s.entry;
+                let same = e.path == name && e.len == meta.len() && e.modified_ns == modified_ns;
+                (same && e.changed_ns == changed_ns && e.inode == meta.ino() && e.sha256.len() == 64).then_some(e.sha256)
             }
+            Some(_) => {
+                problem = Some(format!("digest cache entry {} failed its check: hashed {} again", entry_path.display(), path.display()));
+                None
+            }
+        };
+        if let (Some(sha256), false) = (&cached, self.rehash) {
+            return Ok(FileDigest { sha256: sha256.clone(), problem });
         }
         let (sha256, len) = sha256_file(&canonical)?;
-        let entry = DigestEntry { path: name, len, modified_ns, sha256: sha256.clone() };
+        if let Some(c) = cached.filter(|c| *c != sha256) {
+            problem = Some(format!("the digest cache said {} has sha256 {c}; its bytes have {sha256}", path.display()));
+        }
+        let entry = DigestEntry { path: name, len, modified_ns, changed_ns, inode: meta.ino(), sha256: sha256.clone() };
+        let sealed = SealedDigest { entry_sha256: sha256_json(&entry), entry };
         let _ = std::fs::create_dir_all(&self.dir).and_then(|_| {
             let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
-            serde_json::to_writer(&mut tmp, &entry)?;
+            serde_json::to_writer(&mut tmp, &sealed)?;
             tmp.persist(&entry_path).map(|_| ()).map_err(|e| e.error)
         });
-        Ok(sha256)
+        Ok(FileDigest { sha256, problem })
     }
 }
 
@@ -119,19 +165,36 @@ mod tests {
         let file = root.path().join("weights.bin");
         std::fs::write(&file, b"first").unwrap();
         let cache = DigestCache::new(&root.path().join("cache"));
-        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"first"));
-        // A cached digest is served as recorded (proved by planting a different one).
-        let entry = std::fs::read_dir(root.path().join("cache/file-digests-v1")).unwrap().next().unwrap().unwrap().path();
-        let planted = std::fs::read_to_string(&entry).unwrap().replace(&sha256_hex(b"first"), &"f".repeat(64));
-        std::fs::write(&entry, planted).unwrap();
-        assert_eq!(cache.sha256_file(&file).unwrap(), "f".repeat(64));
+        let digest = |c: &DigestCache| c.sha256_file(&file).unwrap();
+        assert_eq!(digest(&cache), FileDigest { sha256: sha256_hex(b"first"), problem: None });
+        let entry = std::fs::read_dir(root.path().join("cache/file-digests-v2")).unwrap().next().unwrap().unwrap().path();
+        // A cached digest is served as recorded while its entry checks out (proved by planting a
+        // different one, resealed as a faulty writer would).
+        let plant = |sha: &str| {
+            let mut sealed: SealedDigest = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+            sealed.entry.sha256 = sha.to_string();
+            sealed.entry_sha256 = sha256_json(&sealed.entry);
+            std::fs::write(&entry, serde_json::to_vec(&sealed).unwrap()).unwrap();
+        };
+        plant(&"f".repeat(64));
+        assert_eq!(digest(&cache).sha256, "f".repeat(64));
+        // ... unless the build rehashes: then the lie is caught and said.
+        let checked = digest(&DigestCache::new(&root.path().join("cache")).rehashing(true));
+        assert_eq!(checked.sha256, sha256_hex(b"first"));
+        assert!(checked.problem.unwrap().contains(&format!("said {} has sha256 {}", file.display(), "f".repeat(64))));
+        // An entry edited without its seal is not believed.
+        let text = std::fs::read_to_string(&entry).unwrap().replace(&sha256_hex(b"first"), &"e".repeat(64));
+        std::fs::write(&entry, text).unwrap();
+        let found = digest(&cache);
+        assert_eq!(found.sha256, sha256_hex(b"first"));
+        assert!(found.problem.unwrap().contains("failed its check"));
         // Rewriting the file (new size) makes a new entry.
         std::fs::write(&file, b"second!").unwrap();
-        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"second!"));
+        assert_eq!(digest(&cache).sha256, sha256_hex(b"second!"));
         // Corrupt entries are ignored: the file is hashed again.
-        for e in std::fs::read_dir(root.path().join("cache/file-digests-v1")).unwrap() {
+        for e in std::fs::read_dir(root.path().join("cache/file-digests-v2")).unwrap() {
             std::fs::write(e.unwrap().path(), b"not json").unwrap();
         }
-        assert_eq!(cache.sha256_file(&file).unwrap(), sha256_hex(b"second!"));
+        assert_eq!(digest(&cache).sha256, sha256_hex(b"second!"));
     }
 }

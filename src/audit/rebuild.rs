@@ -159,6 +159,8 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         // A rebuild is compared with the release, not published: the signature files are not
         // part of what it reproduces.
         signer: None,
+        // An audit trusts no cache of the machine it runs on.
+        verify_cache: true,
     };
     pipeline::build(&spec, &build_options, &|line| log(&format!("  {line}")))?;
     report.rebuilt = rebuilt.clone();

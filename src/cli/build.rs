@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// the spec's model.concurrency, else 16].
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
+    /// Hash the model's weights even when the digest cache knows them (a publishable build
+    /// always does).
+    #[arg(long)]
+    verify_cache: bool,
 }
 
 impl RunArgs {
@@ -72,6 +76,7 @@ impl RunArgs {
             progress: self.progress.enabled(),
             offline: self.offline.offline,
             signer: None,
+            verify_cache: self.verify_cache,
         }
     }
 }

@@ -21,9 +21,9 @@ impl CacheKey {
     }
 }
 
+/// What an entry holds (sealed with its digests by the store).
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
-    key: String,
     image: String,
     image_sha256: String,
     question_ids: Vec<String>,
@@ -37,25 +37,35 @@ pub struct ScoreCache {
 
 impl ScoreCache {
     pub fn open(location: &CacheLocation) -> Result<Self, InferError> {
-        Ok(ScoreCache { entries: location.open("scores-v1")? })
+        Ok(ScoreCache { entries: location.open("scores-v2")? })
     }
 
     pub fn contains(&self, key: &CacheKey) -> Result<bool, InferError> {
         self.entries.exists(&key.digest())
     }
 
-    /// The cached scores, or None on a miss. An entry that does not parse or does not match its
-    /// key is treated as a miss (and overwritten later): the cache is never trusted over a rerun.
+    /// The cached scores, or None on a miss. An entry that fails its check (see
+    /// [`super::store`]) or holds scores for other questions is a miss too, reported in
+    /// [`Self::problems`]: the cache is never trusted over a rerun.
     pub fn get(&self, key: &CacheKey, question_ids: &[String]) -> Result<Option<Vec<YesNo>>, InferError> {
-        let digest = key.digest();
-        let Some(bytes) = self.entries.read(&digest)? else { return Ok(None) };
-        let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) else { return Ok(None) };
-        let valid = entry.key == digest
-            && entry.image_sha256 == key.image_sha256
-            && entry.question_ids == question_ids
-            && entry.scores.len() == question_ids.len()
-            && entry.scores.iter().all(|s| s.logit_yes.is_finite() && s.logit_no.is_finite());
-        Ok(valid.then_some(entry.scores))
+        let check = |entry: &Entry| {
+            if entry.image_sha256 != key.image_sha256 {
+                return Err((format!("image sha256 {}", key.image_sha256), entry.image_sha256.clone()));
+            }
+            if entry.question_ids != question_ids || entry.scores.len() != question_ids.len() {
+                return Err((format!("scores for {} questions", question_ids.len()), format!("{} scores for other questions", entry.scores.len())));
+            }
+            if !entry.scores.iter().all(|s| s.logit_yes.is_finite() && s.logit_no.is_finite()) {
+                return Err(("finite logits".into(), "a logit that is not finite".into()));
+            }
+            Ok(())
+        };
+        Ok(self.entries.get(&key.digest(), check)?.map(|entry: Entry| entry.scores))
+    }
+
+    /// Entries that failed their check since the last call, each set aside and scored again.
+    pub fn take_problems(&self) -> Vec<super::CacheProblem> {
+        self.entries.take_problems()
     }
 
     /// Removes temp files older than `max_age` that killed runs left behind.
@@ -64,14 +74,12 @@ impl ScoreCache {
     }
 
     pub fn put(&self, key: &CacheKey, image: &str, question_ids: &[String], scores: &[YesNo]) -> Result<(), InferError> {
-        let digest = key.digest();
         let entry = Entry {
-            key: digest.clone(),
             image: image.to_string(),
             image_sha256: key.image_sha256.clone(),
             question_ids: question_ids.to_vec(),
             scores: scores.to_vec(),
         };
-        self.entries.write(&digest, serde_json::to_vec(&entry).expect("entries serialize"))
+        self.entries.put(&key.digest(), &entry)
     }
 }

@@ -57,9 +57,9 @@ impl DecodingSettings {
     }
 }
 
+/// What an entry holds (sealed with its digests by the store).
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
-    key: String,
     image: String,
     image_sha256: String,
     prompts: Vec<String>,
@@ -75,33 +75,41 @@ pub struct GenerationCache {
 
 impl GenerationCache {
     pub fn open(location: &CacheLocation) -> Result<Self, InferError> {
-        Ok(GenerationCache { entries: location.open("generations-v1")? })
+        Ok(GenerationCache { entries: location.open("generations-v2")? })
     }
 
     fn key(image_sha256: &str, scorer_hash: &str, prompts: &[String], settings: &DecodingSettings) -> String {
         sha256_parts(&["bpals-generations/1", image_sha256, scorer_hash, &sha256_json(&(prompts, settings))])
     }
 
-    /// The cached answers, or None on a miss; an entry that does not parse or match is a miss.
+    /// The cached answers, or None on a miss; an entry that fails its check or answers other
+    /// prompts is a miss too, reported in [`Self::take_problems`].
     fn get(&self, digest: &str, image_sha256: &str, prompts: &[String]) -> Result<Option<ImageAnswers>, InferError> {
-        let Some(bytes) = self.entries.read(digest)? else { return Ok(None) };
-        let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) else { return Ok(None) };
-        let valid = entry.key == digest
-            && entry.image_sha256 == image_sha256
-            && entry.prompts == prompts
-            && entry.answers.answers.len() == prompts.len();
-        Ok(valid.then_some(entry.answers))
+        let check = |entry: &Entry| {
+            if entry.image_sha256 != image_sha256 {
+                return Err((format!("image sha256 {image_sha256}"), entry.image_sha256.clone()));
+            }
+            if entry.prompts != prompts || entry.answers.answers.len() != prompts.len() {
+                return Err((format!("answers to {} prompts", prompts.len()), format!("{} answers to other prompts", entry.answers.answers.len())));
+            }
+            Ok(())
+        };
+        Ok(self.entries.get(digest, check)?.map(|entry: Entry| entry.answers))
+    }
+
+    /// Entries that failed their check since the last call, each set aside and decoded again.
+    pub fn take_problems(&self) -> Vec<super::CacheProblem> {
+        self.entries.take_problems()
     }
 
     fn put(&self, digest: &str, job: &GenerationJob, image_sha256: &str, answers: &ImageAnswers) -> Result<(), InferError> {
         let entry = Entry {
-            key: digest.to_string(),
             image: job.image.name.clone(),
             image_sha256: image_sha256.to_string(),
             prompts: job.prompts.clone(),
             answers: answers.clone(),
         };
-        self.entries.write(digest, serde_json::to_vec(&entry).expect("entries serialize"))
+        self.entries.put(digest, &entry)
     }
 }
 
@@ -131,6 +139,8 @@ pub struct GenerationReport {
     pub answers: Vec<Option<ImageAnswers>>,
     pub cached: usize,
     pub computed: usize,
+    /// Cache entries that failed their check (set aside, decoded again).
+    pub cache_problems: Vec<super::CacheProblem>,
 }
 
 /// Answers every job's prompts: from the cache, or decoded in batches of [`BATCH_IMAGES`].
@@ -188,7 +198,7 @@ pub fn run_generation(
         options.pool()?.install(|| mine.par_chunks(BATCH_IMAGES).map(run_batch).collect::<Result<_, _>>())?;
     bar.finish_and_clear();
 
-    let mut report = GenerationReport { answers: vec![None; jobs.len()], cached: 0, computed: 0 };
+    let mut report = GenerationReport { answers: vec![None; jobs.len()], cached: 0, computed: 0, cache_problems: Vec::new() };
     for (j, answers, computed) in batches.into_iter().flatten() {
         if computed {
             report.computed += 1;
@@ -197,5 +207,6 @@ pub fn run_generation(
         }
         report.answers[j] = Some(answers);
     }
+    report.cache_problems = cache.take_problems();
     Ok(report)
 }

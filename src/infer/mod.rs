@@ -22,7 +22,7 @@ pub use generation::{
 };
 pub use runner::{count_cached, run, ImageJob, InferReport, RunOptions};
 pub use shard::{parse_shard, shard_from_scheduler, shard_of, ShardSpec, SCHEDULER_INDEX_VARS};
-pub use store::CacheLocation;
+pub use store::{CacheLocation, CacheProblem};
 
 use crate::hashing::sha256_json;
 use crate::release_spec::{Backend, ModelSpec, Question};
@@ -122,6 +122,10 @@ pub trait Scorer: Sync {
     /// The model family, as `prompts.location.ground` names it: which grounding prompt and box
     /// format apply.
     fn family(&self) -> &'static str;
+    /// What opening the scorer found worth saying (a digest cache entry that failed its check).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a libtorch-free binary says when asked to run the VLM engine.
@@ -151,10 +155,15 @@ pub fn locate_model(model: &ModelSpec, access: &ModelAccess) -> Result<ModelSpec
 }
 
 /// The scorer a spec names, its model located (see [`locate_model`]). `cache_root` also keeps
-/// the weights' digests, so a checkpoint is hashed once; `workers` is how many threads will
+/// the weights' digests, so a checkpoint is hashed once (every time with `rehash_weights`); `workers` is how many threads will
 /// score at once.
 #[cfg_attr(not(feature = "vlm"), allow(unused_variables))]
-pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path, workers: usize) -> Result<Box<dyn Scorer>, InferError> {
+pub fn scorer_for(
+    model: &ModelSpec,
+    cache_root: &std::path::Path,
+    rehash_weights: bool,
+    workers: usize,
+) -> Result<Box<dyn Scorer>, InferError> {
     match model.backend {
         Backend::Fixture => Ok(Box::new(FixtureScorer::new(model))),
         Backend::Openai => Ok(Box::new(openai::OpenAiScorer::connect(model)?)),
@@ -164,7 +173,7 @@ pub fn scorer_for(model: &ModelSpec, cache_root: &std::path::Path, workers: usiz
                 backend: model.backend.name().into(),
                 message: "the model has not been located".into(),
             })?;
-            Ok(Box::new(native::NativeScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root), workers)?))
+            Ok(Box::new(native::NativeScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root).rehashing(rehash_weights), workers)?))
         }
         #[cfg(not(feature = "vlm"))]
         Backend::Native | Backend::Qwen2vl => {

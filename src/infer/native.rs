@@ -27,6 +27,8 @@ pub struct NativeScorer {
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
     family: crate::vlm::Family,
+    /// Digest cache entries that failed their check while the weights were hashed.
+    notes: Vec<String>,
 }
 
 struct PixelSettings {
@@ -82,7 +84,7 @@ impl NativeScorer {
         };
         let first = open_engine()?;
         let engine = &first.engine;
-        let weights_sha256 = weights_digest(&engine.dir.weights, digests)?;
+        let (weights_sha256, notes) = weights_digest(&engine.dir.weights, digests)?;
         let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
         let identity = ScorerIdentity {
@@ -113,18 +115,21 @@ impl NativeScorer {
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(NativeScorer { identity, engines, answer, pixels, family })
+        Ok(NativeScorer { identity, engines, answer, pixels, family, notes })
     }
 }
 
 /// One digest over every weight file, in order (each file's own digest cached, so a
-/// multi-gigabyte checkpoint is read once, not on every build).
-fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result<String, InferError> {
-    let mut parts = Vec::new();
+/// multi-gigabyte checkpoint is read once, not on every build), and what the digest cache got
+/// wrong.
+fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result<(String, Vec<String>), InferError> {
+    let (mut parts, mut notes) = (Vec::new(), Vec::new());
     for f in files {
-        parts.push(digests.sha256_file(f).map_err(|source| InferError::File { path: f.clone(), source })?);
+        let found = digests.sha256_file(f).map_err(|source| InferError::File { path: f.clone(), source })?;
+        parts.push(found.sha256);
+        notes.extend(found.problem);
     }
-    Ok(crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()))
+    Ok((crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()), notes))
 }
 
 impl Scorer for NativeScorer {
@@ -209,6 +214,10 @@ impl Scorer for NativeScorer {
             });
         }
         Ok(out)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
     }
 
     fn family(&self) -> &'static str {

@@ -55,6 +55,8 @@ pub struct InferReport {
     pub scores: Vec<Option<ImageScores>>,
     pub cached: usize,
     pub computed: usize,
+    /// Cache entries that failed their check (set aside, scored again).
+    pub cache_problems: Vec<super::CacheProblem>,
 }
 
 enum Outcome {
@@ -106,7 +108,8 @@ pub fn run(
     let outcomes: Vec<Outcome> = options.pool()?.install(|| images.par_iter().map(score_one).collect::<Result<_, _>>())?;
     bar.finish_and_clear();
 
-    let mut report = InferReport { scores: Vec::with_capacity(images.len()), cached: 0, computed: 0 };
+    let mut report =
+        InferReport { scores: Vec::with_capacity(images.len()), cached: 0, computed: 0, cache_problems: cache.take_problems() };
     for outcome in outcomes {
         report.scores.push(match outcome {
             Outcome::Skipped => None,
@@ -131,7 +134,7 @@ pub(super) fn decode_png(bytes: &[u8], job: &ImageJob) -> Result<image::DynamicI
 
 /// An image's bytes and their sha256.
 pub(super) fn read_image(job: &ImageJob) -> Result<(Vec<u8>, String), InferError> {
-    let bytes = std::fs::read(&job.path).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
+    let bytes = crate::files::regular::read(&job.path, crate::files::regular::IMAGE).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
     let sha = sha256_hex(&bytes);
     Ok((bytes, sha))
 }

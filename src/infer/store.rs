@@ -6,16 +6,25 @@
 //! folder rules out the second with temp-then-rename; an object store with whole-object puts. The
 //! store makes the first harmless with conditional puts: an entry is created only if absent, and
 //! replaced (a corrupt one) only if it is still the object that was read.
+//!
+//! Every entry checks itself: it carries the digest of its key and of its content
+//! ([`Sealed`]). An entry that fails either (edited, torn, written under another name, or by a
+//! faulty writer on another machine) is never used: it is reported, set aside, and computed
+//! again, so a release built from a damaged cache equals one built from an empty cache.
 
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
 use super::InferError;
+use crate::hashing::sha256_json;
 
 /// `--cache-dir`: a folder, or an object-store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,12 +73,13 @@ impl CacheLocation {
         }
     }
 
-    /// The entries under `namespace` (`scores-v1`, `generations-v1`).
+    /// The entries under `namespace` (`scores-v2`, `generations-v2`).
     pub(super) fn open(&self, namespace: &str) -> Result<EntryStore, InferError> {
-        Ok(match self {
-            CacheLocation::Dir(dir) => EntryStore::Dir(dir.join(namespace)),
-            CacheLocation::Object(url) => EntryStore::Object(ObjectEntries::open(url, namespace)?),
-        })
+        let place = match self {
+            CacheLocation::Dir(dir) => Place::Dir(dir.join(namespace)),
+            CacheLocation::Object(url) => Place::Object(ObjectEntries::open(url, namespace)?),
+        };
+        Ok(EntryStore { place, problems: Arc::default() })
     }
 }
 
@@ -95,9 +105,38 @@ impl fmt::Display for CacheLocation {
     }
 }
 
-/// One cache's entries, each named `<digest[..2]>/<digest>.json`.
+/// An entry as stored: its content with the digest of its key and of its content.
+#[derive(Serialize, Deserialize)]
+struct Sealed<T> {
+    key: String,
+    content_sha256: String,
+    content: T,
+}
+
+/// An entry that failed its check: where it is, what was expected and what was found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheProblem {
+    pub entry: String,
+    pub expected: String,
+    pub found: String,
+}
+
+impl fmt::Display for CacheProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cache entry {} failed its check (expected {}, found {}): set aside and computed again", self.entry, self.expected, self.found)
+    }
+}
+
+/// One cache's entries, each named `<digest[..2]>/<digest>.json`, and the problems met reading
+/// them in this run (shared by the store's clones).
 #[derive(Debug, Clone)]
-pub(super) enum EntryStore {
+pub(super) struct EntryStore {
+    place: Place,
+    problems: Arc<Mutex<Vec<CacheProblem>>>,
+}
+
+#[derive(Debug, Clone)]
+enum Place {
     Dir(PathBuf),
     Object(ObjectEntries),
 }
@@ -107,47 +146,110 @@ impl EntryStore {
         format!("{}/{digest}.json", &digest[..2])
     }
 
+    /// The entry under `digest`, checked: its key, its content digest, then `check` (what the
+    /// caller knows the content must be). None on a miss, and for an entry that fails a check,
+    /// which is recorded in [`Self::problems`] and set aside.
+    pub fn get<T: Serialize + DeserializeOwned>(
+        &self,
+        digest: &str,
+        check: impl Fn(&T) -> Result<(), (String, String)>,
+    ) -> Result<Option<T>, InferError> {
+        let Some(bytes) = self.read(digest)? else { return Ok(None) };
+        let outcome = match serde_json::from_slice::<Sealed<T>>(&bytes) {
+            Err(e) => Err(("an entry of this cache's format".to_string(), format!("{} bytes that do not parse ({e})", bytes.len()))),
+            Ok(sealed) if sealed.key != digest => Err((format!("key {digest}"), format!("key {}", sealed.key))),
+            Ok(sealed) => {
+                let actual = sha256_json(&sealed.content);
+                if actual != sealed.content_sha256 {
+                    Err((format!("content sha256 {}", sealed.content_sha256), format!("{actual}")))
+                } else {
+                    check(&sealed.content).map(|()| sealed.content)
+                }
+            }
+        };
+        match outcome {
+            Ok(content) => Ok(Some(content)),
+            Err((expected, found)) => {
+                let entry = self.set_aside(digest);
+                self.problems.lock().expect("not poisoned").push(CacheProblem { entry, expected, found });
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stores `content` under `digest`, sealed.
+    pub fn put<T: Serialize>(&self, digest: &str, content: &T) -> Result<(), InferError> {
+        let sealed = Sealed { key: digest.to_string(), content_sha256: sha256_json(content), content };
+        self.write(digest, serde_json::to_vec(&sealed).expect("entries serialize"))
+    }
+
+    /// The entries that failed their checks since the last call.
+    pub fn take_problems(&self) -> Vec<CacheProblem> {
+        std::mem::take(&mut *self.problems.lock().expect("not poisoned"))
+    }
+
+    /// Moves a failed entry out of the way (a folder's to `set-aside/`, kept for a look); an
+    /// object store's is replaced by the next write. Returns where it is now.
+    fn set_aside(&self, digest: &str) -> String {
+        match &self.place {
+            Place::Dir(dir) => {
+                let from = dir.join(Self::relative(digest));
+                let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+                let to = dir.join("set-aside").join(format!("{digest}.{nanos}.json"));
+                let moved = std::fs::create_dir_all(to.parent().expect("has a parent")).and_then(|_| std::fs::rename(&from, &to));
+                match moved {
+                    Ok(()) => to.display().to_string(),
+                    Err(_) => from.display().to_string(),
+                }
+            }
+            Place::Object(o) => format!("{}/{}", o.url, Self::relative(digest)),
+        }
+    }
+
     /// The entry's bytes, or None when there is none (a miss). A folder's unreadable file is a
     /// miss too (it is rewritten); an object store that cannot be reached is an error, so that
     /// an outage never turns into rescoring every image.
-    pub fn read(&self, digest: &str) -> Result<Option<Vec<u8>>, InferError> {
-        match self {
-            EntryStore::Dir(dir) => Ok(std::fs::read(dir.join(Self::relative(digest))).ok()),
-            EntryStore::Object(o) => Ok(o.read(&Self::relative(digest))?.map(|(bytes, _)| bytes)),
+    fn read(&self, digest: &str) -> Result<Option<Vec<u8>>, InferError> {
+        match &self.place {
+            Place::Dir(dir) => {
+                let path = dir.join(Self::relative(digest));
+                Ok(crate::files::regular::read(&path, crate::files::regular::CACHE_ENTRY).ok())
+            }
+            Place::Object(o) => Ok(o.read(&Self::relative(digest))?.map(|(bytes, _)| bytes)),
         }
     }
 
     pub fn exists(&self, digest: &str) -> Result<bool, InferError> {
-        match self {
-            EntryStore::Dir(dir) => Ok(dir.join(Self::relative(digest)).is_file()),
-            EntryStore::Object(o) => o.exists(&Self::relative(digest)),
+        match &self.place {
+            Place::Dir(dir) => Ok(dir.join(Self::relative(digest)).is_file()),
+            Place::Object(o) => o.exists(&Self::relative(digest)),
         }
     }
 
     /// Stores an entry. A folder writes a temp file and renames it over any old one; an object
     /// store puts it only if absent, and otherwise replaces what is there only if it differs and
     /// has not changed since it was read (a concurrent writer's entry is as good as this one).
-    pub fn write(&self, digest: &str, bytes: Vec<u8>) -> Result<(), InferError> {
-        match self {
-            EntryStore::Dir(dir) => write_file_atomically(&dir.join(Self::relative(digest)), &bytes),
-            EntryStore::Object(o) => o.write(&Self::relative(digest), bytes),
+    fn write(&self, digest: &str, bytes: Vec<u8>) -> Result<(), InferError> {
+        match &self.place {
+            Place::Dir(dir) => write_file_atomically(&dir.join(Self::relative(digest)), &bytes),
+            Place::Object(o) => o.write(&Self::relative(digest), bytes),
         }
     }
 
     /// Removes temp files older than `max_age` that killed runs left in a folder (object stores
     /// never hold partial entries). Returns how many were removed.
     pub fn sweep_stale_temp_files(&self, max_age: std::time::Duration) -> usize {
-        match self {
-            EntryStore::Dir(dir) => sweep_stale_temp_files(dir, max_age),
-            EntryStore::Object(_) => 0,
+        match &self.place {
+            Place::Dir(dir) => sweep_stale_temp_files(dir, max_age),
+            Place::Object(_) => 0,
         }
     }
 
     #[cfg(test)]
     pub fn file_path(&self, digest: &str) -> PathBuf {
-        match self {
-            EntryStore::Dir(dir) => dir.join(Self::relative(digest)),
-            EntryStore::Object(_) => unreachable!("test helper for folder caches"),
+        match &self.place {
+            Place::Dir(dir) => dir.join(Self::relative(digest)),
+            Place::Object(_) => unreachable!("test helper for folder caches"),
         }
     }
 }
@@ -171,7 +273,7 @@ fn sweep_stale_temp_files(root: &Path, max_age: std::time::Duration) -> usize {
     let Ok(dirs) = std::fs::read_dir(root) else { return 0 };
     let now = std::time::SystemTime::now();
     let mut removed = 0;
-    for dir in dirs.flatten().filter(|d| d.path().is_dir()) {
+    for dir in dirs.flatten().filter(|d| d.path().is_dir() && d.file_name() != "set-aside") {
         let Ok(files) = std::fs::read_dir(dir.path()) else { continue };
         for file in files.flatten() {
             let stale = file.file_name().to_string_lossy().starts_with(".tmp")
@@ -316,9 +418,9 @@ mod tests {
     #[test]
     fn only_old_temp_files_are_swept() {
         let root = tempfile::tempdir().unwrap();
-        let store = CacheLocation::Dir(root.path().into()).open("scores-v1").unwrap();
+        let store = CacheLocation::Dir(root.path().into()).open("scores-v2").unwrap();
         let digest = "ab".repeat(32);
-        store.write(&digest, b"{}".to_vec()).unwrap();
+        store.put(&digest, &1).unwrap();
         let sub = store.file_path(&digest).parent().unwrap().to_path_buf();
         let old = sub.join(".tmpOLD");
         std::fs::write(&old, "partial").unwrap();
@@ -328,5 +430,45 @@ mod tests {
         assert_eq!(store.sweep_stale_temp_files(Duration::from_secs(3600)), 1);
         assert!(!old.exists() && fresh.exists());
         assert!(store.exists(&digest).unwrap(), "entries are never swept");
+    }
+
+    /// The entry's bytes, as an editor or a faulty writer might leave them.
+    fn rewrite(store: &EntryStore, digest: &str, edit: impl Fn(&mut serde_json::Value)) {
+        let path = store.file_path(digest);
+        let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut value);
+        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn an_entry_that_fails_its_check_is_reported_set_aside_and_missed() {
+        let root = tempfile::tempdir().unwrap();
+        let store = CacheLocation::Dir(root.path().into()).open("scores-v2").unwrap();
+        let digest = "cd".repeat(32);
+        let ok = |_: &Vec<f32>| Ok(());
+        store.put(&digest, &vec![1.5f32, -2.25]).unwrap();
+        assert_eq!(store.get(&digest, ok).unwrap(), Some(vec![1.5, -2.25]));
+
+        // Other valid JSON: the content's digest catches it.
+        rewrite(&store, &digest, |v| v["content"][0] = serde_json::json!(9.0));
+        assert_eq!(store.get(&digest, ok).unwrap(), None);
+        let problems = store.take_problems();
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].entry.contains("set-aside"), "{:?}", problems[0]);
+        assert!(!store.exists(&digest).unwrap(), "moved out of the way");
+        assert_eq!(std::fs::read_dir(root.path().join("scores-v2/set-aside")).unwrap().count(), 1);
+
+        // An entry copied under another key's name: its key digest catches it.
+        let other = "ef".repeat(32);
+        store.put(&other, &vec![0.5f32]).unwrap();
+        std::fs::create_dir_all(store.file_path(&digest).parent().unwrap()).unwrap();
+        std::fs::copy(store.file_path(&other), store.file_path(&digest)).unwrap();
+        assert_eq!(store.get(&digest, ok).unwrap(), None);
+        assert!(store.take_problems()[0].found.contains(&other));
+
+        // What the caller checks: a well-sealed entry of the wrong shape.
+        store.put(&digest, &vec![1.0f32]).unwrap();
+        assert_eq!(store.get(&digest, |v: &Vec<f32>| if v.len() == 2 { Ok(()) } else { Err(("2 scores".into(), "1".into())) }).unwrap(), None);
+        assert_eq!(store.take_problems().len(), 1);
     }
 }

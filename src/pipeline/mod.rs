@@ -74,6 +74,8 @@ pub enum BuildError {
     Threads(usize),
     #[error(transparent)]
     Signing(#[from] crate::signing::SigningError),
+    #[error(transparent)]
+    Output(#[from] crate::files::OutDirError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
@@ -94,6 +96,9 @@ pub struct BuildOptions {
     pub offline: bool,
     /// Sign the release (`release.sig` and the provenance) before it is moved into place.
     pub signer: Option<std::sync::Arc<crate::signing::Signer>>,
+    /// Hash the model's weights even when the digest cache knows them (always on for a
+    /// publishable build).
+    pub verify_cache: bool,
 }
 
 /// The stages up to the inputs of inference: shared by `build`, `build --dry-run` and `infer`.
@@ -139,7 +144,10 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     }
     let jobs = image_jobs(spec, &selection)?;
     let model = infer::locate_model(&spec.model, &infer::ModelAccess { offline: options.offline, progress: options.progress })?;
-    let scorer = infer::scorer_for(&model, &options.cache_dir.local_dir(), options.jobs)?;
+    // A publishable build (or --verify-cache) hashes the weights whatever the digest cache says.
+    let rehash = options.verify_cache || options.publishable;
+    let scorer = infer::scorer_for(&model, &options.cache_dir.local_dir(), rehash, options.jobs)?;
+    notes.extend(scorer.notes());
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
 
@@ -201,6 +209,13 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
         cached: report.cached,
         generated: answered.computed,
         generated_cached: answered.cached,
+        cache_problems: report
+            .cache_problems
+            .iter()
+            .chain(&answered.cache_problems)
+            .chain(&narrated.cache_problems)
+            .map(ToString::to_string)
+            .collect(),
         narrated: narrated.counts,
         cache_dir: options.cache_dir.clone(),
     })
@@ -225,6 +240,12 @@ fn generate(
 
 pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) -> Result<BuildReport, BuildError> {
     let started_on = crate::signing::now();
+    // Before any work: the output folder is this build's alone (see `output`).
+    let cache_dir = match &options.cache_dir {
+        infer::CacheLocation::Dir(dir) => Some(dir.as_path()),
+        infer::CacheLocation::Object(_) => None,
+    };
+    let claimed = output::claim(&options.out, spec, cache_dir)?;
     if let (Some(signer), Some(named)) = (&options.signer, &spec.publisher_key) {
         let fingerprint = signer.key.public_key().fingerprint();
         if fingerprint != named.fingerprint {
@@ -259,6 +280,9 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
     let report = infer::run(&jobs, scorer.as_ref(), &questions, &prompt_set_hash, &cache, &run)?;
+    for problem in &report.cache_problems {
+        log(&format!("infer: {problem}"));
+    }
     log(&format!("infer: {} images from the cache, {} scored by {}", report.cached, report.computed, scorer.identity().backend));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
     let answered = generate(spec, &grounding, scorer.as_ref(), options, None)?;
@@ -273,6 +297,9 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     }
     let answers: Vec<ImageAnswers> = answered.answers.into_iter().map(|a| a.expect("every image is in the unsharded run")).collect();
     let narrated = narrative::generate(spec, &narrative_plan, scorer.as_ref(), options, None)?;
+    for problem in answered.cache_problems.iter().chain(&narrated.cache_problems) {
+        log(&format!("generate: {problem}"));
+    }
     for (stage, computed, cached) in &narrated.counts {
         let what = if *stage == "reason" { "reasoning for the rows of" } else { "a report for each of" };
         log(&format!(
@@ -305,7 +332,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let (reasoning, reports) = narrative::derive(spec, &selection, &sig, diagnosis.as_ref(), &narrative_plan, narrated);
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
-    let staging = output::Staging::create(&options.out).map_err(io_err(&options.out))?;
+    let staging = output::Staging::create(&claimed).map_err(io_err(&options.out))?;
     let dir = staging.dir.clone();
     let meta = ShardMeta {
         release_id: spec.release.id.clone(),
@@ -457,7 +484,9 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         let signed = crate::signing::sign_release(&dir, &signer.key, &run_details(spec, options, signer, started_on))?;
         log(&format!("sign: {} files signed by key {} ({})", signed.files_signed, signed.fingerprint, signed.curve));
     }
-    let out = staging.commit().map_err(io_err(&options.out))?;
+    staging.commit().map_err(io_err(&options.out))?;
+    drop(claimed);
+    let out = options.out.clone();
 
     Ok(BuildReport {
         out,

@@ -49,6 +49,8 @@ pub struct NarrativeAnswers {
     pub report: Option<Vec<Option<ImageAnswers>>>,
     /// (stage, decoded, cached) per generation, for the log and `infer`'s report.
     pub counts: Vec<(&'static str, usize, usize)>,
+    /// Cache entries that failed their check (set aside, decoded again).
+    pub cache_problems: Vec<infer::CacheProblem>,
 }
 
 /// Runs (or reads from the cache) every generation of the plan.
@@ -61,11 +63,12 @@ pub fn generate(
 ) -> Result<NarrativeAnswers, BuildError> {
     let cache = GenerationCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    let mut out = NarrativeAnswers { reasoning: None, report: None, counts: Vec::new() };
+    let mut out = NarrativeAnswers { reasoning: None, report: None, counts: Vec::new(), cache_problems: Vec::new() };
     for (stage, jobs, max_new_tokens) in plan.stages(spec) {
-        let GenerationReport { answers, cached, computed } =
+        let GenerationReport { answers, cached, computed, cache_problems } =
             infer::run_generation(jobs, scorer, &DecodingSettings::greedy(max_new_tokens), &cache, &run)?;
         out.counts.push((stage, computed, cached));
+        out.cache_problems.extend(cache_problems);
         match stage {
             "reason" => out.reasoning = Some(answers),
             _ => out.report = Some(answers),

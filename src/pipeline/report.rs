@@ -75,6 +75,9 @@ pub struct InferShardReport {
     /// S3 and S4: (stage, images decoded, images already cached) per generated text.
     pub narrated: Vec<(&'static str, usize, usize)>,
     pub cache_dir: crate::infer::CacheLocation,
+    /// Cache entries that failed their check: each set aside and computed again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cache_problems: Vec<String>,
 }
 
 impl fmt::Display for InferShardReport {
@@ -92,6 +95,9 @@ impl fmt::Display for InferShardReport {
         for (stage, computed, cached) in &self.narrated {
             let what = if *stage == "reason" { "reasoning" } else { "reports" };
             writeln!(f, "  {what}: {computed} images decoded, {cached} already cached")?;
+        }
+        for problem in &self.cache_problems {
+            writeln!(f, "  {problem}")?;
         }
         Ok(())
     }
