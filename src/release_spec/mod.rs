@@ -86,9 +86,16 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
             let names: Vec<String> = chain.iter().map(|l| l.path.display().to_string()).collect();
             return Err(SpecError::ExtendsCycle { path: path.clone(), chain: format!("{} -> {}", names.join(" -> "), path.display()) });
         }
-        let text = std::fs::read_to_string(&path).map_err(|source| SpecError::Read { path: path.clone(), source })?;
+        let text = crate::files::regular::read_to_string(&path, crate::files::regular::SPEC)
+            .map_err(|source| SpecError::Read { path: path.clone(), source })?;
         let layer = parse_layer(&path, &text)?;
         if let Some(parent) = &layer.extends {
+            // Only a spec file: a parse error quotes lines of the file it names, and `extends:
+            // /etc/passwd` must not print that file's lines.
+            if !is_spec_file_name(Path::new(parent)) {
+                let at = KeyLocation { line: key_line(&text, "extends"), file: path.clone(), key: "extends".into() };
+                return Err(SpecError::Invalid { at, message: format!("{parent:?} is not a spec file: expected a path ending in .yaml or .yml") });
+            }
             let dir = path.parent().unwrap_or(Path::new("."));
             next = Some(dir.join(parent));
         }
@@ -96,6 +103,11 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
         chain.push(LoadedLayer { path, text, layer, nulls });
     }
     Ok(chain)
+}
+
+/// A name a spec file may have: `*.yaml` or `*.yml`.
+pub fn is_spec_file_name(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "yaml" || x == "yml")
 }
 
 pub fn parse_layer(path: &Path, text: &str) -> Result<layer::SpecLayer, SpecError> {

@@ -71,15 +71,9 @@ fn is_slug(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') && !s.starts_with('-')
 }
 
+/// A calendar date written YYYY-MM-DD: 2026-02-30 is not one.
 fn is_date(s: &str) -> bool {
-    let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' || !digits(0..4) || !digits(5..7) || !digits(8..10) {
-        return false;
-    }
-    let month: u32 = s[5..7].parse().unwrap_or(0);
-    let day: u32 = s[8..10].parse().unwrap_or(0);
-    (1..=12).contains(&month) && (1..=31).contains(&day)
+    s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()
 }
 
 fn is_sha256(s: &str) -> bool {
@@ -245,6 +239,9 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
         None => None,
         Some(t) => {
             let rows = r.req(t.rows, "selection.trial.rows")?;
+            if rows == 0 {
+                return Err(r.invalid("selection.trial.rows", "must be at least 1 (leave out selection.trial for no trial split)"));
+            }
             let quotas = r.req(t.quotas, "selection.trial.quotas")?;
             for (class, share) in &quotas {
                 if crate::vocab::TrustClass::parse(class).is_none() {
@@ -440,8 +437,10 @@ fn resolve_output(r: &Resolver<'_>, layer: Option<OutputLayer>, has_trial: bool)
         compression,
         compression_level,
     };
-    if output.rows_per_shard == 0 || output.row_group_rows == 0 {
-        return Err(r.invalid("output.rows_per_shard", "rows_per_shard and row_group_rows must be at least 1"));
+    for (key, value) in [("output.rows_per_shard", output.rows_per_shard), ("output.row_group_rows", output.row_group_rows)] {
+        if value == 0 {
+            return Err(r.invalid(key, "must be at least 1"));
+        }
     }
     Ok(output)
 }

@@ -24,8 +24,11 @@ pub struct SeriesEntry {
 /// Every `*.yaml` directly in `dir` that has a complete release section, ordered by date.
 pub fn load_series(dir: &Path) -> Result<Vec<SeriesEntry>, SpecError> {
     let entries = std::fs::read_dir(dir).map_err(|source| SpecError::Read { path: dir.to_path_buf(), source })?;
-    let mut paths: Vec<_> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
+    // Regular files only (links followed): a FIFO named like a spec would block the build.
+    let mut paths: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml") && std::fs::metadata(p).is_ok_and(|m| m.is_file()))
+        .collect();
     paths.sort();
     let mut out = Vec::new();
     for path in paths {

@@ -86,5 +86,5 @@ pub fn plan_release(dir: &Path, options: &PlanOptions) -> Result<ReviewPlan, Rev
 /// The bytes of the release's `manifest.json`, which plans are checked against.
 pub fn manifest_bytes(dir: &Path) -> Result<Vec<u8>, ReviewError> {
     let path = dir.join(crate::manifest::MANIFEST_FILE);
-    std::fs::read(&path).map_err(|source| ReviewError::Io { path, source })
+    crate::files::regular::read(&path, crate::files::regular::RELEASE_JSON).map_err(|source| ReviewError::Io { path, source })
 }

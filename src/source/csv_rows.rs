@@ -1,7 +1,6 @@
 //! The row loop both metadata CSVs share: a header, then data rows with their line numbers.
 //! Blank rows are skipped; a row needs at least `width` fields and nothing but empty ones after.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -12,7 +11,7 @@ use super::SourceError;
 /// Opens a text file, decompressing it on the way when its name ends in `.gz` (the copies of
 /// NIH's files that ship in the torchxrayvision wheel are gzipped).
 pub fn open_text(path: &Path) -> std::io::Result<Box<dyn Read>> {
-    let file = File::open(path)?;
+    let file = crate::files::regular::open(path, true)?;
     Ok(if path.extension().is_some_and(|e| e == "gz") {
         Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file)))
     } else {
