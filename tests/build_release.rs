@@ -197,7 +197,7 @@ fn a_killed_build_leaves_no_release_and_the_rerun_matches() {
             .unwrap()
     };
     // Finished score entries only: a kill can leave the cache writer's temp file behind.
-    let scores = cache.join("scores-v1");
+    let scores = cache.join("scores-v2");
     let cached =
         || if scores.exists() { files_under(&scores).iter().filter(|p| p.extension().is_some_and(|e| e == "json")).count() } else { 0 };
     let mut killed_midway = 0;

@@ -82,7 +82,7 @@ fn sharded_and_interrupted_generation_merges_into_the_same_bytes() {
             .stdout(contains("grounding answers:"));
     }
     // A killed run: some answers never written, one half-written temp file left behind.
-    let answers = s.path("cache-shared/generations-v1");
+    let answers = s.path("cache-shared/generations-v2");
     let mut entries: Vec<_> = files_under(&answers);
     entries.sort();
     let removed = entries.len() / 3;

@@ -85,7 +85,7 @@ fn a_hub_model_is_fetched_once_pinned_in_the_lock_and_offline_never_calls_out() 
     let snapshot = s.path("hf-cache").join("models--bpals-test--tiny-qwen2-vl/snapshots").join(&commit);
     assert!(snapshot.join("model.safetensors").is_file() && snapshot.join("tokenizer.json").is_file());
     assert!(!snapshot.join("README.md").exists() && !snapshot.join("onnx").exists(), "only the files the engine reads");
-    assert_eq!(std::fs::read_dir(s.cache().join("file-digests-v1")).unwrap().count(), 1, "the weights' digest is cached");
+    assert_eq!(std::fs::read_dir(s.cache().join("file-digests-v2")).unwrap().count(), 1, "the weights' digest is cached");
 
     // Offline again: served from the Hugging Face cache, no request, the same bytes.
     let before = hub.state.lock().unwrap().requests.len();

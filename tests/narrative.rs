@@ -164,9 +164,9 @@ fn a_per_row_reasoning_prompt_asks_each_row_its_own_question() {
 
     // One question per row, the row's finding in words: "pleural thickening", never "Pleural_Thickening".
     let mut asked = Vec::new();
-    for file in files_under(&s.cache().join("generations-v1")) {
+    for file in files_under(&s.cache().join("generations-v2")) {
         let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        let prompts = entry["prompts"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string());
+        let prompts = entry["content"]["prompts"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string());
         asked.extend(prompts.filter(|p| p.contains("Think first")));
     }
     assert_eq!(asked.len(), rows, "each row is asked its own question");

@@ -118,7 +118,7 @@ fn checked(out: Output, what: &str) -> Output {
 fn images_in_sample() -> usize {
     let s = Scratch::new();
     build(&fixture_s1a(), &s.path("count"), &s.cache(), &[]).success();
-    files_under(&s.cache().join("scores-v1")).len()
+    files_under(&s.cache().join("scores-v2")).len()
 }
 
 /// Done means: four `infer --shard-count 4` tasks, indexed only by JOB_COMPLETION_INDEX, into
@@ -147,7 +147,7 @@ fn array_job_through_s3_merges_into_the_same_bytes() {
         assert!(text.contains(&format!("shard {k}/4 (index from JOB_COMPLETION_INDEX={k})")), "{text}");
         assert!(text.contains(&format!("(cache: {cache})")), "{text}");
     }
-    assert_eq!(s3.keys("array/scores-v1/").len(), images_in_sample(), "one entry per image");
+    assert_eq!(s3.keys("array/scores-v2/").len(), images_in_sample(), "one entry per image");
 
     let merged = s3.build(&s.path("merged"), &cache);
     let log = String::from_utf8_lossy(&merged.stderr);
@@ -175,7 +175,7 @@ fn concurrent_writers_and_a_corrupt_entry() {
     });
     checked(a, "first writer");
     checked(b, "second writer");
-    let keys = s3.keys("race/scores-v1/");
+    let keys = s3.keys("race/scores-v2/");
     assert_eq!(keys.len(), images_in_sample(), "one entry per image, however many wrote it");
 
     let victim = &keys[0];
@@ -185,7 +185,8 @@ fn concurrent_writers_and_a_corrupt_entry() {
     assert!(log.contains(", 1 scored"), "only the corrupt entry is rescored: {log}");
     assert_eq!(tree_digest(&s.path("plain")), tree_digest(&s.path("rebuilt")));
     let repaired: serde_json::Value = serde_json::from_slice(&s3.object(victim)).expect("the entry was replaced");
-    assert!(repaired["scores"].as_array().is_some_and(|s| !s.is_empty()), "{repaired}");
+    assert!(repaired["content"]["scores"].as_array().is_some_and(|s| !s.is_empty()), "{repaired}");
+    assert!(log.contains("failed its check"), "the corrupt entry is reported: {log}");
 }
 
 /// A bucket that does not exist is an error naming the cache, not a silent rescore.

@@ -49,7 +49,8 @@ fn served_build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert
 fn cached_scores(cache: &Path) -> BTreeMap<String, BTreeMap<String, (f32, f32)>> {
     let mut out = BTreeMap::new();
     for file in files_under(cache).into_iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
-        let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let sealed: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let entry = &sealed["content"];
         let (Some(image), Some(ids), Some(scores)) =
             (entry["image"].as_str(), entry["question_ids"].as_array(), entry["scores"].as_array())
         else {
@@ -211,7 +212,7 @@ fn s3_reasoning_and_s4_reports_come_from_the_server_and_faults_change_no_byte() 
 
     // Faults during generation only: the scores come from a copy of the clean cache.
     copy_tree(&s.path("cache-clean"), &s.path("cache-faulty"));
-    std::fs::remove_dir_all(s.path("cache-faulty/generations-v1")).unwrap();
+    std::fs::remove_dir_all(s.path("cache-faulty/generations-v2")).unwrap();
     let before = server.state.lock().unwrap().requests;
     server.inject(&[
         Fault::Status(503),

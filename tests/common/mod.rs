@@ -184,3 +184,39 @@ pub fn publish_to(endpoint: &str, token: &str, repo: &str, dir: &Path, extra: &[
         .args(extra)
         .assert()
 }
+
+/// A logit pair as the score cache stores it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct CachedYesNo {
+    pub logit_yes: f32,
+    pub logit_no: f32,
+}
+
+/// A score-cache entry as stored (`scores-v2`): the content sealed with its key's digest and its
+/// own. Mirrors the tool's format so tests can write an entry the cache takes as genuine.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SealedScores {
+    key: String,
+    content_sha256: String,
+    content: ScoreContent,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ScoreContent {
+    image: String,
+    image_sha256: String,
+    question_ids: Vec<String>,
+    scores: Vec<CachedYesNo>,
+}
+
+/// Rewrites every score-cache entry under `cache` through `edit`, resealed: what a scorer on
+/// other hardware would have cached (the audit's drift), not a damaged entry.
+pub fn reseal_score_entries(cache: &Path, edit: impl Fn(&mut Vec<CachedYesNo>)) {
+    let entries = files_under(&cache.join("scores-v2")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json"));
+    for entry in entries {
+        let mut sealed: SealedScores = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+        edit(&mut sealed.content.scores);
+        sealed.content_sha256 = hex::encode(Sha256::digest(serde_json::to_vec(&sealed.content).unwrap()));
+        std::fs::write(&entry, serde_json::to_vec(&sealed).unwrap()).unwrap();
+    }
+}
