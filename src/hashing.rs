@@ -116,7 +116,8 @@ impl DigestCache {
         let modified_ns = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let changed_ns = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
         let name = canonical.to_string_lossy().into_owned();
-        let key = sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string(), &changed_ns.to_string(), &meta.ino().to_string()]);
+        let key =
+            sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string(), &changed_ns.to_string(), &meta.ino().to_string()]);
         let entry_path = self.dir.join(format!("{key}.json"));
         let mut problem = None;
         let cached = match std::fs::read(&entry_path).ok().map(|b| serde_json::from_slice::<SealedDigest>(&b)) {

@@ -41,7 +41,12 @@ fn out_never_replaces_a_folder_that_is_not_a_release() {
     let s = Scratch::new();
     let theirs = s.write("theirs/notes.txt", "a user's file");
     let err = stderr(&build(&fixture_s1a(), &s.path("theirs"), &s.cache(), &[]).failure());
-    assert!(err.contains("--out") && err.contains("no release manifest") && err.contains("delete it yourself"), "{err}");
+    assert!(
+        err.contains("--out")
+            && err.contains("holds 1 file and no manifest.json: it is not a release this tool wrote")
+            && err.contains("delete it yourself"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "a user's file");
     assert!(!s.cache().exists(), "refused before any work: nothing was scored");
 }
@@ -167,7 +172,10 @@ fn verify_reads_only_regular_files_inside_the_release() {
     files.push(escape);
     std::fs::write(listed.join("manifest.json"), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     let out = stdout(&verify(&listed).failure());
-    assert!(out.contains("listed twice in the manifest") && out.contains("not a path inside the release: \"../outside-LICENSE.md\""), "{out}");
+    assert!(
+        out.contains("listed twice in the manifest") && out.contains("not a path inside the release: \"../outside-LICENSE.md\""),
+        "{out}"
+    );
     assert!(!out.contains(&format!("{} files", count + 1)), "a duplicate is not counted as a file: {out}");
 }
 
@@ -183,7 +191,8 @@ fn a_junk_signature_is_not_called_a_signature() {
 /// Every score-cache entry, as a faulty writer or an editor would leave it: valid JSON with
 /// other scores.
 fn edit_score_entries(cache: &Path) -> usize {
-    let entries: Vec<PathBuf> = files_under(&cache.join("scores-v2")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+    let entries: Vec<PathBuf> =
+        files_under(&cache.join("scores-v2")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
     for entry in &entries {
         let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(entry).unwrap()).unwrap();
         let first = &mut json["content"]["scores"][0]["logit_yes"];
@@ -202,7 +211,10 @@ fn an_edited_cache_entry_is_caught_set_aside_and_the_release_equals_a_clean_buil
     let out = s.path("again");
     let err = stderr(&build(&fixture_s1a(), &out, &s.cache(), &[]).success());
     assert_eq!(err.matches("failed its check").count(), edited, "each edited entry is reported: {err}");
-    assert!(err.contains("set aside and computed again") && err.contains(&format!("infer: 0 images from the cache, {edited} scored")), "{err}");
+    assert!(
+        err.contains("set aside and computed again") && err.contains(&format!("infer: 0 images from the cache, {edited} scored")),
+        "{err}"
+    );
     assert_eq!(tree_digest(&out), clean, "the release equals a clean build's, byte for byte");
     assert_eq!(files_under(&s.cache().join("scores-v2/set-aside")).len(), edited, "kept for a look");
     // The recomputed entries are good again.

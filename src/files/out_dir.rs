@@ -227,7 +227,9 @@ mod tests {
         let source = root.path().join("nih");
         std::fs::create_dir_all(source.join("images")).unwrap();
         let guard = [Protected { what: "the source root", path: &source }];
-        for (out, relation) in [(source.clone(), "is the source root"), (source.join("images/x"), "is inside"), (root.path().to_path_buf(), "holds")] {
+        for (out, relation) in
+            [(source.clone(), "is the source root"), (source.join("images/x"), "is inside"), (root.path().to_path_buf(), "holds")]
+        {
             let err = OutDir::claim(&out, &release(&|_| Ok(()), &guard)).unwrap_err().to_string();
             assert!(err.contains(relation), "{err}");
         }

@@ -109,10 +109,7 @@ pub fn read_file(file: File, limit: Limit) -> io::Result<Vec<u8>> {
 }
 
 fn too_large(size: u64, limit: Limit) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("is {size} bytes, over the limit of {} bytes for {}", limit.bytes, limit.what),
-    )
+    io::Error::new(io::ErrorKind::InvalidData, format!("is {size} bytes, over the limit of {} bytes for {}", limit.bytes, limit.what))
 }
 
 #[cfg(test)]

@@ -53,7 +53,10 @@ impl ScoreCache {
                 return Err((format!("image sha256 {}", key.image_sha256), entry.image_sha256.clone()));
             }
             if entry.question_ids != question_ids || entry.scores.len() != question_ids.len() {
-                return Err((format!("scores for {} questions", question_ids.len()), format!("{} scores for other questions", entry.scores.len())));
+                return Err((
+                    format!("scores for {} questions", question_ids.len()),
+                    format!("{} scores for other questions", entry.scores.len()),
+                ));
             }
             if !entry.scores.iter().all(|s| s.logit_yes.is_finite() && s.logit_no.is_finite()) {
                 return Err(("finite logits".into(), "a logit that is not finite".into()));

@@ -90,7 +90,10 @@ impl GenerationCache {
                 return Err((format!("image sha256 {image_sha256}"), entry.image_sha256.clone()));
             }
             if entry.prompts != prompts || entry.answers.answers.len() != prompts.len() {
-                return Err((format!("answers to {} prompts", prompts.len()), format!("{} answers to other prompts", entry.answers.answers.len())));
+                return Err((
+                    format!("answers to {} prompts", prompts.len()),
+                    format!("{} answers to other prompts", entry.answers.answers.len()),
+                ));
             }
             Ok(())
         };

@@ -173,7 +173,12 @@ pub fn scorer_for(
                 backend: model.backend.name().into(),
                 message: "the model has not been located".into(),
             })?;
-            Ok(Box::new(native::NativeScorer::open(model, dir, &crate::hashing::DigestCache::new(cache_root).rehashing(rehash_weights), workers)?))
+            Ok(Box::new(native::NativeScorer::open(
+                model,
+                dir,
+                &crate::hashing::DigestCache::new(cache_root).rehashing(rehash_weights),
+                workers,
+            )?))
         }
         #[cfg(not(feature = "vlm"))]
         Backend::Native | Backend::Qwen2vl => {

@@ -134,7 +134,8 @@ pub(super) fn decode_png(bytes: &[u8], job: &ImageJob) -> Result<image::DynamicI
 
 /// An image's bytes and their sha256.
 pub(super) fn read_image(job: &ImageJob) -> Result<(Vec<u8>, String), InferError> {
-    let bytes = crate::files::regular::read(&job.path, crate::files::regular::IMAGE).map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
+    let bytes = crate::files::regular::read(&job.path, crate::files::regular::IMAGE)
+        .map_err(|source| InferError::ImageRead { path: job.path.clone(), source })?;
     let sha = sha256_hex(&bytes);
     Ok((bytes, sha))
 }

@@ -123,7 +123,11 @@ pub struct CacheProblem {
 
 impl fmt::Display for CacheProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cache entry {} failed its check (expected {}, found {}): set aside and computed again", self.entry, self.expected, self.found)
+        write!(
+            f,
+            "cache entry {} failed its check (expected {}, found {}): set aside and computed again",
+            self.entry, self.expected, self.found
+        )
     }
 }
 
@@ -468,7 +472,10 @@ mod tests {
 
         // What the caller checks: a well-sealed entry of the wrong shape.
         store.put(&digest, &vec![1.0f32]).unwrap();
-        assert_eq!(store.get(&digest, |v: &Vec<f32>| if v.len() == 2 { Ok(()) } else { Err(("2 scores".into(), "1".into())) }).unwrap(), None);
+        assert_eq!(
+            store.get(&digest, |v: &Vec<f32>| if v.len() == 2 { Ok(()) } else { Err(("2 scores".into(), "1".into())) }).unwrap(),
+            None
+        );
         assert_eq!(store.take_problems().len(), 1);
     }
 }

@@ -171,7 +171,11 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
 fn read_publisher_key(spec: &ReleaseSpec, file: &str) -> Result<PublisherKey, InputsError> {
     let key = "publish.public_key";
     let path = spec.base_dir(key).join(file);
-    let text = crate::files::regular::read_to_string(&path, crate::files::regular::SIGNATURE).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    let text = crate::files::regular::read_to_string(&path, crate::files::regular::SIGNATURE).map_err(|source| InputsError::Read {
+        at: spec.locate(key),
+        path: path.clone(),
+        source,
+    })?;
     let public =
         crate::signing::PublicKey::from_pem(&text).map_err(|message| InputsError::Invalid { at: spec.locate(key), path, message })?;
     Ok(PublisherKey { file: file.to_string(), fingerprint: public.fingerprint(), curve: public.curve().name(), pem: public.to_pem() })
@@ -182,7 +186,11 @@ fn read_publisher_key(spec: &ReleaseSpec, file: &str) -> Result<PublisherKey, In
 fn read_image_list(spec: &ReleaseSpec, file: &str, pinned: &str) -> Result<Vec<String>, InputsError> {
     let key = "selection.images";
     let path = spec.base_dir(key).join(file);
-    let bytes = crate::files::regular::read(&path, crate::files::regular::TABLE).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.clone(), source })?;
+    let bytes = crate::files::regular::read(&path, crate::files::regular::TABLE).map_err(|source| InputsError::Read {
+        at: spec.locate(key),
+        path: path.clone(),
+        source,
+    })?;
     let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.clone(), message };
     let actual = sha256_hex(&bytes);
     if actual != pinned {
@@ -265,7 +273,11 @@ fn read_sample_truth(spec: &ReleaseSpec, file: &str) -> Result<Evaluation, Input
 
 /// Reads and digests the gold file at `path`, which `key` of the spec names; errors point there.
 fn read_evaluation(spec: &ReleaseSpec, key: &str, path: &Path, e: EvaluationSpec) -> Result<Evaluation, InputsError> {
-    let bytes = crate::files::regular::read(path, crate::files::regular::TABLE).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
+    let bytes = crate::files::regular::read(path, crate::files::regular::TABLE).map_err(|source| InputsError::Read {
+        at: spec.locate(key),
+        path: path.to_path_buf(),
+        source,
+    })?;
     let gold = crate::eval::gold::read(path, e.format).map_err(|source| InputsError::Gold { at: spec.locate(key), source })?;
     let review_plan = match &e.review_plan {
         None => None,
@@ -306,8 +318,11 @@ struct SampleMarker {
 fn read_sample_marker(spec: &ReleaseSpec, path: &Path) -> Result<SampleMarker, InputsError> {
     let key = "source.root";
     let invalid = |message: String| InputsError::Invalid { at: spec.locate(key), path: path.to_path_buf(), message };
-    let text =
-        crate::files::regular::read_to_string(path, crate::files::regular::RELEASE_JSON).map_err(|source| InputsError::Read { at: spec.locate(key), path: path.to_path_buf(), source })?;
+    let text = crate::files::regular::read_to_string(path, crate::files::regular::RELEASE_JSON).map_err(|source| InputsError::Read {
+        at: spec.locate(key),
+        path: path.to_path_buf(),
+        source,
+    })?;
     let marker: SampleMarker = serde_json::from_str(&text).map_err(|source| InputsError::SampleMarker {
         at: spec.locate(key),
         path: path.to_path_buf(),

@@ -120,10 +120,12 @@ pub fn scan(dir: &Path) -> std::io::Result<Scan> {
 pub fn owned_release(dir: &Path) -> Result<(), String> {
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,
-        Err(e) => {
+        Err(_) if std::fs::symlink_metadata(dir.join(MANIFEST_FILE)).is_err() => {
             let found = scan(dir).map(|s| s.files.len() + s.others.len()).unwrap_or(0);
-            return Err(format!("holds {found} files but no release manifest of this tool's ({})", error_chain(&e)));
+            let files = if found == 1 { "file" } else { "files" };
+            return Err(format!("holds {found} {files} and no {MANIFEST_FILE}: it is not a release this tool wrote"));
         }
+        Err(e) => return Err(format!("holds a {MANIFEST_FILE} that is not a release manifest of this tool's ({})", error_chain(&e))),
     };
     let listed: std::collections::BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
     let found = scan(dir).map_err(|e| format!("cannot be listed: {e}"))?;

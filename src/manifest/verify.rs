@@ -12,16 +12,35 @@ use crate::hashing::sha256_reader;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "problem", rename_all = "snake_case")]
 pub enum FileProblem {
-    Missing { path: String },
-    Extra { path: String },
-    Size { path: String, expected: u64, actual: u64 },
-    Digest { path: String, expected: String, actual: String },
+    Missing {
+        path: String,
+    },
+    Extra {
+        path: String,
+    },
+    Size {
+        path: String,
+        expected: u64,
+        actual: u64,
+    },
+    Digest {
+        path: String,
+        expected: String,
+        actual: String,
+    },
     /// A link, FIFO, device or socket where the release may hold only regular files.
-    NotRegular { path: String, kind: String },
+    NotRegular {
+        path: String,
+        kind: String,
+    },
     /// A manifest entry that names the same path as an earlier one.
-    Duplicate { path: String },
+    Duplicate {
+        path: String,
+    },
     /// A manifest entry that is not a plain relative path inside the release.
-    UnsafePath { path: String },
+    UnsafePath {
+        path: String,
+    },
 }
 
 impl std::fmt::Display for FileProblem {
@@ -94,9 +113,8 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, ManifestError> {
             continue;
         }
         let path = dir.join(&file.path);
-        let (sha256, bytes) = crate::files::regular::open(&path, false)
-            .and_then(sha256_reader)
-            .map_err(|source| ManifestError::Read { path, source })?;
+        let (sha256, bytes) =
+            crate::files::regular::open(&path, false).and_then(sha256_reader).map_err(|source| ManifestError::Read { path, source })?;
         if bytes != file.bytes {
             problems.push(FileProblem::Size { path: file.path.clone(), expected: file.bytes, actual: bytes });
         } else if sha256 != file.sha256 {

@@ -94,7 +94,10 @@ pub fn load_chain(path: &Path) -> Result<Vec<LoadedLayer>, SpecError> {
             // /etc/passwd` must not print that file's lines.
             if !is_spec_file_name(Path::new(parent)) {
                 let at = KeyLocation { line: key_line(&text, "extends"), file: path.clone(), key: "extends".into() };
-                return Err(SpecError::Invalid { at, message: format!("{parent:?} is not a spec file: expected a path ending in .yaml or .yml") });
+                return Err(SpecError::Invalid {
+                    at,
+                    message: format!("{parent:?} is not a spec file: expected a path ending in .yaml or .yml"),
+                });
             }
             let dir = path.parent().unwrap_or(Path::new("."));
             next = Some(dir.join(parent));

@@ -205,7 +205,8 @@ impl ExportedAnnotation {
 
 /// Reads a Label Studio JSON export; the other export formats get an error that names them.
 pub fn read_export(path: &Path) -> Result<Vec<ExportedTask>, ReviewError> {
-    let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON).map_err(|source| ReviewError::Io { path: path.into(), source })?;
+    let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON)
+        .map_err(|source| ReviewError::Io { path: path.into(), source })?;
     let bad = |message: String| ReviewError::Export { path: path.into(), message };
     let text = String::from_utf8_lossy(&bytes);
     let first = text.trim_start().chars().next();

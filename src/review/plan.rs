@@ -249,7 +249,8 @@ impl ReviewPlan {
 
     /// Reads a plan written by `review plan`.
     pub fn read(path: &Path) -> Result<(ReviewPlan, String), ReviewError> {
-        let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON).map_err(|source| ReviewError::Io { path: path.into(), source })?;
+        let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON)
+            .map_err(|source| ReviewError::Io { path: path.into(), source })?;
         let plan: ReviewPlan = serde_json::from_slice(&bytes).map_err(|e| ReviewError::Json {
             path: path.into(),
             message: format!("line {}, column {}: {e} (expected a plan written by `bpals-release review plan`)", e.line(), e.column()),

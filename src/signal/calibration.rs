@@ -73,7 +73,8 @@ impl Calibration {
     /// Reads a calibration file written by `bpals-release calibrate`, with its bytes (a spec
     /// that names it records their digest).
     pub fn read_with_bytes(path: &Path) -> Result<(Calibration, Vec<u8>), CalibrationError> {
-        let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON).map_err(|source| CalibrationError::Read { path: path.into(), source })?;
+        let bytes = crate::files::regular::read(path, crate::files::regular::RELEASE_JSON)
+            .map_err(|source| CalibrationError::Read { path: path.into(), source })?;
         let table: Calibration = serde_json::from_slice(&bytes).map_err(|source| CalibrationError::Parse { path: path.into(), source })?;
         if table.format != CALIBRATION_FORMAT {
             return Err(CalibrationError::Format { path: path.into(), found: table.format });

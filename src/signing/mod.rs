@@ -215,8 +215,8 @@ pub fn check_dir(dir: &Path, key: &PublicKey) -> Result<SignatureReport, Signing
     let lock = BuildLock::read(dir)?;
     let read = |name: &str| -> Result<Option<Vec<u8>>, SigningError> {
         let path = dir.join(name);
-        let read = crate::files::regular::open(&path, false)
-            .and_then(|f| crate::files::regular::read_file(f, crate::files::regular::SIGNATURE));
+        let read =
+            crate::files::regular::open(&path, false).and_then(|f| crate::files::regular::read_file(f, crate::files::regular::SIGNATURE));
         match read {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
