@@ -63,7 +63,7 @@ fn a_dry_run_changes_nothing_and_publishing_again_makes_no_commit() {
     let text = stderr(&a);
     assert!(text.contains("no commit") && text.contains("tag s1a-v1.0.0 exists at"), "{text}");
     assert!(!text.lines().any(|l| l.starts_with("  new ") || l.starts_with("  changed ")), "every file is unchanged:\n{text}");
-    assert!(text.contains("0 new (0 bytes), 0 changed (0 bytes), 11 unchanged, 0 removed"), "{text}");
+    assert!(text.contains("0 new (0 bytes), 0 changed (0 bytes), 12 unchanged, 0 removed"), "{text}");
     let again = hub.repo(REPO).unwrap();
     assert_eq!(again.commits.len(), first.commits.len(), "no second commit");
     assert_eq!(again.tags, first.tags);

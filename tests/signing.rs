@@ -46,7 +46,7 @@ fn a_signed_release_verifies_and_signing_changes_no_other_byte() {
     let v = verify(&dir, "p256.pub.pem", &[]).success();
     let text = stdout(&v);
     assert!(text.starts_with("ok: release s1a"), "{text}");
-    assert!(text.contains("ok: release.sig signs all 12 files; signed by key"), "{text}");
+    assert!(text.contains("ok: release.sig signs all 13 files; signed by key"), "{text}");
     assert!(text.contains("builder   https://o5i.github.io/bpals-release/provenance/builders/local-unattested/v1"), "{text}");
     assert!(text.contains("spec      s1a-fixture-scorer.yaml") && text.contains("model     fixture bpals/fixture-scorer@v1"), "{text}");
     assert!(text.contains("signed after the build: no run times"), "{text}");
@@ -77,7 +77,7 @@ fn every_supported_key_kind_signs_and_the_fingerprint_is_the_keys() {
     let der = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
     use sha2::Digest;
     assert_eq!(report["signature"]["fingerprint"], hex::encode(sha2::Sha256::digest(der)));
-    assert_eq!(report["signature"]["files_signed"], 12);
+    assert_eq!(report["signature"]["files_signed"], 13);
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn signed_and_unsigned_builds_differ_only_by_the_two_signature_files() {
         &["--sign-key", key("p384.pem").to_str().unwrap(), "--builder-id", "https://ci.example/workflows/release@refs/tags/v1"],
     )
     .success();
-    assert!(stderr(&a).contains("sign: 12 files signed by key"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("sign: 13 files signed by key"), "{}", stderr(&a));
     let mut files = tree_digest(&signed);
     let provenance = std::fs::read_to_string(signed.join("provenance.intoto.jsonl")).unwrap();
     assert!(files.remove("release.sig").is_some() && files.remove("provenance.intoto.jsonl").is_some());
@@ -299,13 +299,13 @@ fn a_signed_release_is_published_in_one_commit_and_verifies_on_the_hub() {
     assert!(hub.repo(REPO).is_none(), "nothing was created or uploaded");
 
     let a = publish(&hub, &dir, &["--public-key", key("p256.pub.pem").to_str().unwrap()]).success();
-    assert!(stderr(&a).contains("signature: 12 files signed by key"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("signature: 13 files signed by key"), "{}", stderr(&a));
     assert_eq!(hub.release_commits(REPO), 1, "one commit");
     let head = hub.repo(REPO).unwrap().head().clone();
     assert!(head.files.contains_key("release.sig") && head.files.contains_key("provenance.intoto.jsonl"), "both files in the commit");
 
     let text = stdout(&verify_remote(&hub, "p256.pub.pem").success());
-    assert!(text.contains("ok: release.sig signs all 12 files"), "{text}");
+    assert!(text.contains("ok: release.sig signs all 13 files"), "{text}");
     let text = stdout(&verify_remote(&hub, "p256-sec1.pub.pem").failure());
     assert!(text.contains("release.sig was signed by another key"), "{text}");
 
@@ -358,7 +358,7 @@ fn a_spec_that_names_the_publisher_key_carries_it_and_takes_only_its_signature()
     // publish checks the signature with the release's own copy of the key when none is given.
     let hub = fake_hub::FakeHub::start(Some(TOKEN));
     let a = publish(&hub, &out, &[]).success();
-    assert!(stderr(&a).contains(&format!("signature: 13 files signed by key {fingerprint}")), "{}", stderr(&a));
+    assert!(stderr(&a).contains(&format!("signature: 14 files signed by key {fingerprint}")), "{}", stderr(&a));
 
     // Unsigned, the same release is refused.
     let unsigned = s.path("unsigned");

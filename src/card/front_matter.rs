@@ -2,10 +2,9 @@
 
 use serde::Serialize;
 
-use super::{CardInput, SplitFacts, TableFacts};
+use super::CardInput;
 use crate::release_spec::{Tier, Visibility};
-use crate::shard::schema::ColumnDoc;
-use crate::shard::{image_columns, pair_columns, ColumnSet};
+use crate::shard::ColumnSet;
 
 #[derive(Debug, Serialize)]
 pub struct FrontMatter {
@@ -90,11 +89,7 @@ impl FrontMatter {
         };
         let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
-        // The pair table is the default config; the image table (error traces) is `images`.
-        let set = ColumnSet::of(&spec.prompts);
-        let (pair_columns, image_columns) = (pair_columns(set), image_columns(set));
-        let tables: [(&str, &str, &[ColumnDoc], fn(&SplitFacts) -> &TableFacts); 2] =
-            [("default", "data", &pair_columns, |s| &s.pairs), ("images", "data/images", &image_columns, |s| &s.images)];
+        let tables = super::table_configs(ColumnSet::of(&spec.prompts));
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,
@@ -108,23 +103,25 @@ impl FrontMatter {
             size_categories: vec![size_category(total_rows).into()],
             configs: tables
                 .iter()
-                .map(|(name, folder, _, _)| Config {
-                    config_name: name.to_string(),
-                    default: *name == "default",
+                .map(|t| Config {
+                    config_name: t.name.to_string(),
+                    default: t.name == "default",
                     data_files: input
                         .splits
                         .iter()
-                        .map(|s| DataFiles { split: s.name.clone(), path: format!("{folder}/{}-*.parquet", s.name) })
+                        .map(|s| DataFiles { split: s.name.clone(), path: format!("{}/{}-*.parquet", t.folder, s.name) })
                         .collect(),
                 })
                 .collect(),
             dataset_info: tables
                 .iter()
-                .map(|(name, _, columns, table)| {
+                .map(|t| {
+                    let table = t.facts;
                     let bytes: u64 = input.splits.iter().map(|s| table(s).bytes).sum();
                     DatasetInfo {
-                        config_name: name.to_string(),
-                        features: columns
+                        config_name: t.name.to_string(),
+                        features: t
+                            .columns
                             .iter()
                             .map(|c| {
                                 let (key, value) = c.kind.hf_feature();

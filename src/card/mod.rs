@@ -1,6 +1,8 @@
 //! The dataset card (`README.md`): HF front matter generated from typed structs, then a body
 //! rendered by minijinja from the templates folder. License texts come from the same folder.
 
+pub mod citation;
+pub mod croissant;
 mod front_matter;
 pub mod location_plots;
 pub mod narrative;
@@ -43,6 +45,39 @@ impl TableFacts {
         let bytes = shards.iter().map(|f| std::fs::metadata(dir.join(&f.path)).map(|m| m.len()).unwrap_or(0)).sum();
         TableFacts { rows: rows as u64, bytes, shards }
     }
+}
+
+/// One of the release's two tables as the Hub configures it (`default`: a row per (image, label)
+/// pair; `images`: a row per image): where its shards are, its columns and its key.
+pub(crate) struct TableConfig {
+    pub name: &'static str,
+    pub folder: &'static str,
+    pub columns: Vec<crate::shard::ColumnDoc>,
+    pub key: &'static [&'static str],
+    pub description: &'static str,
+    pub facts: fn(&SplitFacts) -> &TableFacts,
+}
+
+/// The pair table is the default config; the image table (error traces) is `images`.
+pub(crate) fn table_configs(set: ColumnSet) -> [TableConfig; 2] {
+    [
+        TableConfig {
+            name: "default",
+            folder: "data",
+            columns: pair_columns(set),
+            key: &["image_index", "label"],
+            description: "One row per (image, label) pair: NIH's label and the model's trust signal over it.",
+            facts: |s| &s.pairs,
+        },
+        TableConfig {
+            name: "images",
+            folder: "data/images",
+            columns: image_columns(set),
+            key: &["image_index"],
+            description: "One row per image: the findings NIH asserts, those the model sees, and the error trace between them.",
+            facts: |s| &s.images,
+        },
+    ]
 }
 
 /// One split as the card describes it: its pair table and its image table.
@@ -193,6 +228,13 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
                 extra_sections => extra,
                 pledge => pledge,
                 tag => input.spec.publish.tag_for(&input.spec.release),
+                citations => minijinja::context! {
+                    release => citation::RELEASE,
+                    release_bibtex => citation::RELEASE.bibtex(),
+                    nih => citation::NIH,
+                    nih_bibtex => citation::NIH.bibtex(),
+                    nih_source => citation::NIH_SOURCE,
+                },
             })
         })
         .map_err(|e| template_err(template, e))?;

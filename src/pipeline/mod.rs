@@ -467,6 +467,10 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     if let Some(key) = &spec.publisher_key {
         write(&dir.join(crate::signing::PUBLISHER_KEY_FILE), key.pem.as_bytes())?;
     }
+    // After the shards and images.sha256, whose digests it lists; before the manifest, which
+    // lists it.
+    let croissant = card::croissant::render(&card_input, &dir, &lock.images.path).map_err(io_err(&dir))?;
+    write(&dir.join(card::croissant::CROISSANT_FILE), &croissant)?;
 
     let rows_of: BTreeMap<String, u64> =
         splits.iter().flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows))).collect();

@@ -89,6 +89,10 @@ pub fn demo_reasons(spec: &ReleaseSpec) -> Vec<String> {
             reasons.push(format!("input {name} has no pinned sha256 in source.sha256"));
         }
     }
+    let missing = spec.croissant.missing();
+    if !missing.is_empty() {
+        reasons.push(format!("croissant.json lacks the publisher's Responsible-AI words: set {}", missing.join(", ")));
+    }
     if spec.release.status != Status::Confirmed {
         reasons.push(format!("release {} is tentative", spec.release.id));
     }

@@ -26,6 +26,7 @@ pub struct SpecLayer {
     pub evaluation: Option<EvaluationLayer>,
     pub audit: Option<AuditLayer>,
     pub pledge: Option<super::pledge::PledgeLayer>,
+    pub croissant: Option<super::croissant::CroissantLayer>,
     pub additions: Option<Vec<Addition>>,
 }
 
@@ -44,6 +45,7 @@ impl Merge for SpecLayer {
         merge_section(&mut self.evaluation, child.evaluation, nulls, "evaluation");
         merge_section(&mut self.audit, child.audit, nulls, "audit");
         merge_section(&mut self.pledge, child.pledge, nulls, "pledge");
+        merge_section(&mut self.croissant, child.croissant, nulls, "croissant");
         merge_options!(self, child, nulls; additions);
     }
 }

@@ -7,6 +7,7 @@
 //! 3. resolve: fill defaults, expand `${VAR}` where allowed, validate values and run the gates.
 //!    Errors here name the file and line that set the offending key.
 
+pub mod croissant;
 pub mod diagnose;
 mod expand;
 pub mod gates;

@@ -124,6 +124,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     };
     let pledge = resolve_pledge(&r, merged.pledge, release.tier)?;
     let additions = check_additions(&r, merged.additions.unwrap_or_default(), &prompts, pledge.is_some())?;
+    let croissant = super::croissant::resolve(merged.croissant).map_err(|(key, message)| r.invalid(key, message))?;
     Ok(ReleaseSpec {
         path: chain[0].path.clone(),
         layers: chain.to_vec(),
@@ -139,6 +140,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         evaluation,
         audit: resolve_audit(&r, merged.audit)?,
         pledge,
+        croissant,
         additions,
     })
 }

@@ -35,6 +35,9 @@ pub struct ReleaseSpec {
     /// The giving pledge's schedule; commercial specs with the `giving_pledge` addition only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pledge: Option<super::PledgeSpec>,
+    /// The publisher's Responsible-AI words for `croissant.json` (left out of the lock when unset).
+    #[serde(skip_serializing_if = "super::croissant::CroissantSpec::is_empty")]
+    pub croissant: super::croissant::CroissantSpec,
     pub additions: Vec<Addition>,
 }
 
