@@ -281,7 +281,8 @@ fn every_command_names_the_file_it_could_not_use() {
     let broken = s.write("calibration.json", "{\"format\": \"bpals-calibration/1\"");
     let err = fails(&[&os("eval"), &release, &os("--gold"), gold.as_os_str(), &os("--calibration"), broken.as_os_str()]);
     assert!(err.contains("calibration.json is not a calibration file"), "{err}");
-    let err = fails(&[&os("calibrate"), &missing, &os("--gold"), gold.as_os_str(), &os("--out"), &os("/dev/null")]);
+    let out = s.path("calibration-out.json");
+    let err = fails(&[&os("calibrate"), &missing, &os("--gold"), gold.as_os_str(), &os("--out"), out.as_os_str()]);
     assert!(err.contains("manifest.json"), "{err}");
     let err = fails(&[&os("diff"), &release, &missing]);
     assert!(err.contains("missing/manifest.json"), "{err}");

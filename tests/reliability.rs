@@ -52,6 +52,36 @@ fn out_never_replaces_a_folder_that_is_not_a_release() {
 }
 
 #[test]
+fn no_command_overwrites_a_file_or_folder_it_did_not_write() {
+    let s = Scratch::new();
+    let release = release(&s, "release");
+    let theirs = s.write("mine/notes.txt", "a user's file");
+    // bench replaces its --out folder: only one holding an earlier bench's shards.
+    let a = bin()
+        .args(["bench"])
+        .arg(fixture_s1a())
+        .arg("--data-entry")
+        .arg(repo().join("fixtures/sample/Data_Entry_2017_v2020.csv"))
+        .arg("--out")
+        .arg(s.path("mine"))
+        .assert()
+        .failure();
+    assert!(stderr(&a).contains("holds 1 file a bench did not write (such as notes.txt)"), "{}", stderr(&a));
+    // One-file writers overwrite only what they wrote before.
+    let gold = s.write("gold.csv", "image_index,label,value\n00000001_000.png,Effusion,1\n");
+    let a = bin().arg("calibrate").arg(&release).arg("--gold").arg(&gold).arg("--out").arg(&theirs).assert().failure();
+    assert!(stderr(&a).contains("exists and is not a calibration this tool wrote"), "{}", stderr(&a));
+    let a = bin().args(["review", "plan"]).arg(&release).args(["--budget", "10"]).arg("--out").arg(&theirs).assert().failure();
+    assert!(stderr(&a).contains("exists and is not a review plan this tool wrote"), "{}", stderr(&a));
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "a user's file");
+    // ... and do overwrite their own.
+    let plan = s.path("plan.json");
+    for _ in 0..2 {
+        bin().args(["review", "plan"]).arg(&release).args(["--budget", "10"]).arg("--out").arg(&plan).assert().success();
+    }
+}
+
+#[test]
 fn a_release_is_replaced_only_while_it_holds_nothing_but_its_files() {
     let s = Scratch::new();
     let out = release(&s, "out");

@@ -30,6 +30,8 @@ enum MethodArg {
 }
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let ours = |head: &str| head.contains(bpals_release::signal::calibration::CALIBRATION_FORMAT);
+    bpals_release::files::check_file(&args.out, "--out", "a calibration", &ours)?;
     let gold = args.gold.read()?;
     let method = match args.method {
         MethodArg::Platt => Method::Platt,

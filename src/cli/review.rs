@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::JsonArg;
-use bpals_release::files::{Claim, OutDir, Protected};
+use bpals_release::files::{check_file, Claim, OutDir, Protected};
 use bpals_release::review::{self, label_studio, plan, Budget, PlanOptions, ReviewPlan};
 
 #[derive(Args)]
@@ -105,6 +105,9 @@ pub fn run(args: ReviewArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
+    // Before any work: the plan and its CSV overwrite only an earlier plan's.
+    check_file(&a.out, "--out", "a review plan", &|head| head.contains(plan::PLAN_FORMAT))?;
+    check_file(&plan::csv_path(&a.out), "--out", "a review plan's CSV", &|head| head.starts_with("image_index,label,nih_label,arm,"))?;
     let options = PlanOptions { budget: a.budget, split: a.split, seed: a.seed, control_share: a.control_share };
     let plan = review::plan_release(&a.release, &options)?;
     let (json, csv) = plan.to_files()?;
@@ -180,8 +183,13 @@ fn run_import(a: ImportArgs) -> anyhow::Result<ExitCode> {
         (Some(path), Some((plan, digest))) => Some((path.as_path(), plan, digest.as_str())),
         _ => None,
     };
-    let (gold, report) = review::answers::import(&a.export, plan_ref)?;
+    // The gold file and its report overwrite only an earlier import's (the report says so).
     let report_path = a.out.with_extension("report.json");
+    let earlier_import = |head: &str| head.contains("\"export_file\"") && head.contains("\"gold_rows\"");
+    check_file(&report_path, "--out", "an import report", &earlier_import)?;
+    let gold_is_ours = |head: &str| head.starts_with("image_index,label,value") && report_path.is_file();
+    check_file(&a.out, "--out", "a gold file", &gold_is_ours)?;
+    let (gold, report) = review::answers::import(&a.export, plan_ref)?;
     let mut report_json = serde_json::to_vec_pretty(&report)?;
     report_json.push(b'\n');
     review::write_all(&[(&a.out, &gold), (&report_path, &report_json)])?;

@@ -129,6 +129,27 @@ impl Drop for OutDir {
     }
 }
 
+/// For a command that writes one file (`calibrate --out`, `review plan --out`, ...): `path` may
+/// be missing or a file this tool wrote, which `looks_ours` recognises from its first 64 KiB (a
+/// format field, a header line). Anything else, a link or a folder included, is refused, naming it.
+pub fn check_file(path: &Path, option: &'static str, what: &str, looks_ours: &dyn Fn(&str) -> bool) -> Result<(), OutDirError> {
+    let refuse = |why: String| OutDirError::Refused { option, path: path.to_path_buf(), why };
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(OutDirError::Io { option, path: path.to_path_buf(), source }),
+        Ok(meta) => meta,
+    };
+    if !meta.file_type().is_file() {
+        return Err(refuse(format!("exists and is {}; choose another path", super::regular::kind_of(&meta))));
+    }
+    let mut head = Vec::new();
+    let read = super::regular::open(path, false).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
+    if read.is_err() || !looks_ours(&String::from_utf8_lossy(&head)) {
+        return Err(refuse(format!("exists and is not {what} this tool wrote; delete it yourself or choose another path")));
+    }
+    Ok(())
+}
+
 enum LockError {
     Held(String),
     Io(io::Error),
@@ -247,6 +268,20 @@ mod tests {
         drop(first);
         assert!(!root.path().join(".release.lock").exists(), "the lock file goes with the claim");
         OutDir::claim(&dir, &release(&never, &[])).unwrap();
+    }
+
+    #[test]
+    fn a_file_is_overwritten_only_when_this_tool_wrote_it() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("calibration.json");
+        let ours = |head: &str| head.contains("bpals-calibration/1");
+        assert!(check_file(&path, "--out", "a calibration", &ours).is_ok(), "a missing file");
+        std::fs::write(&path, r#"{"format": "bpals-calibration/1"}"#).unwrap();
+        assert!(check_file(&path, "--out", "a calibration", &ours).is_ok());
+        std::fs::write(&path, "my notes").unwrap();
+        let err = check_file(&path, "--out", "a calibration", &ours).unwrap_err().to_string();
+        assert!(err.ends_with("exists and is not a calibration this tool wrote; delete it yourself or choose another path"), "{err}");
+        assert!(check_file(root.path(), "--out", "a calibration", &ours).unwrap_err().to_string().contains("is a folder"));
     }
 
     #[test]
