@@ -29,7 +29,8 @@ fn the_kubernetes_indexed_job_runs_one_shard_per_index() {
 #[test]
 fn the_slurm_task_takes_its_shard_count_from_the_array() {
     let text = std::fs::read_to_string(repo().join("deploy/slurm/infer-array.sbatch")).unwrap();
-    assert!(text.contains("--shard-count \"${SLURM_ARRAY_TASK_COUNT:?"), "{text}");
+    assert!(text.contains("count=\"${SLURM_ARRAY_TASK_COUNT:?") && text.contains("--shard-count \"$count\""), "{text}");
+    assert!(text.contains("BPALS_TASK_ATTEMPTS"), "a failed run is retried inside the job: {text}");
     let submit = std::fs::read_to_string(repo().join("deploy/slurm/submit.sh")).unwrap();
     assert!(submit.contains("--dependency=\"afterok:"), "the merge waits for every task");
 }
