@@ -61,6 +61,43 @@ pub fn stable_u64(parts: &[&str]) -> u64 {
     u64::from_str_radix(&digest[..16], 16).expect("hex digest")
 }
 
+/// A cache entry as stored: its content with the digest of its key and of its content, so that an
+/// entry edited, torn, or written under another key's name is caught rather than believed. The
+/// score and generation caches and the weights-digest cache all store entries this way.
+#[derive(Serialize, serde::Deserialize)]
+pub struct Sealed<T> {
+    pub key: String,
+    pub content_sha256: String,
+    pub content: T,
+}
+
+impl<T: Serialize> Sealed<T> {
+    pub fn new(key: &str, content: T) -> Self {
+        Sealed { key: key.to_string(), content_sha256: sha256_json(&content), content }
+    }
+
+    /// The bytes of the stored entry.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("entries serialize")
+    }
+}
+
+/// The content of an entry stored under `key`, if its bytes parse, name that key and hold the
+/// content their digest says; else what was expected and what was found, for the report.
+pub fn open_sealed<T: Serialize + serde::de::DeserializeOwned>(bytes: &[u8], key: &str) -> Result<T, (String, String)> {
+    match serde_json::from_slice::<Sealed<T>>(bytes) {
+        Err(e) => Err(("an entry of this cache's format".to_string(), format!("{} bytes that do not parse ({e})", bytes.len()))),
+        Ok(sealed) if sealed.key != key => Err((format!("key {key}"), format!("key {}", sealed.key))),
+        Ok(sealed) => {
+            let actual = sha256_json(&sealed.content);
+            if actual != sealed.content_sha256 {
+                return Err((format!("content sha256 {}", sealed.content_sha256), actual));
+            }
+            Ok(sealed.content)
+        }
+    }
+}
+
 /// Digests of large files (model weights), remembered under a cache folder so a file is hashed
 /// once rather than on every build. An entry is keyed by the file's canonical path, size,
 /// modification and change times and inode, so a replaced, rewritten or touched file is hashed
@@ -80,12 +117,6 @@ struct DigestEntry {
     changed_ns: i128,
     inode: u64,
     sha256: String,
-}
-
-#[derive(Serialize, serde::Deserialize)]
-struct SealedDigest {
-    entry: DigestEntry,
-    entry_sha256: String,
 }
 
 /// What [`DigestCache::sha256_file`] found.
@@ -120,14 +151,13 @@ impl DigestCache {
             sha256_parts(&[&name, &meta.len().to_string(), &modified_ns.to_string(), &changed_ns.to_string(), &meta.ino().to_string()]);
         let entry_path = self.dir.join(format!("{key}.json"));
         let mut problem = None;
-        let cached = match std::fs::read(&entry_path).ok().map(|b| serde_json::from_slice::<SealedDigest>(&b)) {
+        let cached = match std::fs::read(&entry_path).ok().map(|b| open_sealed::<DigestEntry>(&b, &key)) {
             None => None,
-            Some(Ok(s)) if s.entry_sha256 == sha256_json(&s.entry) => {
-                let e = s.entry;
+            Some(Ok(e)) => {
                 let same = e.path == name && e.len == meta.len() && e.modified_ns == modified_ns;
                 (same && e.changed_ns == changed_ns && e.inode == meta.ino() && e.sha256.len() == 64).then_some(e.sha256)
             }
-            Some(_) => {
+            Some(Err(_)) => {
                 problem = Some(format!("digest cache entry {} failed its check: hashed {} again", entry_path.display(), path.display()));
                 None
             }
@@ -140,10 +170,9 @@ impl DigestCache {
             problem = Some(format!("the digest cache said {} has sha256 {c}; its bytes have {sha256}", path.display()));
         }
         let entry = DigestEntry { path: name, len, modified_ns, changed_ns, inode: meta.ino(), sha256: sha256.clone() };
-        let sealed = SealedDigest { entry_sha256: sha256_json(&entry), entry };
         let _ = std::fs::create_dir_all(&self.dir).and_then(|_| {
             let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
-            serde_json::to_writer(&mut tmp, &sealed)?;
+            std::io::Write::write_all(&mut tmp, &Sealed::new(&key, &entry).to_bytes())?;
             tmp.persist(&entry_path).map(|_| ()).map_err(|e| e.error)
         });
         Ok(FileDigest { sha256, problem })
@@ -172,10 +201,9 @@ mod tests {
         // A cached digest is served as recorded while its entry checks out (proved by planting a
         // different one, resealed as a faulty writer would).
         let plant = |sha: &str| {
-            let mut sealed: SealedDigest = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
-            sealed.entry.sha256 = sha.to_string();
-            sealed.entry_sha256 = sha256_json(&sealed.entry);
-            std::fs::write(&entry, serde_json::to_vec(&sealed).unwrap()).unwrap();
+            let mut sealed: Sealed<DigestEntry> = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+            sealed.content.sha256 = sha.to_string();
+            std::fs::write(&entry, Sealed::new(&sealed.key, &sealed.content).to_bytes()).unwrap();
         };
         plant(&"f".repeat(64));
         assert_eq!(digest(&cache).sha256, "f".repeat(64));

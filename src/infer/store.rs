@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
 use super::InferError;
-use crate::hashing::sha256_json;
+use crate::hashing::{open_sealed, Sealed};
 
 /// `--cache-dir`: a folder, or an object-store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,14 +105,6 @@ impl fmt::Display for CacheLocation {
     }
 }
 
-/// An entry as stored: its content with the digest of its key and of its content.
-#[derive(Serialize, Deserialize)]
-struct Sealed<T> {
-    key: String,
-    content_sha256: String,
-    content: T,
-}
-
 /// An entry that failed its check: where it is, what was expected and what was found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CacheProblem {
@@ -159,19 +151,7 @@ impl EntryStore {
         check: impl Fn(&T) -> Result<(), (String, String)>,
     ) -> Result<Option<T>, InferError> {
         let Some(bytes) = self.read(digest)? else { return Ok(None) };
-        let outcome = match serde_json::from_slice::<Sealed<T>>(&bytes) {
-            Err(e) => Err(("an entry of this cache's format".to_string(), format!("{} bytes that do not parse ({e})", bytes.len()))),
-            Ok(sealed) if sealed.key != digest => Err((format!("key {digest}"), format!("key {}", sealed.key))),
-            Ok(sealed) => {
-                let actual = sha256_json(&sealed.content);
-                if actual != sealed.content_sha256 {
-                    Err((format!("content sha256 {}", sealed.content_sha256), format!("{actual}")))
-                } else {
-                    check(&sealed.content).map(|()| sealed.content)
-                }
-            }
-        };
-        match outcome {
+        match open_sealed::<T>(&bytes, digest).and_then(|content| check(&content).map(|()| content)) {
             Ok(content) => Ok(Some(content)),
             Err((expected, found)) => {
                 let entry = self.set_aside(digest);
@@ -183,8 +163,7 @@ impl EntryStore {
 
     /// Stores `content` under `digest`, sealed.
     pub fn put<T: Serialize>(&self, digest: &str, content: &T) -> Result<(), InferError> {
-        let sealed = Sealed { key: digest.to_string(), content_sha256: sha256_json(content), content };
-        self.write(digest, serde_json::to_vec(&sealed).expect("entries serialize"))
+        self.write(digest, Sealed::new(digest, content).to_bytes())
     }
 
     /// The entries that failed their checks since the last call.
