@@ -6,12 +6,11 @@
 //! Only the spec's date is written (no clock), and maps keep their insertion order, so the bytes
 //! are the same on every rebuild.
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 
 use super::citation::{self, NIH_SOURCE, PUBLISHER};
 use super::{table_configs, CardInput, TableConfig};
+use crate::manifest::ManifestFile;
 use crate::release_spec::croissant::CroissantSpec;
 use crate::release_spec::Tier;
 use crate::shard::schema::{ColumnDoc, ColumnType};
@@ -22,7 +21,7 @@ pub const CROISSANT_FILE: &str = "croissant.json";
 /// The file's JSON-LD context: Croissant 1.1's (as mlcroissant writes it), plus W3C PROV for
 /// the lineage to NIH ChestX-ray14.
 fn context() -> Value {
-    const TERMS: [(&str, &str); 37] = [
+    const TERMS: [(&str, &str); 42] = [
         ("@language", "en"),
         ("@vocab", "https://schema.org/"),
         ("arrayShape", "cr:arrayShape"),
@@ -60,8 +59,6 @@ fn context() -> Value {
         ("repeated", "cr:repeated"),
         ("replace", "cr:replace"),
         ("samplingRate", "cr:samplingRate"),
-    ];
-    const MORE: [(&str, &str); 5] = [
         ("sc", "https://schema.org/"),
         ("separator", "cr:separator"),
         ("source", "cr:source"),
@@ -69,12 +66,12 @@ fn context() -> Value {
         ("transform", "cr:transform"),
     ];
     let mut map = serde_json::Map::new();
-    for (term, meaning) in TERMS.iter().chain(&MORE) {
+    for (term, meaning) in TERMS {
         // "@json cr:data": a typed term; "@language": a language container; else an IRI.
         let value = match meaning.split_once(' ') {
             Some((kind, id)) => json!({ "@id": id, "@type": kind }),
-            None if *meaning == "@language" && !term.starts_with('@') => json!({ "@container": "@language" }),
-            None => Value::from(*meaning),
+            None if meaning == "@language" && !term.starts_with('@') => json!({ "@container": "@language" }),
+            None => Value::from(meaning),
         };
         map.insert(term.to_string(), value);
     }
@@ -84,17 +81,21 @@ fn context() -> Value {
 /// What a demo build says where the publisher has not written its words yet.
 const UNSET: &str = "Not written by the publisher yet: this is a demo build (a publishable build is refused without it).";
 
-/// The file's bytes: pretty JSON with a trailing newline. `dir` holds the written shards and
-/// `images.sha256`, which are hashed here.
-pub fn render(input: &CardInput<'_>, dir: &Path, images_sha256_file: &str) -> std::io::Result<Vec<u8>> {
+/// The file's bytes: pretty JSON with a trailing newline. `files` are the release's files as the
+/// manifest lists them (the shards and `images.sha256` among them), with their digests.
+pub fn render(input: &CardInput<'_>, files: &[ManifestFile], images_sha256_file: &str) -> Vec<u8> {
     let spec = input.spec;
+    let digest = |path: &str| {
+        let f = files.iter().find(|f| f.path == path).expect("every shard and images.sha256 are hashed before croissant.json");
+        (f.sha256.as_str(), f.bytes)
+    };
     let set = ColumnSet::of(&spec.prompts);
     let tables = table_configs(set);
     let mut distribution = Vec::new();
     for table in &tables {
         for split in &input.splits {
             for shard in &(table.facts)(split).shards {
-                let (sha256, bytes) = crate::hashing::sha256_file(&dir.join(&shard.path))?;
+                let (sha256, bytes) = digest(&shard.path);
                 distribution.push(json!({
                     "@type": "cr:FileObject",
                     "@id": shard.path,
@@ -120,7 +121,7 @@ pub fn render(input: &CardInput<'_>, dir: &Path, images_sha256_file: &str) -> st
             }));
         }
     }
-    let (images_sha256, images_bytes) = crate::hashing::sha256_file(&dir.join(images_sha256_file))?;
+    let (images_sha256, images_bytes) = digest(images_sha256_file);
     distribution.push(json!({
         "@type": "cr:FileObject",
         "@id": images_sha256_file,
@@ -162,7 +163,7 @@ pub fn render(input: &CardInput<'_>, dir: &Path, images_sha256_file: &str) -> st
     }
     map.insert("distribution".into(), Value::Array(distribution));
     map.insert("recordSet".into(), Value::Array(record_sets));
-    Ok(crate::manifest::to_json_bytes(&doc))
+    crate::manifest::to_json_bytes(&doc)
 }
 
 fn file_set_id(table: &TableConfig, split: &str) -> String {

@@ -467,14 +467,16 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     if let Some(key) = &spec.publisher_key {
         write(&dir.join(crate::signing::PUBLISHER_KEY_FILE), key.pem.as_bytes())?;
     }
-    // After the shards and images.sha256, whose digests it lists; before the manifest, which
-    // lists it.
-    let croissant = card::croissant::render(&card_input, &dir, &lock.images.path).map_err(io_err(&dir))?;
-    write(&dir.join(card::croissant::CROISSANT_FILE), &croissant)?;
-
     let rows_of: BTreeMap<String, u64> =
         splits.iter().flat_map(|s| s.pairs.shards.iter().chain(&s.images.shards).map(|f| (f.path.clone(), f.rows))).collect();
-    let files = manifest::collect_files(&dir, &|p| rows_of.get(p).copied()).map_err(io_err(&dir))?;
+    let mut files = manifest::collect_files(&dir, &|p| rows_of.get(p).copied()).map_err(io_err(&dir))?;
+    // croissant.json lists the shards' and images.sha256's digests, hashed once above for the
+    // manifest, which then lists croissant.json too.
+    let croissant = card::croissant::render(&card_input, &files, &lock.images.path);
+    write(&dir.join(card::croissant::CROISSANT_FILE), &croissant)?;
+    let (path, sha256) = (card::croissant::CROISSANT_FILE.to_string(), crate::hashing::sha256_hex(&croissant));
+    let at = files.partition_point(|f| f.path < path);
+    files.insert(at, manifest::ManifestFile { path, bytes: croissant.len() as u64, sha256, rows: None });
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         release_id: spec.release.id.clone(),

@@ -20,29 +20,10 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The words, as a spec file writes them and as the resolved spec carries them (the same keys
+/// either way: resolving only checks and trims them). Each None when unset.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct CroissantLayer {
-    pub data_collection: Option<String>,
-    pub data_collection_type: Option<Vec<String>>,
-    pub data_limitations: Option<String>,
-    pub data_biases: Option<String>,
-    pub data_use_cases: Option<String>,
-    pub data_social_impact: Option<String>,
-    pub personal_sensitive_information: Option<String>,
-    pub annotator_demographics: Option<String>,
-}
-
-impl super::merge::Merge for CroissantLayer {
-    fn merge(&mut self, c: Self, nulls: &super::merge::Nulls) {
-        super::merge::merge_options!(self, c, nulls;
-            data_collection, data_collection_type, data_limitations, data_biases, data_use_cases,
-            data_social_impact, personal_sensitive_information, annotator_demographics);
-    }
-}
-
-/// The words as resolved: each None when the spec leaves it unset.
-#[derive(Debug, Clone, Default, Serialize)]
 pub struct CroissantSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_collection: Option<String>,
@@ -60,6 +41,14 @@ pub struct CroissantSpec {
     pub personal_sensitive_information: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotator_demographics: Option<String>,
+}
+
+impl super::merge::Merge for CroissantSpec {
+    fn merge(&mut self, c: Self, nulls: &super::merge::Nulls) {
+        super::merge::merge_options!(self, c, nulls;
+            data_collection, data_collection_type, data_limitations, data_biases, data_use_cases,
+            data_social_impact, personal_sensitive_information, annotator_demographics);
+    }
 }
 
 impl CroissantSpec {
@@ -95,7 +84,7 @@ pub const REQUIRED: [&str; 7] = [
 ];
 
 /// Resolves the layer: every word set must say something.
-pub fn resolve(layer: Option<CroissantLayer>) -> Result<CroissantSpec, (&'static str, String)> {
+pub fn resolve(layer: Option<CroissantSpec>) -> Result<CroissantSpec, (&'static str, String)> {
     let Some(l) = layer else { return Ok(CroissantSpec::default()) };
     let text = |key: &'static str, value: Option<String>| -> Result<Option<String>, (&'static str, String)> {
         match value {

@@ -26,7 +26,7 @@ pub struct SpecLayer {
     pub evaluation: Option<EvaluationLayer>,
     pub audit: Option<AuditLayer>,
     pub pledge: Option<super::pledge::PledgeLayer>,
-    pub croissant: Option<super::croissant::CroissantLayer>,
+    pub croissant: Option<super::croissant::CroissantSpec>,
     pub additions: Option<Vec<Addition>>,
 }
 
