@@ -44,10 +44,8 @@ fn bench_shards_only(dir: &std::path::Path) -> Result<(), String> {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = inputs::load(&args.spec)?;
     // Before any work: the bench replaces this folder, so it must hold nothing but its shards.
-    let protected = [
-        Protected { what: "the source root", path: &spec.source.root },
-        Protected { what: "the metadata file", path: &args.data_entry },
-    ];
+    let protected =
+        [Protected { what: "the source root", path: &spec.source.root }, Protected { what: "the metadata file", path: &args.data_entry }];
     let claim = Claim { option: "--out", replaces: true, is_ours: &bench_shards_only, protected: &protected };
     let _claimed = OutDir::claim(&args.out, &claim)?;
     let report = bench::run(&spec, &args.data_entry, &args.out, args.jobs.get())?;

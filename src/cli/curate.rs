@@ -41,9 +41,7 @@ pub struct CurateArgs {
 }
 
 pub fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
-    bpals_release::files::check_file(&args.out, "--out", "a curated list", &|head| {
-        head.contains("Written by `bpals-release curate`")
-    })?;
+    bpals_release::files::check_file(&args.out, "--out", "a curated list", &|head| head.contains("Written by `bpals-release curate`"))?;
     let files = args.files.get();
     if files.bbox.is_none() {
         anyhow::bail!("curate needs --bbox: images with NIH expert boxes come first");

@@ -33,10 +33,7 @@ fn no_foreign_pages(dir: &Path) -> Result<(), String> {
         if !(name.starts_with("bpals-release") && name.ends_with(".1")) {
             continue;
         }
-        let head = bpals_release::files::regular::read(&entry.path(), bpals_release::files::Limit { what: "a man page", bytes: 1 << 20 })
-            .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
-            .unwrap_or_default();
-        if !head.contains(".TH bpals-release") {
+        if !bpals_release::files::head_matches(&entry.path(), &|head| head.contains(".TH bpals-release")) {
             return Err(format!("holds {name}, which is not a man page this tool wrote"));
         }
     }

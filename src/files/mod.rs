@@ -5,5 +5,5 @@
 pub mod out_dir;
 pub mod regular;
 
-pub use out_dir::{check_file, Claim, OutDir, OutDirError, Protected};
+pub use out_dir::{check_file, head_matches, Claim, OutDir, OutDirError, Protected};
 pub use regular::Limit;

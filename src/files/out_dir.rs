@@ -77,10 +77,9 @@ impl OutDir {
             _ => {}
         }
         let resolved = if replaces { resolved } else { resolved.canonicalize().unwrap_or(resolved) };
-        if let Ok(cwd) = std::env::current_dir().and_then(|d| d.canonicalize()) {
-            if replaces && cwd.starts_with(&resolved) {
-                return Err(refuse("is or holds the current folder; choose a folder of its own".into()));
-            }
+        let cwd = std::env::current_dir().and_then(|d| d.canonicalize());
+        if replaces && cwd.is_ok_and(|cwd| cwd.starts_with(&resolved)) {
+            return Err(refuse("is or holds the current folder; choose a folder of its own".into()));
         }
         for p in protected {
             let Ok(other) = resolve(p.path) else { continue };
@@ -142,12 +141,18 @@ pub fn check_file(path: &Path, option: &'static str, what: &str, looks_ours: &dy
     if !meta.file_type().is_file() {
         return Err(refuse(format!("exists and is {}; choose another path", super::regular::kind_of(&meta))));
     }
-    let mut head = Vec::new();
-    let read = super::regular::open(path, false).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
-    if read.is_err() || !looks_ours(&String::from_utf8_lossy(&head)) {
+    if !head_matches(path, looks_ours) {
         return Err(refuse(format!("exists and is not {what} this tool wrote; delete it yourself or choose another path")));
     }
     Ok(())
+}
+
+/// Whether the regular file at `path` (not followed through a link) is one this tool wrote, as
+/// `looks_ours` tells from its first 64 KiB; an unreadable file is not.
+pub fn head_matches(path: &Path, looks_ours: &dyn Fn(&str) -> bool) -> bool {
+    let mut head = Vec::new();
+    let read = super::regular::open(path, false).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
+    read.is_ok() && looks_ours(&String::from_utf8_lossy(&head))
 }
 
 enum LockError {

@@ -93,9 +93,9 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, ManifestError> {
     let manifest = Manifest::read(dir)?;
     let found = scan(dir).map_err(|source| ManifestError::List { dir: dir.to_path_buf(), source })?;
     let on_disk: BTreeSet<String> = found.files.into_iter().filter(|p| p != MANIFEST_FILE && !is_signature_file(p)).collect();
+    let not_regular: BTreeSet<String> = found.others.iter().map(|(path, _)| path.clone()).collect();
     let mut problems: Vec<FileProblem> =
         found.others.into_iter().map(|(path, kind)| FileProblem::NotRegular { path, kind: kind.to_string() }).collect();
-    let not_regular: BTreeSet<String> = problems.iter().map(|p| problem_path(p).to_string()).collect();
     let mut listed = BTreeSet::new();
     for file in &manifest.files {
         if !is_plain_relative(&file.path) {
@@ -128,18 +128,6 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, ManifestError> {
     }
     let files_checked = listed.len();
     Ok(VerifyReport { dir: dir.to_path_buf(), release_id: manifest.release_id, files_checked, problems })
-}
-
-fn problem_path(problem: &FileProblem) -> &str {
-    match problem {
-        FileProblem::Missing { path }
-        | FileProblem::Extra { path }
-        | FileProblem::Size { path, .. }
-        | FileProblem::Digest { path, .. }
-        | FileProblem::NotRegular { path, .. }
-        | FileProblem::Duplicate { path }
-        | FileProblem::UnsafePath { path } => path,
-    }
 }
 
 /// `a/b.parquet`: relative, `/`-separated, no empty, `.` or `..` part, no backslash.
