@@ -227,3 +227,55 @@ fn s3_reasoning_and_s4_reports_come_from_the_server_and_faults_change_no_byte() 
     assert!(stderr(&a).contains("0 from the cache"), "{}", stderr(&a));
     assert_eq!(tree_digest(&s.path("faulty")), tree_digest(&s.path("clean")), "faults change no byte");
 }
+
+#[test]
+fn every_request_sets_the_thinking_switch_and_a_model_that_thinks_anyway_is_refused() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = served_spec(&s, "served.yaml", &fixture_s1a(), &server, 8);
+    served_build(&spec, &s.path("out"), &s.cache(), &[]).success();
+    let lock = std::fs::read_to_string(s.path("out/build.lock")).unwrap();
+    assert!(lock.contains("\"chat_template_kwargs\"") && lock.contains("\"enable_thinking\": false"), "the lock records what was sent");
+    {
+        let state = server.state.lock().unwrap();
+        let kwargs: std::collections::BTreeSet<String> = state.bodies.iter().map(|b| b["chat_template_kwargs"].to_string()).collect();
+        assert_eq!(kwargs.into_iter().collect::<Vec<_>>(), [r#"{"enable_thinking":false}"#], "every score request turns thinking off");
+    }
+
+    // A server that thinks whatever the request says: its first token opens a reasoning block.
+    server.state.lock().unwrap().ignores_thinking_switch = true;
+    let err = stderr(&served_build(&spec, &s.path("out2"), &s.path("cache2"), &[]).failure());
+    assert!(err.contains("the server's model Qwen/Qwen2-VL-7B-Instruct answered inside a reasoning block (<think>)"), "{err}");
+    assert!(!s.path("out2").exists(), "no release is left behind");
+}
+
+#[test]
+fn s3_with_thinking_on_reads_the_block_as_reasoning_and_what_follows_as_the_answer() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let served = served_spec(&s, "s3.yaml", &repo().join("tests/specs/s4-fixture-scorer.yaml"), &server, 8);
+    let spec = s.write("thinking.yaml", &format!("extends: {}\nmodel:\n  thinking: on\n", served.display()));
+    served_build(&spec, &s.path("inline"), &s.path("cache-inline"), &[]).success();
+    {
+        let state = server.state.lock().unwrap();
+        let text = |b: &serde_json::Value| b["messages"][0]["content"][1]["text"].as_str().unwrap_or("").to_string();
+        for body in &state.bodies {
+            let on = text(body).contains("Think first") || text(body).contains("Write a short report");
+            assert_eq!(body["chat_template_kwargs"]["enable_thinking"], on, "{}", text(body));
+        }
+    }
+    let rows = reasoning_columns(&s.path("inline/data/full-00000-of-00001.parquet"));
+    assert!(!rows.is_empty());
+    for (text, answer) in &rows {
+        assert!(text.starts_with("Served thinking") && !text.contains("<think>"), "the reasoning is the block's text: {text:?}");
+        let answer = answer.as_deref().unwrap_or_default();
+        assert!(!answer.is_empty() && !answer.contains("think"), "the answer is what follows the block: {answer:?}");
+    }
+    let card = std::fs::read_to_string(s.path("inline/README.md")).unwrap();
+    assert!(card_row(&card, "answers that parse").ends_with("(100.0%) |"), "{}", card_row(&card, "answers that parse"));
+
+    // The same answers from a server with a reasoning parser (the block apart): the same bytes.
+    server.state.lock().unwrap().reasoning_parser = true;
+    served_build(&spec, &s.path("parsed"), &s.path("cache-parsed"), &[]).success();
+    assert_eq!(tree_digest(&s.path("parsed")), tree_digest(&s.path("inline")));
+}

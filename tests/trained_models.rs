@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use bpals_release::vlm::grounding::{BoxStatus, ImageBox};
+use bpals_release::vlm::Thinking;
 use common::*;
 
 fn trained(family: &str) -> PathBuf {
@@ -58,7 +59,7 @@ fn grounding_lands_on_the_drawn_findings(family: &str) {
     for (image, label) in cases {
         let words = t["finding_words"][label].as_str().unwrap();
         let path = repo().join("fixtures/sample/images").join(image);
-        let report = engine.describe(&path, &prompt.replace("{finding}", words), 64).unwrap();
+        let report = engine.describe(&path, &prompt.replace("{finding}", words), 64, Thinking::Off).unwrap();
         let native = match family {
             "qwen2_vl" => report.response.contains("<|box_start|>("),
             _ => report.response.contains("\"bbox_2d\": ["),
@@ -104,7 +105,7 @@ fn reasoning_names_the_drawn_findings(family: &str) {
     }
     let mut scores = Vec::new();
     for (image, findings) in drawn.iter().take(24) {
-        let r = engine.describe(&repo().join("fixtures/sample/images").join(image), &prompt, 96).unwrap();
+        let r = engine.describe(&repo().join("fixtures/sample/images").join(image), &prompt, 96, Thinking::Off).unwrap();
         let well_formed = r.response.starts_with("<think>") && r.response.contains("</think><answer>") && r.response.ends_with("</answer>");
         assert!(well_formed && !r.truncated_by_max_new_tokens, "{image}: {:?}", r.response);
         assert!(!r.think.as_deref().unwrap_or_default().is_empty(), "{image}: {:?}", r.response);
@@ -178,7 +179,7 @@ fn batched_generation_equals_one_at_a_time(family: &str) {
     let mut ids = Vec::new();
     for (i, (_, grid)) in encoded.iter().enumerate() {
         for text in texts.iter().skip(i % 2) {
-            ids.push((i, dir.prompt(text, *grid).unwrap().input_ids));
+            ids.push((i, dir.prompt(text, *grid, Thinking::Off).unwrap().input_ids));
         }
     }
     let prompts: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();

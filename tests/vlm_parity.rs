@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
 use bpals_release::vlm::model::VlModel;
-use bpals_release::vlm::{pixels, ModelDir};
+use bpals_release::vlm::{pixels, ModelDir, Thinking};
 use common::*;
 use tch::{Device, Kind, Tensor};
 
@@ -100,8 +100,9 @@ fn rows_of_different_images_decode_together_as_alone() {
             .collect();
         let images: Vec<GenerationImage> = encoded.iter().map(|(features, grid)| GenerationImage { features, grid: *grid }).collect();
         let questions = ["Effusion?", "Does this radiograph show an enlarged cardiac silhouette or a widened mediastinum?", "Describe it."];
-        let prompts: Vec<(usize, Vec<u32>)> =
-            (0..4).map(|i| (i % 2, dir.prompt(questions[i % questions.len()], images[i % 2].grid).unwrap().input_ids)).collect();
+        let prompts: Vec<(usize, Vec<u32>)> = (0..4)
+            .map(|i| (i % 2, dir.prompt(questions[i % questions.len()], images[i % 2].grid, Thinking::Off).unwrap().input_ids))
+            .collect();
         let requests: Vec<GenerationPrompt> = prompts.iter().map(|(image, ids)| GenerationPrompt { image: *image, ids }).collect();
         let batched = model.generate_batch(&images, &requests, 10, &[]).unwrap();
         for (request, together) in requests.iter().zip(&batched) {
@@ -163,7 +164,7 @@ fn parity(family: &str) {
         // Many questions over one image prefix equal separate single-question runs.
         let questions =
             ["Is there a pleural effusion in this chest X-ray?", "Does this radiograph show cardiomegaly?", "Is a chest tube visible?"];
-        let prompts: Vec<Vec<u32>> = questions.iter().map(|q| dir.prompt(q, grid).unwrap().input_ids).collect();
+        let prompts: Vec<Vec<u32>> = questions.iter().map(|q| dir.prompt(q, grid, Thinking::Off).unwrap().input_ids).collect();
         let shared = model.score(&prompts, &features, grid, answer).unwrap();
         // Attention sums the same terms either way. Linear attention's chunks start where each
         // call starts, so the prefix run alone cuts the sequence at other places than one pass:

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use bpals_release::vlm::Thinking;
 use clap::Args;
 
 #[derive(Args)]
@@ -16,12 +17,16 @@ pub struct DescribeArgs {
     pub prompt: String,
     #[arg(long, default_value_t = 2048)]
     pub max_new_tokens: usize,
+    /// Let the model reason first (its chat template's enable_thinking): the reasoning block
+    /// comes back in `think`, the text after it in `answer`.
+    #[arg(long, value_enum, default_value_t = Thinking::Off)]
+    pub thinking: Thinking,
 }
 
 pub fn run(args: DescribeArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        let report = super::engine::open(&args.engine)?.describe(&args.image, &args.prompt, args.max_new_tokens)?;
+        let report = super::engine::open(&args.engine)?.describe(&args.image, &args.prompt, args.max_new_tokens, args.thinking)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
         Ok(ExitCode::SUCCESS)
     }

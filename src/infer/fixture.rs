@@ -67,12 +67,17 @@ impl Scorer for FixtureScorer {
 
     /// A box in Qwen2-VL's format (0-1000 scale) drawn from a hash of the image and the prompt:
     /// it exercises the parser and the columns, and locates nothing.
-    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], _max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+    fn generate(
+        &self,
+        images: &[ImageInput<'_>],
+        prompts: &[&[String]],
+        settings: &super::DecodingSettings,
+    ) -> Result<Vec<ImageAnswers>, InferError> {
         Ok(images
             .iter()
             .zip(prompts)
             .map(|(image, prompts)| {
-                let answers = prompts.iter().map(|p| fixture_answer(image.sha256, p)).collect();
+                let answers = prompts.iter().map(|p| fixture_answer(image.sha256, p, settings)).collect();
                 let (w, h) = (image.image.width(), image.image.height());
                 ImageAnswers { original: (w, h), resized: (h as usize, w as usize), answers }
             })
@@ -87,19 +92,29 @@ impl Scorer for FixtureScorer {
 /// What the fixture "writes" for a prompt, in the format the prompt asks for: a box (S2's
 /// grounding prompts), a `<think>`/`<answer>` pair with a findings list (S3's prompts ask it to
 /// think), or a short report (S4's prompts ask for a report). Every choice is a hash of the
-/// image and the prompt.
-fn fixture_answer(image_sha256: &str, prompt: &str) -> Answer {
+/// image and the prompt. With thinking on, S3's answer is a thinking model's turn instead: the
+/// chat template's `<think>` block, then the findings list, and one answer in eight runs out of
+/// tokens inside the block.
+fn fixture_answer(image_sha256: &str, prompt: &str, settings: &super::DecodingSettings) -> Answer {
     let h = splitmix(stable_u64(&["fixture-box", image_sha256, prompt]));
     let at = |shift: u32, span: u64| (h >> shift) % span;
     if prompt.to_lowercase().contains("think") {
         const FINDINGS: [&str; 6] = ["Atelectasis", "Cardiomegaly", "Effusion", "Nodule", "Pneumothorax", "Edema"];
         let listed: Vec<&str> = FINDINGS.iter().enumerate().filter(|(k, _)| at(*k as u32 * 4, 3) == 0).map(|(_, f)| *f).collect();
-        let text = format!(
-            "<think>Fixture reasoning {:04x}: the {} region of the image was read.</think><answer>{}</answer>",
+        let reasoning = format!(
+            "Fixture reasoning {:04x}: the {} region of the image was read.",
             at(40, 0x10000),
-            ["upper", "middle", "lower"][at(56, 3) as usize],
-            if listed.is_empty() { "No Finding".to_string() } else { listed.join(", ") }
+            ["upper", "middle", "lower"][at(56, 3) as usize]
         );
+        let findings = if listed.is_empty() { "No Finding".to_string() } else { listed.join(", ") };
+        if settings.thinking == crate::vlm::Thinking::On {
+            if at(60, 8) == 0 {
+                let text = format!("<think>\n{reasoning} Still reading the");
+                return Answer { text, new_tokens: settings.max_new_tokens, truncated: true };
+            }
+            return Answer { text: format!("<think>\n{reasoning}\n</think>\n\n{findings}"), new_tokens: 30, truncated: false };
+        }
+        let text = format!("<think>{reasoning}</think><answer>{findings}</answer>");
         return Answer { text, new_tokens: 24, truncated: false };
     }
     if prompt.to_lowercase().contains("report") {

@@ -11,6 +11,7 @@ use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
 use super::store::{CacheLocation, EntryStore};
 use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
 use crate::hashing::{sha256_json, sha256_parts};
+use crate::vlm::Thinking;
 
 /// Images decoded together in one batch. On the CPU each worker runs its own batch; the batch
 /// mostly saves per-step overhead, which a few images already amortise.
@@ -44,16 +45,25 @@ pub struct GenerationJob {
     pub prompts: Vec<String>,
 }
 
-/// Everything about decoding that changes an answer.
+/// Everything about decoding that changes an answer (hashed into each cache key).
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodingSettings {
     pub strategy: &'static str,
     pub max_new_tokens: usize,
+    /// Whether the model may reason first (the chat template's `enable_thinking`). Left out of
+    /// the key when off, so answers cached before the setting existed still match.
+    #[serde(skip_serializing_if = "Thinking::is_off")]
+    pub thinking: Thinking,
 }
 
 impl DecodingSettings {
+    /// Greedy decoding with thinking off (S2's grounding answers).
     pub fn greedy(max_new_tokens: usize) -> Self {
-        DecodingSettings { strategy: "greedy", max_new_tokens }
+        DecodingSettings { strategy: "greedy", max_new_tokens, thinking: Thinking::Off }
+    }
+
+    pub fn thinking(self, thinking: Thinking) -> Self {
+        DecodingSettings { thinking, ..self }
     }
 }
 
@@ -181,7 +191,7 @@ pub fn run_generation(
                 .map(|((j, bytes, sha, _), image)| ImageInput { name: &jobs[*j].image.name, sha256: sha, bytes, image })
                 .collect();
             let prompts: Vec<&[String]> = misses.iter().map(|(j, _, _, _)| jobs[*j].prompts.as_slice()).collect();
-            let answered = scorer.generate(&inputs, &prompts, settings.max_new_tokens)?;
+            let answered = scorer.generate(&inputs, &prompts, settings)?;
             if answered.len() != misses.len() || answered.iter().zip(&prompts).any(|(a, p)| a.answers.len() != p.len()) {
                 return Err(InferError::Scorer {
                     backend: format!("{:?}", scorer.identity().backend),

@@ -118,7 +118,12 @@ pub trait Scorer: Sync {
     /// One score per question, in the order given.
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError>;
     /// Greedy answers to each image's prompts (`prompts[i]` for `images[i]`), decoded together.
-    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError>;
+    fn generate(
+        &self,
+        images: &[ImageInput<'_>],
+        prompts: &[&[String]],
+        settings: &DecodingSettings,
+    ) -> Result<Vec<ImageAnswers>, InferError>;
     /// The model family, as `prompts.location.ground` names it: which grounding prompt and box
     /// format apply.
     fn family(&self) -> &'static str;

@@ -10,12 +10,12 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, DecodingSettings, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::DigestCache;
 use crate::release_spec::{ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::generate::{GenerationImage, GenerationPrompt};
-use crate::vlm::pixels;
+use crate::vlm::{pixels, Thinking};
 
 pub struct NativeScorer {
     identity: ScorerIdentity,
@@ -87,6 +87,25 @@ impl NativeScorer {
         let (weights_sha256, notes) = weights_digest(&engine.dir.weights, digests)?;
         let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
+        let mut preprocessing = serde_json::json!({
+            "family": engine.dir.config.family,
+            "device": if engine.model.device == tch::Device::Cpu { "cpu" } else { "cuda" },
+            "dtype": format!("{:?}", engine.model.kind),
+            "min_pixels": p.min_pixels,
+            "max_pixels": p.max_pixels,
+            "patch_size": p.patch_size,
+            "merge_size": p.merge_size,
+            "image_mean": p.image_mean,
+            "image_std": p.image_std,
+            "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
+            "tokenizer_sha256": tokenizer_sha256(&engine.dir.path.join("tokenizer.json"))?,
+        });
+        // The variables the scores' prompts were rendered with, where the template reads any (a
+        // template without a switch keeps the identity it always had).
+        let variables = engine.dir.template.variables(Thinking::Off);
+        if !variables.is_empty() {
+            preprocessing["chat_template_variables"] = variables.into();
+        }
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),
@@ -94,19 +113,7 @@ impl NativeScorer {
             commit: model.commit.clone(),
             weights_sha256: Some(weights_sha256),
             fixture: false,
-            preprocessing: serde_json::json!({
-                "family": engine.dir.config.family,
-                "device": if engine.model.device == tch::Device::Cpu { "cpu" } else { "cuda" },
-                "dtype": format!("{:?}", engine.model.kind),
-                "min_pixels": p.min_pixels,
-                "max_pixels": p.max_pixels,
-                "patch_size": p.patch_size,
-                "merge_size": p.merge_size,
-                "image_mean": p.image_mean,
-                "image_std": p.image_std,
-                "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
-                "tokenizer_sha256": tokenizer_sha256(&engine.dir.path.join("tokenizer.json"))?,
-            }),
+            preprocessing,
         };
         let pixels = PixelSettings { preprocessor: p.clone(), rescale_factor: engine.dir.rescale_factor, device: engine.model.device };
         let family = engine.dir.config.family;
@@ -158,7 +165,7 @@ impl Scorer for NativeScorer {
             Entry::Vacant(slot) => slot.insert(
                 texts
                     .iter()
-                    .map(|q| engine.dir.prompt(q, grid).map(|p| p.input_ids))
+                    .map(|q| engine.dir.prompt(q, grid, Thinking::Off).map(|p| p.input_ids))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(engine_err("the prompts"))?,
             ),
@@ -167,7 +174,12 @@ impl Scorer for NativeScorer {
         Ok(scores)
     }
 
-    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+    fn generate(
+        &self,
+        images: &[ImageInput<'_>],
+        prompts: &[&[String]],
+        settings: &DecodingSettings,
+    ) -> Result<Vec<ImageAnswers>, InferError> {
         if self.pixels.device == tch::Device::Cpu {
             tch::set_num_threads(1);
         }
@@ -184,27 +196,27 @@ impl Scorer for NativeScorer {
         let engine = &loaded.engine;
         let features: Vec<crate::vlm::ImageFeatures> =
             pixel_values.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
-        let mut ids = Vec::new();
+        let mut rendered = Vec::new();
         for (i, ((_, grid), texts)) in pixel_values.iter().zip(prompts).enumerate() {
             for text in texts.iter() {
-                ids.push((i, engine.dir.prompt(text, *grid).map_err(engine_err("the grounding prompts"))?.input_ids));
+                rendered.push((i, engine.dir.prompt(text, *grid, settings.thinking).map_err(engine_err("the generation prompts"))?));
             }
         }
         let batch: Vec<GenerationImage> =
             features.iter().zip(&pixel_values).map(|(f, (_, grid))| GenerationImage { features: f, grid: *grid }).collect();
-        let requests: Vec<GenerationPrompt> = ids.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: p }).collect();
+        let requests: Vec<GenerationPrompt> = rendered.iter().map(|(i, p)| GenerationPrompt { image: *i, ids: &p.input_ids }).collect();
         let names: Vec<&str> = images.iter().map(|i| i.name).collect();
         let generated = engine
             .model
-            .generate_batch(&batch, &requests, max_new_tokens, &engine.dir.stop_token_ids())
+            .generate_batch(&batch, &requests, settings.max_new_tokens, &engine.dir.stop_token_ids())
             .map_err(engine_err(format!("generating for {}", names.join(", "))))?;
-        let mut generated = generated.into_iter();
+        let mut generated = generated.into_iter().zip(&rendered);
         let patch = engine.dir.preprocessor.patch_size;
         let mut out = Vec::with_capacity(images.len());
         for ((image, (_, grid)), texts) in images.iter().zip(&pixel_values).zip(prompts) {
             let mut answers = Vec::with_capacity(texts.len());
-            for g in generated.by_ref().take(texts.len()) {
-                let text = engine.dir.answer_text(&g.tokens).map_err(engine_err(format!("image {}", image.name)))?;
+            for (g, (_, prompt)) in generated.by_ref().take(texts.len()) {
+                let text = engine.dir.answer_text(prompt, &g.tokens).map_err(engine_err(format!("image {}", image.name)))?;
                 answers.push(Answer { text, new_tokens: g.tokens.len(), truncated: g.truncated });
             }
             out.push(ImageAnswers {

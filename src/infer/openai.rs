@@ -9,6 +9,11 @@
 //! `allowed_token_ids`), so both are always listed; without it a server that lists only some
 //! of the top tokens may hide one, which is an error naming the fix.
 //!
+//! Every request carries `chat_template_kwargs` with `enable_thinking` (the convention vLLM,
+//! SGLang and llama.cpp's server share): off for scores and grounding, the spec's
+//! `model.thinking` for S3 and S4. A server that ignores it and answers a yes/no question inside
+//! a reasoning block is an error naming the served model, never a score.
+//!
 //! The scorer is synchronous, like every [`Scorer`], but keeps a tokio runtime of its own: the
 //! questions of an image go out together, and one semaphore bounds the requests in flight
 //! across every worker thread (`model.concurrency`, `--concurrency`). Requests are retried on
@@ -22,9 +27,11 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, DecodingSettings, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hub::retry::{self, Backoff};
 use crate::release_spec::{Backend, ModelSpec, Question, ServedModel};
+use crate::vlm::chat_template::{THINKING_SWITCH, THINK_CLOSE, THINK_OPEN};
+use crate::vlm::Thinking;
 
 /// The environment variable the API key is read from.
 pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
@@ -94,6 +101,7 @@ impl OpenAiScorer {
                 "message": "one user message: the image (PNG, base64 data URL), then the question",
                 "answer": "first-token logprobs of \"Yes\" and \"No\"",
                 "answer_token_ids": served.answer_token_ids,
+                "chat_template_kwargs": chat_template_kwargs(Thinking::Off),
                 "family": family,
                 "min_pixels": pixels.0,
                 "max_pixels": pixels.1,
@@ -117,7 +125,7 @@ impl OpenAiScorer {
     }
 
     /// The request body for `text` about the image at `data_url`.
-    fn body(&self, data_url: &str, text: &str, max_tokens: usize, yes_no: bool) -> Value {
+    fn body(&self, data_url: &str, text: &str, max_tokens: usize, yes_no: bool, thinking: Thinking) -> Value {
         let mut body = json!({
             "model": self.model_id,
             "messages": [{ "role": "user", "content": [
@@ -128,6 +136,7 @@ impl OpenAiScorer {
             "temperature": 0,
             // Qwen2-VL's box markers are special tokens: keep them in generated text.
             "skip_special_tokens": false,
+            "chat_template_kwargs": chat_template_kwargs(thinking),
         });
         if yes_no {
             body["logprobs"] = json!(true);
@@ -176,7 +185,12 @@ impl OpenAiScorer {
     }
 
     /// One yes/no score from a chat completion's first-token logprobs.
-    fn yes_no(answer: &Value, what: &str) -> Result<YesNo, InferError> {
+    fn yes_no(&self, answer: &Value, what: &str) -> Result<YesNo, InferError> {
+        let first = answer["choices"][0]["logprobs"]["content"][0]["token"].as_str().unwrap_or("");
+        let content = answer["choices"][0]["message"]["content"].as_str().unwrap_or("");
+        if first.trim_start().starts_with(THINK_OPEN) || content.trim_start().starts_with(THINK_OPEN) {
+            return Err(self.thinking_error(what));
+        }
         let listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
             .as_array()
             .ok_or_else(|| fail(format!("{what}: the answer carries no logprobs (does the server support `logprobs`?)")))?;
@@ -193,9 +207,22 @@ impl OpenAiScorer {
         }
     }
 
+    /// The served model opened a reasoning block where it should answer.
+    fn thinking_error(&self, what: &str) -> InferError {
+        fail(format!(
+            "{what}: the server's model {} answered inside a reasoning block ({THINK_OPEN}) although the request set              chat_template_kwargs {THINKING_SWITCH}=false: a score read there is read mid-thought. Serve the model with a chat              template that honours {THINKING_SWITCH} (and no reasoning parser), or choose a checkpoint without thinking",
+            self.model_id
+        ))
+    }
+
     fn data_url(image: &ImageInput<'_>) -> String {
         format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(image.bytes))
     }
+}
+
+/// The chat template variables a request sets (see the module's doc).
+fn chat_template_kwargs(thinking: Thinking) -> Value {
+    json!({ THINKING_SWITCH: thinking == Thinking::On })
 }
 
 /// A request error with its causes ("connection refused" is a source, not the message), after
@@ -225,23 +252,36 @@ impl Scorer for OpenAiScorer {
         let url = Self::data_url(image);
         let asks = questions.iter().map(|q| async {
             let what = format!("image {}, question {}", image.name, q.id);
-            let answer = self.post(&self.body(&url, &q.text, 1, true), &what).await?;
-            Self::yes_no(&answer, &what)
+            let answer = self.post(&self.body(&url, &q.text, 1, true, Thinking::Off), &what).await?;
+            self.yes_no(&answer, &what)
         });
         self.runtime.block_on(futures::future::join_all(asks)).into_iter().collect()
     }
 
-    fn generate(&self, images: &[ImageInput<'_>], prompts: &[&[String]], max_new_tokens: usize) -> Result<Vec<ImageAnswers>, InferError> {
+    fn generate(
+        &self,
+        images: &[ImageInput<'_>],
+        prompts: &[&[String]],
+        settings: &DecodingSettings,
+    ) -> Result<Vec<ImageAnswers>, InferError> {
         let urls: Vec<String> = images.iter().map(Self::data_url).collect();
         // Every prompt of every image goes out together; the semaphore bounds them.
         let asks = images.iter().zip(&urls).zip(prompts).map(|((image, url), prompts)| {
             futures::future::try_join_all(prompts.iter().enumerate().map(move |(i, prompt)| async move {
                 let what = format!("image {}, prompt {i}", image.name);
-                let answer = self.post(&self.body(url, prompt, max_new_tokens, false), &what).await?;
+                let body = self.body(url, prompt, settings.max_new_tokens, false, settings.thinking);
+                let answer = self.post(&body, &what).await?;
                 let choice = &answer["choices"][0];
                 let text = choice["message"]["content"].as_str().ok_or_else(|| fail(format!("{what}: the answer has no text")))?;
+                // With thinking off a `<think>` in the text is the model's own writing (S3's prompts
+                // ask for that format). With it on, a server with a reasoning parser returns the
+                // block apart: put it back where the model wrote it.
+                let text = match (settings.thinking, choice["message"]["reasoning_content"].as_str()) {
+                    (Thinking::On, Some(reasoning)) => format!("{THINK_OPEN}{reasoning}{THINK_CLOSE}{text}"),
+                    _ => text.to_string(),
+                };
                 let new_tokens = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
-                Ok::<_, InferError>(Answer { text: text.to_string(), new_tokens, truncated: choice["finish_reason"] == "length" })
+                Ok::<_, InferError>(Answer { text, new_tokens, truncated: choice["finish_reason"] == "length" })
             }))
         });
         let answered = self.runtime.block_on(futures::future::try_join_all(asks))?;

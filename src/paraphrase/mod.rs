@@ -12,6 +12,7 @@ use crate::infer::{GenerationJob, ImageAnswers, ImageJob};
 use crate::release_spec::narrative::ReportPrompts;
 use crate::reports::{Assertion, Labeler, ReportLabels, Side};
 use crate::signal::text_trace::{TextTrace, TextTuple};
+use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
 
 /// One prompt per image.
@@ -65,14 +66,17 @@ pub fn trace(labels: &ReportLabels, reference: &[&'static str], sides: &[(&'stat
 }
 
 /// Reads one image's answer.
-pub fn read(answer: &ImageAnswers, references: &References<'_>, labeler: &Labeler, tau: f64) -> ImageReport {
+/// Reads an image's report; with thinking on, the report is what follows the model's reasoning
+/// block (none when the block never closed).
+pub fn read(answer: &ImageAnswers, references: &References<'_>, labeler: &Labeler, tau: f64, thinking: Thinking) -> ImageReport {
     let a = &answer.answers[0];
-    let labels = labeler.label(&a.text);
+    let report = crate::reason::after_reasoning(&a.text, thinking).unwrap_or("");
+    let labels = labeler.label(report);
     let with = |assertion: Assertion| -> Vec<&'static str> {
         LABELS.into_iter().filter(|l| labels.findings.get(*l).is_some_and(|c| c.label == assertion)).collect()
     };
     ImageReport {
-        text: a.text.trim().to_string(),
+        text: report.trim().to_string(),
         new_tokens: a.new_tokens,
         truncated: a.truncated,
         sentences: labels.sentences.len(),

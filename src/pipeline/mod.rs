@@ -27,6 +27,7 @@ use crate::infer::{
 };
 use crate::inputs::{InputsError, ResolvedSpec};
 use crate::manifest::{self, BuildLock, ImageHashesFile, Manifest, ToolInfo, LOCK_FILE, MANIFEST_FILE, MANIFEST_FORMAT};
+use crate::reason::Reasoning;
 use crate::release_spec::{gates, series, ReleaseSpec, SpecError, Split};
 use crate::select::{self, SelectError, Selection};
 use crate::shard::{self, ShardError, ShardMeta};
@@ -330,6 +331,13 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         diagnose::derive(&input, &mut sig.traces)
     });
     let (reasoning, reports) = narrative::derive(spec, &selection, &sig, diagnosis.as_ref(), &narrative_plan, narrated);
+    if let Some(unclosed) = reasoning.as_ref().map(Reasoning::unclosed).filter(|&n| n > 0) {
+        let budget = spec.prompts.reasoning.as_ref().map_or(0, |p| p.max_new_tokens);
+        notes.push(format!(
+            "S3: {unclosed} rows' reasoning never closed its <think> block within {budget} new tokens (model.thinking on): \
+             no answer was read from them"
+        ));
+    }
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(&selection, &sig, t, spec.selection.seed));
 
     let staging = output::Staging::create(&claimed).map_err(io_err(&options.out))?;

@@ -66,7 +66,7 @@ pub fn generate(
     let mut out = NarrativeAnswers { reasoning: None, report: None, counts: Vec::new(), cache_problems: Vec::new() };
     for (stage, jobs, max_new_tokens) in plan.stages(spec) {
         let GenerationReport { answers, cached, computed, cache_problems } =
-            infer::run_generation(jobs, scorer, &DecodingSettings::greedy(max_new_tokens), &cache, &run)?;
+            infer::run_generation(jobs, scorer, &generation_settings(spec, max_new_tokens), &cache, &run)?;
         out.counts.push((stage, computed, cached));
         out.cache_problems.extend(cache_problems);
         match stage {
@@ -75,6 +75,11 @@ pub fn generate(
         }
     }
     Ok(out)
+}
+
+/// S3's and S4's decoding: greedy, with the spec's `model.thinking`.
+pub fn generation_settings(spec: &ResolvedSpec, max_new_tokens: usize) -> DecodingSettings {
+    DecodingSettings::greedy(max_new_tokens).thinking(spec.model.thinking)
 }
 
 /// Reads every answer of an unsharded run: S3's rows and traces, S4's reports.
@@ -92,7 +97,7 @@ pub fn derive(
     let tau = spec.signal.tau;
     let reasoning = plan.reasoning.as_ref().zip(answers.reasoning).map(|(plan, answers)| {
         let confidence: Vec<f64> = signal.pairs.iter().map(|p| p.confidence).collect();
-        reason::derive(selection, plan, &all(answers), &confidence, spec.signal.finding_present_min, tau)
+        reason::derive(selection, plan, &all(answers), &confidence, (spec.signal.finding_present_min, tau), spec.model.thinking)
     });
     let reports = answers.report.map(|answers| {
         let labeler = Labeler::builtin();
@@ -111,7 +116,7 @@ pub fn derive(
             .map(|(image, a)| {
                 let trace = &signal.traces[image];
                 let references = References { nih: &trace.nih_findings, model: &trace.model_findings, sides: &sides[image] };
-                paraphrase::read(a, &references, &labeler, tau)
+                paraphrase::read(a, &references, &labeler, tau, spec.model.thinking)
             })
             .collect()
     });

@@ -12,6 +12,8 @@ use crate::release_spec::narrative::ReasoningPrompts;
 use crate::reports::{Assertion, Labeler};
 use crate::select::Selection;
 use crate::signal::text_trace::{TextTrace, TextTuple};
+use crate::vlm::chat_template::{THINK_CLOSE, THINK_OPEN};
+use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
 
 /// The generation work: per image, its distinct prompts, and for each of its rows (row, the
@@ -50,6 +52,9 @@ pub fn plan(selection: &Selection, prompts: &ReasoningPrompts, images: &[ImageJo
 pub struct ParsedAnswer {
     pub think: Option<String>,
     pub answer: Option<String>,
+    /// With thinking on: the model's reasoning block never closed within the token budget, so
+    /// nothing of it is read as an answer.
+    pub unclosed: bool,
 }
 
 impl ParsedAnswer {
@@ -69,7 +74,31 @@ fn section(text: &str, tag: &str) -> Option<String> {
 }
 
 pub fn parse(text: &str) -> ParsedAnswer {
-    ParsedAnswer { think: section(text, "think"), answer: section(text, "answer") }
+    ParsedAnswer { think: section(text, "think"), answer: section(text, "answer"), unclosed: false }
+}
+
+/// The model's turn without its reasoning block (thinking on, the block closed), or the whole
+/// turn (thinking off, or no block); None when the block never closed.
+pub fn after_reasoning(text: &str, thinking: Thinking) -> Option<&str> {
+    match text.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On) {
+        Some(rest) => rest.split_once(THINK_CLOSE).map(|(_, after)| after),
+        None => Some(text),
+    }
+}
+
+/// Reads the model's turn as `thinking` produced it. With thinking on, a turn that opens with the
+/// chat template's `<think>` block has its reasoning there and its answer after the block (the
+/// `<answer>` section when it writes one, else the text); a block that never closes gives no
+/// answer. A turn without the block, or thinking off, is read by [`parse`].
+pub fn parse_turn(text: &str, thinking: Thinking) -> ParsedAnswer {
+    let Some(rest) = text.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On) else {
+        return parse(text);
+    };
+    let Some((think, after)) = rest.split_once(THINK_CLOSE) else {
+        return ParsedAnswer { think: Some(rest.trim().to_string()), answer: None, unclosed: true };
+    };
+    let answer = section(after, "answer").or_else(|| Some(after.trim().to_string()).filter(|a| !a.is_empty()));
+    ParsedAnswer { think: Some(think.trim().to_string()), answer, unclosed: false }
 }
 
 /// What an answer says of the row's label: yes, no, or None when it cannot be read. A yes/no
@@ -108,6 +137,8 @@ pub struct RowReasoning {
     pub agrees: Option<bool>,
     pub new_tokens: usize,
     pub truncated: bool,
+    /// The model's reasoning block never closed (thinking on): no answer was read.
+    pub unclosed: bool,
 }
 
 impl RowReasoning {
@@ -124,22 +155,30 @@ pub struct Reasoning {
     pub traces: Vec<TextTrace>,
 }
 
-/// Reads every answer. `confidence[i]` is row i's confidence; a finding is the model's when it
-/// reaches `present_min`.
+impl Reasoning {
+    /// Rows whose answer never closed its reasoning block.
+    pub fn unclosed(&self) -> usize {
+        self.rows.iter().filter(|r| r.unclosed).count()
+    }
+}
+
+/// Reads every answer, as `thinking` produced it. `confidence[i]` is row i's confidence; a
+/// finding is the model's when it reaches `present_min`.
 pub fn derive(
     selection: &Selection,
     plan: &ReasoningPlan,
     answers: &[ImageAnswers],
     confidence: &[f64],
-    present_min: f64,
-    tau: f64,
+    thresholds: (f64, f64),
+    thinking: Thinking,
 ) -> Reasoning {
+    let (present_min, tau) = thresholds;
     let labeler = Labeler::builtin();
     let mut rows = vec![RowReasoning::default(); selection.rows.len()];
     for (job_rows, answers) in plan.rows.iter().zip(answers) {
         for &(i, k) in job_rows {
             let a = &answers.answers[k];
-            let parsed = parse(&a.text);
+            let parsed = parse_turn(&a.text, thinking);
             let says =
                 parsed.answer.as_deref().filter(|_| parsed.parsed()).and_then(|ans| says(LABELS[selection.rows[i].label], ans, &labeler));
             rows[i] = RowReasoning {
@@ -150,6 +189,7 @@ pub fn derive(
                 agrees: says.map(|s| s == (confidence[i] >= present_min)),
                 new_tokens: a.new_tokens,
                 truncated: a.truncated,
+                unclosed: parsed.unclosed,
             };
         }
     }
@@ -208,6 +248,20 @@ mod tests {
         let truncated = parse("<think>Looking at the left base, the");
         assert_eq!((truncated.think.as_deref(), truncated.parsed()), (Some("Looking at the left base, the"), false));
         assert!(!parse("Yes.").parsed(), "no tags: not parsed");
+    }
+
+    #[test]
+    fn with_thinking_on_the_block_is_the_reasoning_and_what_follows_the_answer() {
+        let p = parse_turn("<think>\nThe left angle is blunted.\n</think>\n\nYes, an effusion.", Thinking::On);
+        assert_eq!(
+            (p.think.as_deref(), p.answer.as_deref(), p.unclosed),
+            (Some("The left angle is blunted."), Some("Yes, an effusion."), false)
+        );
+        let tagged = parse_turn("<think>x</think><think>y</think><answer>No</answer>", Thinking::On);
+        assert_eq!(tagged.answer.as_deref(), Some("No"), "an <answer> section after the block is the answer");
+        let open = parse_turn("<think>\nStill looking at the <answer>Yes", Thinking::On);
+        assert!(open.unclosed && open.answer.is_none() && !open.parsed(), "an unclosed block is never an answer");
+        assert_eq!(parse_turn("<think>x</think> Yes", Thinking::Off).answer, None, "thinking off: the tagged format only");
     }
 
     #[test]

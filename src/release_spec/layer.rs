@@ -274,6 +274,9 @@ pub struct ModelLayer {
     pub device: Option<DevicePolicy>,
     pub max_pixels: Option<u64>,
     pub min_pixels: Option<u64>,
+    /// `off` or `on`: whether generation (S3's reasoning, S4's reports) lets the model reason in
+    /// its chat template's `<think>` block first. Scores and grounding always render it off.
+    pub thinking: Option<crate::vlm::Thinking>,
     /// Backend `openai`: the server's base URL, ending in `/v1`.
     pub endpoint: Option<String>,
     /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`, `qwen3_5`), for its box format.
@@ -305,7 +308,7 @@ impl Merge for ModelLayer {
             self.answer_token_ids = None;
         }
         merge_options!(self, c, nulls; backend, path, id, revision, weight_license, demo_weights, dtype, device,
-            max_pixels, min_pixels, endpoint, family, answer_token_ids, concurrency, timeout_s);
+            max_pixels, min_pixels, thinking, endpoint, family, answer_token_ids, concurrency, timeout_s);
     }
 }
 

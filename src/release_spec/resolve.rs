@@ -310,6 +310,7 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         device: m.device.unwrap_or(DevicePolicy::Auto),
         max_pixels: m.max_pixels,
         min_pixels: m.min_pixels,
+        thinking: m.thinking.unwrap_or_default(),
         served,
     };
     Ok(model)

@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tch::{Device, Kind};
 
+use super::chat_template::Thinking;
 use super::error::VlmError;
 use super::families::ImageFeatures;
 use super::generate::{Generated, GenerationImage, GenerationPrompt};
@@ -65,6 +66,8 @@ pub struct ModelInfo {
     pub device: String,
     pub dtype: String,
     pub chat_template_from: &'static str,
+    /// The variables the chat template was rendered with (those it reads).
+    pub chat_template_variables: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -163,7 +166,7 @@ impl Engine {
         Ok(Engine { dir, model, parameters, load_ms: ms(start) })
     }
 
-    fn model_info(&self) -> ModelInfo {
+    fn model_info(&self, thinking: Thinking) -> ModelInfo {
         ModelInfo {
             path: self.dir.path.clone(),
             family: self.dir.config.family,
@@ -171,6 +174,7 @@ impl Engine {
             device: format!("{:?}", self.model.device),
             dtype: format!("{:?}", self.model.kind),
             chat_template_from: self.dir.chat_template_source.file(),
+            chat_template_variables: self.dir.template.variables(thinking),
         }
     }
 
@@ -211,29 +215,32 @@ impl Engine {
     pub fn probe(&self, image_path: &Path, questions: &[String]) -> Result<ProbeReport, VlmError> {
         let (info, features, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
-        let prompts = questions.iter().map(|q| self.dir.prompt(q, info.grid_thw).map(|p| p.input_ids)).collect::<Result<Vec<_>, _>>()?;
+        let prompts = questions
+            .iter()
+            .map(|q| self.dir.prompt(q, info.grid_thw, Thinking::Off).map(|p| p.input_ids))
+            .collect::<Result<Vec<_>, _>>()?;
         let scores = self.model.score(&prompts, &features, info.grid_thw, self.dir.answer_token_ids()?)?;
         timing.text = ms(start);
         let questions =
             questions.iter().zip(scores).map(|(q, s)| ProbeAnswer { question: q.clone(), answer: s, p_yes: s.p_yes() }).collect();
-        Ok(ProbeReport { model: self.model_info(), image: info, questions, timing_ms: timing })
+        Ok(ProbeReport { model: self.model_info(Thinking::Off), image: info, questions, timing_ms: timing })
     }
 
     /// Greedy generation for a free-form prompt about one image.
-    pub fn describe(&self, image_path: &Path, prompt: &str, max_new_tokens: usize) -> Result<DescribeReport, VlmError> {
+    pub fn describe(&self, image_path: &Path, prompt: &str, max_new_tokens: usize, thinking: Thinking) -> Result<DescribeReport, VlmError> {
         let (info, features, mut timing) = self.encode_image(image_path)?;
         let start = Instant::now();
-        let p = self.dir.prompt(prompt, info.grid_thw)?;
+        let p = self.dir.prompt(prompt, info.grid_thw, thinking)?;
         let stop = self.dir.stop_token_ids();
         let image = GenerationImage { features: &features, grid: info.grid_thw };
         let request = GenerationPrompt { image: 0, ids: &p.input_ids };
         let Generated { tokens, truncated } =
             self.model.generate_batch(&[image], &[request], max_new_tokens, &stop)?.pop().expect("one prompt, one answer");
         timing.text = ms(start);
-        let response = self.dir.answer_text(&tokens)?;
+        let response = self.dir.answer_text(&p, &tokens)?;
         let geometry = ImageGeometry { original: (info.width, info.height), resized: info.resized };
         Ok(DescribeReport {
-            model: self.model_info(),
+            model: self.model_info(thinking),
             image: info,
             prompt: prompt.to_string(),
             think: section(&response, "think"),
@@ -277,7 +284,7 @@ impl Engine {
         let ids = (0..sequences)
             .map(|i| {
                 self.dir
-                    .prompt(&format!("Question {i}: describe finding number {i} in this chest X-ray."), info.grid_thw)
+                    .prompt(&format!("Question {i}: describe finding number {i} in this chest X-ray."), info.grid_thw, Thinking::Off)
                     .map(|p| p.input_ids)
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -297,7 +304,7 @@ impl Engine {
             one_ms = one_ms.min(ms(start));
         }
         Ok(GenerationBench {
-            model: self.model_info(),
+            model: self.model_info(Thinking::Off),
             image: info,
             sequences,
             new_tokens,

@@ -6,6 +6,7 @@
 //! prompt and its token ids, and the multimodal rotary position ids. The tensor code (vision
 //! tower, decoder, its cache) builds on it behind the `vlm` feature.
 
+pub mod chat_template;
 pub mod config;
 pub mod cpu_kernels;
 pub mod error;
@@ -36,6 +37,7 @@ pub mod throughput;
 #[cfg(feature = "vlm")]
 mod weights;
 
+pub use chat_template::{ChatTemplate, Thinking};
 pub use config::{ModelConfig, PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
 pub use error::VlmError;
 pub use families::Family;

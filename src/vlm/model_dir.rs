@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::chat_template::{ChatTemplate, Thinking};
 use super::config::{ModelConfig, PreprocessorConfig};
 use super::error::VlmError;
-use super::prompt::{ChatTemplate, Prompt, PromptParts, IMAGE_PAD};
+use super::prompt::{Prompt, PromptParts, IMAGE_PAD};
 
 /// Where the chat template was found, in the order they are looked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,7 +49,7 @@ pub struct ModelDir {
     /// Token ids that end a generated answer (from generation_config.json, else config.json).
     pub eos_token_ids: Vec<u32>,
     /// Each question's prompt, rendered and tokenized on first use (a run asks a few dozen).
-    prompts: Mutex<HashMap<String, Arc<PromptParts>>>,
+    prompts: Mutex<HashMap<(String, Thinking), Arc<PromptParts>>>,
 }
 
 fn read_json(path: &Path) -> Result<Value, VlmError> {
@@ -111,7 +112,7 @@ impl ModelDir {
             });
         }
         let (chat_template, chat_template_source) = chat_template(dir)?;
-        let template = ChatTemplate::compile(chat_template.clone(), chat_template_source.file())?;
+        let template = ChatTemplate::compile(chat_template.clone(), dir.join(chat_template_source.file()).display().to_string())?;
         let weights = weight_files(dir)?;
         let rescale_factor =
             read_json(&dir.join("preprocessor_config.json"))?.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0);
@@ -219,20 +220,21 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, VlmError> {
 
 impl ModelDir {
     /// The prompt for `question` about an image whose patch grid is (t, h, w).
-    pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize)) -> Result<Prompt, VlmError> {
+    pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize), thinking: Thinking) -> Result<Prompt, VlmError> {
         let merge = self.config.vision.spatial_merge_size;
         let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
-        Ok(self.prompt_parts(question)?.for_image(self.config.image_token_id, image_tokens))
+        Ok(self.prompt_parts(question, thinking)?.for_image(self.config.image_token_id, image_tokens))
     }
 
-    fn prompt_parts(&self, question: &str) -> Result<Arc<PromptParts>, VlmError> {
-        if let Some(parts) = self.prompts.lock().expect("prompt cache lock").get(question) {
+    fn prompt_parts(&self, question: &str, thinking: Thinking) -> Result<Arc<PromptParts>, VlmError> {
+        let key = (question.to_string(), thinking);
+        if let Some(parts) = self.prompts.lock().expect("prompt cache lock").get(&key) {
             return Ok(parts.clone());
         }
-        let text = self.template.render(question)?;
+        let text = self.template.render(question, thinking)?;
         if text.matches(IMAGE_PAD).count() != 1 {
             return Err(VlmError::Template {
-                source_file: self.chat_template_source.file().into(),
+                source_file: self.path.join(self.chat_template_source.file()).display().to_string(),
                 message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
             });
         }
@@ -249,17 +251,20 @@ impl ModelDir {
                 ),
             });
         };
-        let parts = Arc::new(PromptParts { text, before: ids[..at].to_vec(), after: ids[at + 1..].to_vec() });
-        self.prompts.lock().expect("prompt cache lock").insert(question.to_string(), parts.clone());
+        let opens_reasoning = super::chat_template::ends_inside_reasoning(&text);
+        let parts = Arc::new(PromptParts { before: ids[..at].to_vec(), after: ids[at + 1..].to_vec(), opens_reasoning, text });
+        self.prompts.lock().expect("prompt cache lock").insert(key, parts.clone());
         Ok(parts)
     }
 
-    /// The text of generated tokens: stop tokens left out, special tokens kept (Qwen2-VL's box
-    /// markers are special tokens).
-    pub fn answer_text(&self, tokens: &[u32]) -> Result<String, VlmError> {
+    /// The text of the model's turn after `prompt`: the generated tokens, stop tokens left out,
+    /// special tokens kept (Qwen2-VL's box markers are special tokens). When the prompt opened a
+    /// reasoning block, the text starts with its `<think>`, so the block reads whole.
+    pub fn answer_text(&self, prompt: &Prompt, tokens: &[u32]) -> Result<String, VlmError> {
         let stop = self.stop_token_ids();
         let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
-        self.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the answer: {e}")))
+        let text = self.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the answer: {e}")))?;
+        Ok(if prompt.opens_reasoning { format!("{}{text}", super::chat_template::THINK_OPEN) } else { text })
     }
 
     /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".

@@ -220,3 +220,20 @@ pub fn reseal_score_entries(cache: &Path, edit: impl Fn(&mut Vec<CachedYesNo>)) 
         std::fs::write(&entry, serde_json::to_vec(&sealed).unwrap()).unwrap();
     }
 }
+
+/// Each row's `reasoning_text` and `reasoning_answer`, in row order.
+pub fn reasoning_columns(shard: &Path) -> Vec<(String, Option<String>)> {
+    use arrow_array::{Array, StringArray};
+    let file = std::fs::File::open(shard).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let column = |name: &str| batch.column_by_name(name).unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let (text, answer) = (column("reasoning_text"), column("reasoning_answer"));
+        for i in 0..batch.num_rows() {
+            rows.push((text.value(i).to_string(), (!answer.is_null(i)).then(|| answer.value(i).to_string())));
+        }
+    }
+    rows
+}

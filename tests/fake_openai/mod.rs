@@ -40,6 +40,12 @@ pub struct ServerState {
     pub hide_no: bool,
     /// Every request body, in order.
     pub bodies: Vec<Value>,
+    /// A served model whose template thinks whatever `chat_template_kwargs` says (a yes/no
+    /// answer then starts with `<think>`).
+    pub ignores_thinking_switch: bool,
+    /// A server started with a reasoning parser: a thinking answer's block comes back in
+    /// `reasoning_content`, apart from `content`.
+    pub reasoning_parser: bool,
 }
 
 pub struct FakeOpenAi {
@@ -162,6 +168,19 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
     if request["temperature"] != 0 {
         return error(StatusCode::BAD_REQUEST, "the tests expect greedy decoding");
     }
+    let thinking = request["chat_template_kwargs"]["enable_thinking"] == true;
+    let ignores_switch = state.lock().unwrap().ignores_thinking_switch;
+    if request["logprobs"] == true && ignores_switch {
+        let top: Vec<Value> = (0..20)
+            .map(|i| json!({ "token": if i == 0 { "<think>".to_string() } else { format!("filler{i}") }, "logprob": -0.1 - f64::from(i) }))
+            .collect();
+        return Json(json!({
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": "<think>" }, "finish_reason": "length",
+                "logprobs": { "content": [{ "token": "<think>", "logprob": -0.1, "top_logprobs": top }] } }],
+            "usage": { "completion_tokens": 1 },
+        }))
+        .into_response();
+    }
     if request["logprobs"] == true {
         let (yes, no) = logprobs_for(url, text);
         let mut top = vec![json!({ "token": "Yes", "logprob": yes })];
@@ -177,6 +196,21 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
                 "logprobs": { "content": [{ "token": first, "logprob": yes.max(no), "top_logprobs": top }] } }],
             "usage": { "completion_tokens": 1 },
         }))
+        .into_response();
+    }
+    if thinking {
+        // The template's block, then the answer: a findings list (what text_for's S3 answer holds).
+        let reasoning = format!("Served thinking {}: the costophrenic angles were compared.", &hex::encode(digest(&[url, text]))[..6]);
+        let answer = text_for(url, text);
+        let listed = answer.split("<answer>").nth(1).and_then(|a| a.split("</answer>").next()).unwrap_or(&answer).to_string();
+        let message = if state.lock().unwrap().reasoning_parser {
+            json!({ "role": "assistant", "reasoning_content": format!("\n{reasoning}\n"), "content": format!("\n\n{listed}") })
+        } else {
+            json!({ "role": "assistant", "content": format!("<think>\n{reasoning}\n</think>\n\n{listed}") })
+        };
+        return Json(
+            json!({ "choices": [{ "index": 0, "message": message, "finish_reason": "stop" }], "usage": { "completion_tokens": 40 } }),
+        )
         .into_response();
     }
     let answer = text_for(url, text);

@@ -1,0 +1,208 @@
+//! A model's chat template, rendered the way transformers renders it, with the variables the tool
+//! means.
+//!
+//! Qwen3 and Qwen3.5 templates have a reasoning switch, `enable_thinking`: left unset, Qwen3.5's
+//! generation prompt opens a `<think>` block, and a yes/no score read there is read mid-thought.
+//! So every render passes `enable_thinking` explicitly ([`Thinking`]); when the template opens a
+//! block anyway, or reads a reasoning switch under another name, the model is refused when its
+//! directory is opened, before any image is read.
+//!
+//! The published templates call Python's string methods (`startswith`, `split`, ...), which
+//! transformers' Jinja has: minijinja-contrib's Python compatibility layer provides them.
+
+use std::collections::BTreeSet;
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+use super::error::VlmError;
+
+/// The one reasoning switch the tool knows and sets (Qwen3's, Qwen3.5's and their successors').
+pub const THINKING_SWITCH: &str = "enable_thinking";
+/// The reasoning block's markers in the Qwen families.
+pub const THINK_OPEN: &str = "<think>";
+pub const THINK_CLOSE: &str = "</think>";
+/// A question used to try the template when it is compiled.
+const TRIAL_QUESTION: &str = "Is there a finding?";
+
+/// Whether the model may reason before it answers. Scores and grounding boxes are always read
+/// with thinking off; generation (S3, S4) follows the spec's `model.thinking`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Thinking {
+    #[default]
+    Off,
+    On,
+}
+
+impl Thinking {
+    pub fn is_off(&self) -> bool {
+        *self == Thinking::Off
+    }
+}
+
+/// A model's chat template, compiled once, rendered as transformers does (trim_blocks,
+/// lstrip_blocks, its `raise_exception` helper, Python's string methods).
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    /// The file it came from (a path), for errors.
+    source_file: String,
+    /// The variables the template reads besides the messages and the generation prompt flag.
+    reads: BTreeSet<String>,
+}
+
+/// Variables every chat template reads that are not switches.
+const CONVERSATION: [&str; 2] = ["messages", "add_generation_prompt"];
+
+impl ChatTemplate {
+    /// Compiles `template` and checks that the tool can close its reasoning block: it reads no
+    /// reasoning switch but `enable_thinking`, and with thinking off its generation prompt does
+    /// not end inside an open `<think>` block.
+    pub fn compile(template: String, source_file: String) -> Result<ChatTemplate, VlmError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        });
+        env.add_template_owned("chat", template).map_err(|e| fail(&source_file, e))?;
+        let reads = env
+            .get_template("chat")
+            .map_err(|e| fail(&source_file, e))?
+            .undeclared_variables(false)
+            .into_iter()
+            .filter(|v| !CONVERSATION.contains(&v.as_str()))
+            .collect();
+        let template = ChatTemplate { env, source_file, reads };
+        template.check_switches()?;
+        Ok(template)
+    }
+
+    /// The variables the template reads (besides the conversation): what `doctor` shows.
+    pub fn reads(&self) -> impl Iterator<Item = &str> {
+        self.reads.iter().map(String::as_str)
+    }
+
+    /// Whether the template reads `enable_thinking`.
+    pub fn has_thinking_switch(&self) -> bool {
+        self.reads.contains(THINKING_SWITCH)
+    }
+
+    /// The variables the tool sets that this template reads, as build.lock and `probe` record
+    /// them: empty for a template without a switch, so such a model's identity is what it was.
+    pub fn variables(&self, thinking: Thinking) -> serde_json::Map<String, serde_json::Value> {
+        let mut set = serde_json::Map::new();
+        if self.has_thinking_switch() {
+            set.insert(THINKING_SWITCH.into(), (thinking == Thinking::On).into());
+        }
+        set
+    }
+
+    /// One user message holding the image then `question`, and the generation prompt.
+    pub fn render(&self, question: &str, thinking: Thinking) -> Result<String, VlmError> {
+        let messages = vec![context! {
+            role => "user",
+            content => vec![context! { type => "image" }, context! { type => "text", text => question }],
+        }];
+        let template = self.env.get_template("chat").map_err(|e| fail(&self.source_file, e))?;
+        template
+            .render(context! { messages, add_generation_prompt => true, enable_thinking => thinking == Thinking::On })
+            .map_err(|e| fail(&self.source_file, e))
+    }
+
+    fn check_switches(&self) -> Result<(), VlmError> {
+        let unknown: Vec<&str> = self
+            .reads()
+            .filter(|v| *v != THINKING_SWITCH && ["think", "reason"].iter().any(|w| v.to_ascii_lowercase().contains(w)))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(VlmError::Template {
+                source_file: self.source_file.clone(),
+                message: format!(
+                    "reads {}, a reasoning switch this tool does not know (it sets only {THINKING_SWITCH}, from the spec's \
+                     model.thinking for generation and off for scores): the scores could be read mid-thought, so the model is refused",
+                    unknown.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        let trial = self.render(TRIAL_QUESTION, Thinking::Off)?;
+        if ends_inside_reasoning(&trial) {
+            let why = if self.has_thinking_switch() {
+                format!("even with {THINKING_SWITCH}=false")
+            } else {
+                format!("and it has no {THINKING_SWITCH} switch")
+            };
+            return Err(VlmError::Template {
+                source_file: self.source_file.clone(),
+                message: format!(
+                    "its generation prompt ends inside an open {THINK_OPEN} block {why}: every yes/no score would be read at \
+                     the first token of the model's reasoning, not of its answer; choose a checkpoint (spec key model.id or \
+                     model.path) whose template can close the block"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether `prompt`'s last turn (the generation prompt) leaves a `<think>` block open: the model's
+/// next token is then reasoning.
+pub fn ends_inside_reasoning(prompt: &str) -> bool {
+    let last_turn = prompt.rfind("<|im_start|>").map_or(prompt, |at| &prompt[at..]);
+    match (last_turn.rfind(THINK_OPEN), last_turn.rfind(THINK_CLOSE)) {
+        (Some(open), Some(close)) => open > close,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+fn fail(source_file: &str, e: Error) -> VlmError {
+    VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generation prompt of Qwen3.5's published template, as this project's own words.
+    const SWITCHED: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}{% if c.type == 'image' %}\
+        <|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}\
+        {% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}\
+        <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+
+    fn compile(t: &str) -> Result<ChatTemplate, VlmError> {
+        ChatTemplate::compile(t.into(), "chat_template.jinja".into())
+    }
+
+    #[test]
+    fn the_switch_is_set_explicitly_and_recorded_only_where_read() {
+        let t = compile(SWITCHED).unwrap();
+        assert!(t.render("Q?", Thinking::Off).unwrap().ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(t.render("Q?", Thinking::On).unwrap().ends_with("<|im_start|>assistant\n<think>\n"));
+        assert_eq!(serde_json::Value::from(t.variables(Thinking::Off)), serde_json::json!({"enable_thinking": false}));
+        let plain = compile("{% for m in messages %}{{ m.role }}<|image_pad|>{% endfor %}").unwrap();
+        assert!(plain.variables(Thinking::On).is_empty(), "a template without the switch records nothing");
+    }
+
+    #[test]
+    fn python_string_methods_render() {
+        let t = compile("{% if 'abc'.startswith('a') and 'abc'.endswith('c') %}{{ ' x '.strip() }}{% endif %}").unwrap();
+        assert_eq!(t.render("Q?", Thinking::Off).unwrap(), "x");
+    }
+
+    #[test]
+    fn a_template_that_cannot_close_its_block_is_refused() {
+        let always = compile("<|im_start|>user\n<|image_pad|><|im_end|>\n<|im_start|>assistant\n<think>\n").err().unwrap().to_string();
+        assert!(always.contains("chat_template.jinja") && always.contains("no enable_thinking switch"), "{always}");
+        let unknown = compile("{% if thinking_mode %}<think>{% endif %}{% if reasoning_effort %}x{% endif %}").err().unwrap().to_string();
+        assert!(unknown.contains("`reasoning_effort`, `thinking_mode`") && unknown.contains("model.thinking"), "{unknown}");
+    }
+
+    #[test]
+    fn an_open_block_is_found_in_the_last_turn_only() {
+        assert!(ends_inside_reasoning("<|im_start|>assistant\n<think>\n"));
+        assert!(!ends_inside_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!ends_inside_reasoning("<|im_start|>user\n<think>\n<|im_end|>\n<|im_start|>assistant\n"));
+    }
+}
