@@ -43,7 +43,60 @@ pub struct DoctorReport {
     pub hub_token: String,
     pub hf_cache: PathBuf,
     pub model: Option<ModelState>,
+    /// `doctor --model DIR`: that directory as the engine reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<ModelDirReport>,
     pub next_step: String,
+}
+
+/// A model directory as the engine reads it: its family, what its chat template reads, what the
+/// tool sets, and the prompt it renders (one image placeholder) with thinking off and on.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelDirReport {
+    pub path: PathBuf,
+    pub family: crate::vlm::Family,
+    pub chat_template_from: &'static str,
+    /// Every variable the template reads besides `messages` and `add_generation_prompt`.
+    pub template_reads: Vec<String>,
+    /// What the tool sets for scores and grounding (always thinking off) and for generation
+    /// with `model.thinking: on`; only the variables the template reads.
+    pub sets_for_scores: serde_json::Map<String, serde_json::Value>,
+    pub sets_for_thinking_on: serde_json::Map<String, serde_json::Value>,
+    pub prompts: Vec<PromptView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptView {
+    pub thinking: crate::vlm::Thinking,
+    pub question: String,
+    pub text: String,
+    /// The token ids, the image placeholder once (the engine repeats it per merged patch).
+    pub input_ids: Vec<u32>,
+    /// The prompt ends inside an open `<think>` block.
+    pub opens_reasoning: bool,
+}
+
+/// Opens `dir` as the engine does (no weights are loaded) and renders `question`'s prompt.
+pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport, crate::vlm::VlmError> {
+    use crate::vlm::Thinking;
+    let opened = crate::vlm::ModelDir::open(dir)?;
+    let merge = opened.config.vision.spatial_merge_size;
+    let prompts = [Thinking::Off, Thinking::On]
+        .into_iter()
+        .map(|thinking| {
+            let p = opened.prompt(question, (1, merge, merge), thinking)?;
+            Ok(PromptView { thinking, question: question.into(), text: p.text, input_ids: p.input_ids, opens_reasoning: p.opens_reasoning })
+        })
+        .collect::<Result<_, crate::vlm::VlmError>>()?;
+    Ok(ModelDirReport {
+        path: dir.into(),
+        family: opened.config.family,
+        chat_template_from: opened.chat_template_source.file(),
+        template_reads: opened.template.reads().map(str::to_string).collect(),
+        sets_for_scores: opened.template.variables(Thinking::Off),
+        sets_for_thinking_on: opened.template.variables(Thinking::On),
+        prompts,
+    })
 }
 
 #[cfg(feature = "vlm")]
@@ -125,6 +178,7 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
         hub_token: crate::hub::token::source().unwrap_or_else(|| "none configured".into()),
         hf_cache,
         model,
+        model_dir: None,
         next_step,
     }
 }

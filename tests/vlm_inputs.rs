@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use bpals_release::vlm::{self, ChatTemplateSource, Family, ModelDir};
+use bpals_release::vlm::{self, ChatTemplateSource, Family, ModelDir, Thinking};
 use common::*;
 
 fn fixture(family: &str) -> PathBuf {
@@ -62,7 +62,7 @@ fn sizes_prompts_token_ids_and_positions_match_transformers() {
             let grid: Vec<usize> = case["image_grid_thw"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
             assert_eq!((1, h / p.patch_size, w / p.patch_size), (grid[0], grid[1], grid[2]), "{family} {name}: resized size");
 
-            let prompt = dir.prompt(case["question"].as_str().unwrap(), (grid[0], grid[1], grid[2])).unwrap();
+            let prompt = dir.prompt(case["question"].as_str().unwrap(), (grid[0], grid[1], grid[2]), Thinking::Off).unwrap();
             assert_eq!(prompt.text, case["prompt"].as_str().unwrap(), "{family} {name}: rendered template");
             let expected: Vec<u32> = case["input_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             assert_eq!(prompt.input_ids, expected, "{family} {name}: token ids");
@@ -133,4 +133,58 @@ fn bad_model_directories_say_what_is_wrong() {
     assert!(e.contains("tokenizer.json: <|image_pad|> is token") && e.contains("expected config.json's image_token_id 7"), "{e}");
     let e = case("preproc", &|d| std::fs::write(d.join("preprocessor_config.json"), r#"{"patch_size": 14}"#).unwrap());
     assert!(e.contains("preprocessor_config.json: key `min_pixels`"), "{e}");
+}
+
+/// A copy of the Qwen2.5-VL fixture whose chat_template.jinja is `template`.
+fn with_template(s: &Scratch, name: &str, template: &str) -> PathBuf {
+    let dir = s.path(name);
+    copy_tree(&fixture("qwen2_5_vl"), &dir);
+    std::fs::write(dir.join("chat_template.jinja"), template).unwrap();
+    dir
+}
+
+/// The fixture's own template with a Qwen3.5-style generation prompt (this project's words).
+const SWITCHED: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}{% if c.type == 'image' %}\
+    <|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}\
+    {% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}\
+    <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+
+#[test]
+fn a_template_with_a_thinking_switch_is_rendered_with_it_off_for_scores() {
+    let s = Scratch::new();
+    let dir = ModelDir::open(&with_template(&s, "model", SWITCHED)).unwrap();
+    let off = dir.prompt("Is there an effusion?", (1, 2, 2), Thinking::Off).unwrap();
+    assert!(off.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n") && !off.opens_reasoning, "{:?}", off.text);
+    let on = dir.prompt("Is there an effusion?", (1, 2, 2), Thinking::On).unwrap();
+    assert!(on.text.ends_with("<|im_start|>assistant\n<think>\n") && on.opens_reasoning, "{:?}", on.text);
+    assert_ne!(off.input_ids, on.input_ids);
+
+    // doctor --model shows what the template reads and what the tool sets.
+    let a = bin().arg("doctor").arg("--model").arg(s.path("model")).args(["--question", "Is there an effusion?"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let m = &report["model_dir"];
+    assert_eq!((m["family"].as_str(), m["template_reads"].clone()), (Some("qwen2_5_vl"), serde_json::json!(["enable_thinking"])));
+    assert_eq!(
+        (m["sets_for_scores"].clone(), m["sets_for_thinking_on"].clone()),
+        (serde_json::json!({"enable_thinking": false}), serde_json::json!({"enable_thinking": true}))
+    );
+    assert_eq!(m["prompts"][0]["input_ids"], serde_json::json!(off.input_ids), "the engine's prompt, one image token");
+    assert_eq!(m["prompts"][1]["text"].as_str(), Some(on.text.as_str()));
+}
+
+#[test]
+fn a_template_the_tool_cannot_close_is_refused_naming_the_file_and_the_key() {
+    let s = Scratch::new();
+    let always_open = SWITCHED.replace("enable_thinking is defined and enable_thinking is false", "false");
+    let err = ModelDir::open(&with_template(&s, "open", &always_open)).err().unwrap().to_string();
+    assert!(err.contains("open/chat_template.jinja") && err.contains("ends inside an open <think> block"), "{err}");
+    assert!(err.contains("model.id or model.path"), "{err}");
+
+    let unknown = SWITCHED.replace("enable_thinking is defined and enable_thinking is false", "not thinking_mode");
+    let err = ModelDir::open(&with_template(&s, "unknown", &unknown)).err().unwrap().to_string();
+    assert!(err.contains("unknown/chat_template.jinja") && err.contains("reads `thinking_mode`, a reasoning switch"), "{err}");
+    assert!(err.contains("model.thinking"), "{err}");
+    // The command line says the same, before any image is read.
+    let a = bin().arg("doctor").arg("--model").arg(s.path("unknown")).assert().failure();
+    assert!(stderr(&a).contains("thinking_mode"), "{}", stderr(&a));
 }
