@@ -161,8 +161,31 @@ fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_
     server.state.lock().unwrap().hide_no = true;
     let spec = served_spec(&s, "served.yaml", &fixture_s1a(), &server, 4);
     let err = stderr(&served_build(&spec, &s.path("out"), &s.cache(), &[]).failure());
-    assert!(err.contains("list no \"No\" among their 19 tokens") && err.contains("model.answer_token_ids"), "{err}");
+    assert!(err.contains("model Qwen/Qwen2-VL-7B-Instruct lists no \"No\" among its 19 first-token logprobs"), "{err}");
+    assert!(err.contains("model.answer_token_ids") && err.contains("(sent as allowed_token_ids)"), "{err}");
     assert!(!s.path("out").exists(), "no release is left behind");
+
+    // A server that ignores `logprobs`: named, and no release.
+    {
+        let mut state = server.state.lock().unwrap();
+        (state.hide_no, state.no_logprobs) = (false, true);
+    }
+    let err = stderr(&served_build(&spec, &s.path("out"), &s.path("cache-nolp"), &[]).failure());
+    assert!(err.contains("model Qwen/Qwen2-VL-7B-Instruct answered without first-token logprobs"), "{err}");
+    assert!(!s.path("out").exists(), "no release is left behind");
+    server.state.lock().unwrap().no_logprobs = false;
+
+    // llama.cpp's server has no allowed_token_ids: the answer tokens go as an equal logit_bias.
+    let llama = s.write("llama.yaml", &format!("extends: {}\nmodel:\n  server: llama-cpp\n  answer_token_ids: [11, 12]\n", spec.display()));
+    let before = server.state.lock().unwrap().bodies.len();
+    served_build(&llama, &s.path("out-llama"), &s.path("cache-llama"), &["--jobs", "1"]).success();
+    let state = server.state.lock().unwrap();
+    let scoring: Vec<_> = state.bodies[before..].iter().filter(|b| b["logprobs"] == true).collect();
+    assert!(!scoring.is_empty());
+    assert!(scoring.iter().all(|b| b["logit_bias"] == serde_json::json!({"11": 100.0, "12": 100.0}) && b.get("allowed_token_ids").is_none()));
+    drop(state);
+    let lock = std::fs::read_to_string(s.path("out-llama/build.lock")).unwrap();
+    assert!(lock.contains("\"server\": \"llama-cpp\"") && lock.contains("\"answer_restriction\": \"logit_bias\""), "{lock}");
 
     // A 400 echoes the Authorization header back: the key is redacted from the error.
     server.state.lock().unwrap().hide_no = false;

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 
 use super::{Answer, DecodingSettings, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hub::retry::{self, Backoff};
-use crate::release_spec::{Backend, ModelSpec, Question, ServedModel};
+use crate::release_spec::{Backend, ModelSpec, Question, ServedModel, ServerKind};
 use crate::vlm::chat_template::{THINKING_SWITCH, THINK_CLOSE, THINK_OPEN};
 use crate::vlm::Thinking;
 
@@ -39,6 +39,8 @@ pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
 const RETRIES: usize = 6;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The bias `logit_bias` puts on both answer tokens (servers without `allowed_token_ids`).
+const LOGIT_BIAS: f64 = 100.0;
 /// The most tokens an OpenAI-compatible server lists per position.
 const TOP_LOGPROBS: usize = 20;
 /// The answer tokens, as the native engine reads them (the first token of each word).
@@ -101,6 +103,8 @@ impl OpenAiScorer {
                 "message": "one user message: the image (PNG, base64 data URL), then the question",
                 "answer": "first-token logprobs of \"Yes\" and \"No\"",
                 "answer_token_ids": served.answer_token_ids,
+                "server": served.server,
+                "answer_restriction": served.answer_token_ids.map(|_| served.server.restriction()),
                 "chat_template_kwargs": chat_template_kwargs(Thinking::Off),
                 "family": family,
                 "min_pixels": pixels.0,
@@ -141,8 +145,15 @@ impl OpenAiScorer {
         if yes_no {
             body["logprobs"] = json!(true);
             body["top_logprobs"] = json!(TOP_LOGPROBS);
-            if let Some(ids) = self.served.answer_token_ids {
-                body["allowed_token_ids"] = json!(ids);
+            if let Some([yes, no]) = self.served.answer_token_ids {
+                match self.served.server {
+                    ServerKind::Vllm => body["allowed_token_ids"] = json!([yes, no]),
+                    // The same bias on both tokens lifts them into the listed logprobs and leaves
+                    // their difference, the score, as it was.
+                    ServerKind::Sglang | ServerKind::LlamaCpp => {
+                        body["logit_bias"] = json!({ yes.to_string(): LOGIT_BIAS, no.to_string(): LOGIT_BIAS })
+                    }
+                }
             }
         }
         body
@@ -186,6 +197,7 @@ impl OpenAiScorer {
 
     /// One yes/no score from a chat completion's first-token logprobs.
     fn yes_no(&self, answer: &Value, what: &str) -> Result<YesNo, InferError> {
+        let model = &self.model_id;
         let first = answer["choices"][0]["logprobs"]["content"][0]["token"].as_str().unwrap_or("");
         let content = answer["choices"][0]["message"]["content"].as_str().unwrap_or("");
         if first.trim_start().starts_with(THINK_OPEN) || content.trim_start().starts_with(THINK_OPEN) {
@@ -193,16 +205,22 @@ impl OpenAiScorer {
         }
         let listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
             .as_array()
-            .ok_or_else(|| fail(format!("{what}: the answer carries no logprobs (does the server support `logprobs`?)")))?;
+            .ok_or_else(|| {
+                fail(format!(
+                    "{what}: the server's model {model} answered without first-token logprobs: it must honour `logprobs` and \
+                     `top_logprobs` on chat completions (see the server table in the guide)"
+                ))
+            })?;
         let find = |token: &str| listed.iter().find(|t| t["token"] == token).and_then(|t| t["logprob"].as_f64());
         match (find(YES), find(NO)) {
             (Some(yes), Some(no)) => Ok(YesNo { logit_yes: yes as f32, logit_no: no as f32 }),
             (yes, _) => Err(fail(format!(
-                "{what}: the server's first-token logprobs list no {:?} among their {} tokens: set model.answer_token_ids to the \
-                 tokenizer's ids of \"Yes\" and \"No\" (sent as allowed_token_ids), or raise the server's logprobs cap (vLLM \
+                "{what}: the server's model {model} lists no {:?} among its {} first-token logprobs: set model.answer_token_ids to \
+                 the tokenizer's ids of \"Yes\" and \"No\" (sent as {}), or raise the server's logprobs cap (vLLM \
                  --max-logprobs)",
                 if yes.is_none() { YES } else { NO },
-                listed.len()
+                listed.len(),
+                self.served.server.restriction()
             ))),
         }
     }

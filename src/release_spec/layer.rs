@@ -281,6 +281,8 @@ pub struct ModelLayer {
     pub endpoint: Option<String>,
     /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`, `qwen3_5`), for its box format.
     pub family: Option<String>,
+    /// Backend `openai`: which server (`vllm`, the default, `sglang` or `llama-cpp`).
+    pub server: Option<super::ServerKind>,
     /// Backend `openai`: the token ids of "Yes" and "No", sent as `allowed_token_ids` so the
     /// server's first-token logprobs always list both.
     pub answer_token_ids: Option<[u32; 2]>,
@@ -306,9 +308,10 @@ impl Merge for ModelLayer {
             self.endpoint = None;
             self.family = None;
             self.answer_token_ids = None;
+            self.server = None;
         }
         merge_options!(self, c, nulls; backend, path, id, revision, weight_license, demo_weights, dtype, device,
-            max_pixels, min_pixels, thinking, endpoint, family, answer_token_ids, concurrency, timeout_s);
+            max_pixels, min_pixels, thinking, endpoint, family, server, answer_token_ids, concurrency, timeout_s);
     }
 }
 

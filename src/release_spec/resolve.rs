@@ -322,6 +322,7 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer) -> Result<
         for (set, key) in [
             (m.endpoint.is_some(), "model.endpoint"),
             (m.family.is_some(), "model.family"),
+            (m.server.is_some(), "model.server"),
             (m.answer_token_ids.is_some(), "model.answer_token_ids"),
             (m.concurrency.is_some(), "model.concurrency"),
             (m.timeout_s.is_some(), "model.timeout_s"),
@@ -348,7 +349,14 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer) -> Result<
     if concurrency == 0 {
         return Err(r.invalid("model.concurrency", "must be at least 1"));
     }
-    Ok(Some(ServedModel { endpoint, family, answer_token_ids: m.answer_token_ids, concurrency, timeout_s: m.timeout_s.unwrap_or(120) }))
+    Ok(Some(ServedModel {
+        endpoint,
+        family,
+        server: m.server.unwrap_or_default(),
+        answer_token_ids: m.answer_token_ids,
+        concurrency,
+        timeout_s: m.timeout_s.unwrap_or(120),
+    }))
 }
 
 fn resolve_prompts(r: &Resolver<'_>, layer: Option<PromptsLayer>) -> Result<PromptSet, SpecError> {

@@ -176,6 +176,8 @@ pub struct ServedModel {
     /// identity (and so the cache key) leaves it out.
     pub endpoint: String,
     pub family: String,
+    /// Which server it is: what a request may ask of it differs (see [`ServerKind`]).
+    pub server: ServerKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_token_ids: Option<[u32; 2]>,
     /// How the requests are sent, not what they return: out of the spec's hash.
@@ -183,6 +185,31 @@ pub struct ServedModel {
     pub concurrency: usize,
     #[serde(skip)]
     pub timeout_s: u64,
+}
+
+/// The OpenAI-compatible servers the `openai` backend knows. They share the chat-completions
+/// request, logprobs and `chat_template_kwargs`; they differ in how the answer can be held to
+/// the "Yes" and "No" tokens (`model.answer_token_ids`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerKind {
+    /// `allowed_token_ids`, vLLM's own parameter.
+    #[default]
+    Vllm,
+    /// `logit_bias` on both tokens (the OpenAI parameter).
+    Sglang,
+    /// `logit_bias` on both tokens.
+    LlamaCpp,
+}
+
+impl ServerKind {
+    /// The request parameter that keeps both answer tokens among the listed logprobs.
+    pub fn restriction(self) -> &'static str {
+        match self {
+            ServerKind::Vllm => "allowed_token_ids",
+            ServerKind::Sglang | ServerKind::LlamaCpp => "logit_bias",
+        }
+    }
 }
 
 /// One yes/no question of the prompt set, with a stable id used in the cache and the shards.

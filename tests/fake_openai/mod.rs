@@ -40,6 +40,8 @@ pub struct ServerState {
     pub hide_no: bool,
     /// Every request body, in order.
     pub bodies: Vec<Value>,
+    /// Answer a logprobs request without logprobs (a server that ignores the parameter).
+    pub no_logprobs: bool,
     /// A served model whose template thinks whatever `chat_template_kwargs` says (a yes/no
     /// answer then starts with `<think>`).
     pub ignores_thinking_switch: bool,
@@ -191,6 +193,13 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
             top.push(json!({ "token": format!("filler{i}"), "logprob": -12.0 - f64::from(i) }));
         }
         let first = if yes >= no { "Yes" } else { "No" };
+        if state.lock().unwrap().no_logprobs {
+            return Json(json!({
+                "choices": [{ "index": 0, "message": { "role": "assistant", "content": first }, "finish_reason": "length" }],
+                "usage": { "completion_tokens": 1 },
+            }))
+            .into_response();
+        }
         return Json(json!({
             "choices": [{ "index": 0, "message": { "role": "assistant", "content": first }, "finish_reason": "length",
                 "logprobs": { "content": [{ "token": first, "logprob": yes.max(no), "top_logprobs": top }] } }],
