@@ -34,7 +34,7 @@ cargo build --release --locked --quiet --features vlm
 bin="${CARGO_TARGET_DIR:-$root/target}/release/bpals-release"
 for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b; do
 echo "== $model scoring throughput (random weights, 1024x1024, 57 questions)"
-report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" \
+report="$("$bin" bench scoring --config "benches/configs/$model.config.json" \
   --preprocessor "benches/configs/$model.preprocessor.json" --device cuda --dtype bf16 \
   --images "$images" --size 1024 --questions 57 --peak-tflops "$GPU_PEAK_TFLOPS")"
 [ -n "${GPU_BENCH_DIR:-}" ] && echo "$report" > "$GPU_BENCH_DIR/$model.json"

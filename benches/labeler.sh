@@ -12,5 +12,5 @@ cd "$root"
 dest="$(bash "$root/scripts/fetch-real-nih.sh" "$@")"
 cargo build --locked --quiet
 bin="${CARGO_TARGET_DIR:-$root/target}/debug/bpals-release"
-"$bin" bench-labeler --openi "$dest/openi/ecgen-radiology" --split odd
-"$bin" bench-labeler --openi "$dest/openi/ecgen-radiology" --split even
+"$bin" bench labeler --openi "$dest/openi/ecgen-radiology" --split odd
+"$bin" bench labeler --openi "$dest/openi/ecgen-radiology" --split even

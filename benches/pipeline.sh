@@ -3,7 +3,7 @@
 #
 #   benches/pipeline.sh [IMAGES] [JOBS]      (defaults: 112120 images, all CPUs)
 #
-# Generates synthetic NIH metadata (not timed), runs `bpals-release bench` (ingest, select,
+# Generates synthetic NIH metadata (not timed), runs `bpals-release bench pipeline` (ingest, select,
 # fixture scoring, signal, shards, hashing; timed stage by stage), then times pyarrow writing the
 # same table with the same settings, and prints bpals_total / pyarrow_write. Both sides keep
 # their best of three runs. Target: <= 1.5.
@@ -23,7 +23,7 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/bpals-release"
 python3 fixtures/gen_sample.py --out "$work/nih" --images "$images" --metadata-only >/dev/null
 # Best of three on both sides: pyarrow_reference.py also keeps its best of three.
 for run in 1 2 3; do
-  "$bin" bench specs/s1a.yaml --data-entry "$work/nih/Data_Entry_2017_v2020.csv" --out "$work/shards" --jobs "$jobs" > "$work/run$run.json"
+  "$bin" bench pipeline specs/s1a.yaml --data-entry "$work/nih/Data_Entry_2017_v2020.csv" --out "$work/shards" --jobs "$jobs" > "$work/run$run.json"
 done
 "$venv/bin/python" - "$work" <<'PY'
 import json, shutil, sys

@@ -60,7 +60,7 @@ PY
 done
 [ -n "${BENCH_FAMILIES:-}" ] && exit 0
 # (c) greedy decoding, batched against one at a time, both in this binary on 2 threads.
-generation="$("$bin" bench-generation --model "$work/qwen2_vl" --image "$work/qwen2_vl/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
+generation="$("$bin" bench generation --model "$work/qwen2_vl" --image "$work/qwen2_vl/image-448.png" --device cpu --sequences 32 --new-tokens 64 --runs 2)"
 "$venv/bin/python" - "$generation" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
@@ -69,7 +69,7 @@ print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']
 PY
 # (d) the full-size architectures, two layers each, real widths, on the CPU.
 for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b; do
-  report="$("$bin" bench-scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
+  report="$("$bin" bench scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
     --device cpu --layers 2 --images 1 --warmup 0 --size 1024 --questions 57)"
   "$venv/bin/python" - "$model" "$report" <<'PY'
 import json, sys

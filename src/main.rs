@@ -54,17 +54,19 @@ enum Command {
     Review(cli::review::ReviewArgs),
     /// Fit per-label calibration of a release's confidence on expert labels; a spec can name the file.
     Calibrate(cli::calibrate::CalibrateArgs),
-    /// Time the non-inference pipeline on a metadata file (see benches/pipeline.sh).
+    /// Benchmarks: the pipeline, batched decoding, full-size scoring, the report labeler.
     Bench(cli::bench::BenchArgs),
-    /// Time batched against one-at-a-time greedy decoding on one model (see benches/vlm.sh).
-    BenchGeneration(cli::bench_generation::BenchGenerationArgs),
-    /// Scoring throughput and MFU of a full-size model from its config alone, with random
-    /// weights made on the device (see benches/gpu.sh).
-    BenchScoring(cli::bench_scoring::BenchScoringArgs),
+    /// `bench generation`'s older name.
+    #[command(hide = true)]
+    BenchGeneration(cli::bench::generation::BenchGenerationArgs),
+    /// `bench scoring`'s older name.
+    #[command(hide = true)]
+    BenchScoring(cli::bench::scoring::BenchScoringArgs),
     /// Label a radiology report: per NIH finding and device, present / absent / uncertain.
     LabelReport(cli::label_report::LabelReportArgs),
-    /// The report labeler's precision and recall on the OpenI reports (see benches/labeler.sh).
-    BenchLabeler(cli::bench_labeler::BenchLabelerArgs),
+    /// `bench labeler`'s older name.
+    #[command(hide = true)]
+    BenchLabeler(cli::bench::labeler::BenchLabelerArgs),
     /// Download NIH ChestX-ray14's image archives (resumable), extract all or a curated list's
     /// images, and check them against a release's images.sha256.
     FetchNih(cli::fetch_nih::FetchNihArgs),
@@ -98,10 +100,19 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Review(a) => cli::review::run(a),
         Command::Bench(a) => cli::bench::run(a),
-        Command::BenchGeneration(a) => cli::bench_generation::run(a),
-        Command::BenchScoring(a) => cli::bench_scoring::run(a),
+        Command::BenchGeneration(a) => {
+            cli::bench::renamed("bench-generation");
+            cli::bench::generation::run(a)
+        }
+        Command::BenchScoring(a) => {
+            cli::bench::renamed("bench-scoring");
+            cli::bench::scoring::run(a)
+        }
         Command::LabelReport(a) => cli::label_report::run(a),
-        Command::BenchLabeler(a) => cli::bench_labeler::run(a),
+        Command::BenchLabeler(a) => {
+            cli::bench::renamed("bench-labeler");
+            cli::bench::labeler::run(a)
+        }
     };
     result.unwrap_or_else(|e| {
         // Each cause once, outermost first. Errors can carry a server's text: neither the Hub

@@ -90,3 +90,18 @@ fn each_command_says_what_it_did() {
         .success();
     insta::assert_snapshot!("source", output(&a));
 }
+
+#[test]
+fn the_benchmarks_are_one_group_and_the_old_names_still_run_hidden() {
+    let help = stdout(&bin().arg("--help").assert().success());
+    assert!(help.contains("bench ") && !help.contains("bench-labeler") && !help.contains("bench-scoring"), "{help}");
+    let group = stdout(&bin().args(["bench", "--help"]).assert().success());
+    for sub in ["pipeline", "generation", "scoring", "labeler"] {
+        assert!(group.lines().any(|l| l.trim_start().starts_with(sub)), "bench {sub}: {group}");
+    }
+    // The old name runs the new command, and says so.
+    let a = bin().args(["bench-labeler", "--openi", "/nonexistent/openi"]).assert().failure();
+    assert!(stderr(&a).contains("note: `bench-labeler` is now `bench labeler`"), "{}", stderr(&a));
+    let b = bin().args(["bench", "labeler", "--openi", "/nonexistent/openi"]).assert().failure();
+    assert_eq!(stderr(&a).lines().skip(1).collect::<Vec<_>>(), stderr(&b).lines().collect::<Vec<_>>(), "the same command runs");
+}

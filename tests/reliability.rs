@@ -58,7 +58,7 @@ fn no_command_overwrites_a_file_or_folder_it_did_not_write() {
     let theirs = s.write("mine/notes.txt", "a user's file");
     // bench replaces its --out folder: only one holding an earlier bench's shards.
     let a = bin()
-        .args(["bench"])
+        .args(["bench", "pipeline"])
         .arg(fixture_s1a())
         .arg("--data-entry")
         .arg(repo().join("fixtures/sample/Data_Entry_2017_v2020.csv"))

@@ -1,5 +1,5 @@
 //! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B) on the CPU, cut
-//! to two text layers and two vision blocks with every width kept (`bench-scoring --layers 2`):
+//! to two text layers and two vision blocks with every width kept (`bench scoring --layers 2`):
 //! the real shapes (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers) run on
 //! every machine, not only where a GPU is lent. About 25 s and 7 GB per model; one at a time.
 #![cfg(feature = "vlm")]
@@ -14,7 +14,7 @@ fn full_size_slices_score_on_the_cpu() {
     for (name, tokens, billions) in [("qwen3_vl_8b", 64, 1.7..1.9), ("qwen2_5_vl_7b", 81, 1.5..1.8)] {
         let configs = repo().join("benches/configs");
         let a = bin()
-            .arg("bench-scoring")
+            .args(["bench", "scoring"])
             .arg("--config")
             .arg(configs.join(format!("{name}.config.json")))
             .arg("--preprocessor")

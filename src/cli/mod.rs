@@ -4,9 +4,6 @@
 
 pub mod access;
 pub mod bench;
-pub mod bench_generation;
-pub mod bench_labeler;
-pub mod bench_scoring;
 pub mod build;
 pub mod calibrate;
 pub mod curate;

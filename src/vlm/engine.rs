@@ -254,7 +254,7 @@ impl Engine {
     }
 }
 
-/// Batched against one-at-a-time greedy decoding of the same prompts (`bench-generation`).
+/// Batched against one-at-a-time greedy decoding of the same prompts (`bench generation`).
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerationBench {
     pub model: ModelInfo,

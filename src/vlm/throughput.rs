@@ -1,7 +1,7 @@
 //! Scoring throughput of a full-size model that is not on the machine: the real config, seeded
 //! random weights made on the device, synthetic images, and a release's worth of questions per
 //! image. Reports images and prefill tokens per second and the model FLOP utilisation (MFU)
-//! against the device's dense peak. `bpals-release bench-scoring`; benches/gpu.sh runs it on the
+//! against the device's dense peak. `bpals-release bench scoring`; benches/gpu.sh runs it on the
 //! Qwen2.5-VL-7B config.
 //!
 //! FLOPs are counted from the config, the way MFU is usually reported: 2 per multiply-add of
@@ -79,7 +79,7 @@ fn synthetic_image(size: u32, seed: u32) -> DynamicImage {
 }
 
 /// The architecture cut to `layers` text layers and as many vision blocks, every width kept: the
-/// full-size shapes on a machine that cannot hold the whole model (`bench-scoring --layers`).
+/// full-size shapes on a machine that cannot hold the whole model (`bench scoring --layers`).
 /// Block indexes (full attention, DeepStack) map proportionally into the slice, so a Qwen3-VL
 /// slice keeps DeepStack.
 pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {

@@ -1,4 +1,4 @@
-//! `bpals-release bench-generation`: batched against one-at-a-time greedy decoding on one model,
+//! `bpals-release bench generation`: batched against one-at-a-time greedy decoding on one model,
 //! printed as a ratio measured in the same run (benches/vlm.sh runs it on the mid config).
 
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use clap::Args;
 #[derive(Args)]
 pub struct BenchGenerationArgs {
     #[command(flatten)]
-    pub engine: super::engine::EngineArgs,
+    pub engine: crate::cli::engine::EngineArgs,
     #[arg(long)]
     pub image: PathBuf,
     /// How many different prompts decode together.
@@ -27,13 +27,13 @@ pub struct BenchGenerationArgs {
 pub fn run(args: BenchGenerationArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        let report = super::engine::open(&args.engine)?.bench_generation(&args.image, args.sequences, args.new_tokens, args.runs)?;
+        let report = crate::cli::engine::open(&args.engine)?.bench_generation(&args.image, args.sequences, args.new_tokens, args.runs)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
         Ok(ExitCode::SUCCESS)
     }
     #[cfg(not(feature = "vlm"))]
     {
         let _ = args;
-        Err(super::engine::no_vlm())
+        Err(crate::cli::engine::no_vlm())
     }
 }

@@ -1,4 +1,4 @@
-//! `bpals-release bench-labeler --openi DIR`: the report labeler's precision and recall per NIH
+//! `bpals-release bench labeler --openi DIR`: the report labeler's precision and recall per NIH
 //! finding on the OpenI reports against their manual MeSH coding, beside what Wang et al. (2017)
 //! report for NIH's labeler. benches/labeler.sh fetches the reports from PyPI and runs it.
 
@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::JsonArg;
+use crate::cli::JsonArg;
 use bpals_release::reports::openi::{self, Split};
 
 #[derive(Args)]
@@ -32,7 +32,7 @@ pub struct BenchLabelerArgs {
 }
 
 pub fn run(args: BenchLabelerArgs) -> anyhow::Result<ExitCode> {
-    let labeler = super::label_report::labeler(args.rules.as_ref())?;
+    let labeler = crate::cli::label_report::labeler(args.rules.as_ref())?;
     let reports = openi::read_dir(&args.openi)?;
     if let Some(finding) = &args.errors {
         for (report, predicted) in openi::errors(&reports, &labeler, finding, args.uncertain_positive) {

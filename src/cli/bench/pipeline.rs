@@ -1,16 +1,16 @@
-//! `bpals-release bench SPEC --data-entry FILE`: times the non-inference pipeline.
+//! `bpals-release bench pipeline SPEC --data-entry FILE`: times the non-inference pipeline.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
-use super::JobsArg;
+use crate::cli::JobsArg;
 use bpals_release::files::{Claim, OutDir, Protected};
 use bpals_release::{bench, inputs};
 
 #[derive(Args)]
-pub struct BenchArgs {
+pub struct PipelineArgs {
     /// Spec whose prompts, signal and output settings the bench uses.
     spec: PathBuf,
     /// NIH-format metadata, e.g. from `fixtures/gen_sample.py --metadata-only --images 112120`.
@@ -41,7 +41,7 @@ fn bench_shards_only(dir: &std::path::Path) -> Result<(), String> {
     }
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: PipelineArgs) -> anyhow::Result<ExitCode> {
     let spec = inputs::load(&args.spec)?;
     // Before any work: the bench replaces this folder, so it must hold nothing but its shards.
     let protected =

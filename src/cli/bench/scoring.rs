@@ -1,4 +1,4 @@
-//! `bpals-release bench-scoring`: images and prefill tokens per second, and MFU, of a full-size
+//! `bpals-release bench scoring`: images and prefill tokens per second, and MFU, of a full-size
 //! model known only by its config (random weights made on the device). benches/gpu.sh runs it
 //! on Qwen2.5-VL-7B.
 
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 
-use super::engine::{DeviceArg, DtypeArg};
+use crate::cli::engine::{DeviceArg, DtypeArg};
 
 #[derive(Args)]
 pub struct BenchScoringArgs {
@@ -83,6 +83,6 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
     #[cfg(not(feature = "vlm"))]
     {
         let _ = args;
-        Err(super::engine::no_vlm())
+        Err(crate::cli::engine::no_vlm())
     }
 }
