@@ -182,7 +182,9 @@ fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_
     let state = server.state.lock().unwrap();
     let scoring: Vec<_> = state.bodies[before..].iter().filter(|b| b["logprobs"] == true).collect();
     assert!(!scoring.is_empty());
-    assert!(scoring.iter().all(|b| b["logit_bias"] == serde_json::json!({"11": 100.0, "12": 100.0}) && b.get("allowed_token_ids").is_none()));
+    assert!(scoring
+        .iter()
+        .all(|b| b["logit_bias"] == serde_json::json!({"11": 100.0, "12": 100.0}) && b.get("allowed_token_ids").is_none()));
     drop(state);
     let lock = std::fs::read_to_string(s.path("out-llama/build.lock")).unwrap();
     assert!(lock.contains("\"server\": \"llama-cpp\"") && lock.contains("\"answer_restriction\": \"logit_bias\""), "{lock}");

@@ -203,14 +203,12 @@ impl OpenAiScorer {
         if first.trim_start().starts_with(THINK_OPEN) || content.trim_start().starts_with(THINK_OPEN) {
             return Err(self.thinking_error(what));
         }
-        let listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-            .as_array()
-            .ok_or_else(|| {
-                fail(format!(
-                    "{what}: the server's model {model} answered without first-token logprobs: it must honour `logprobs` and \
+        let listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().ok_or_else(|| {
+            fail(format!(
+                "{what}: the server's model {model} answered without first-token logprobs: it must honour `logprobs` and \
                      `top_logprobs` on chat completions (see the server table in the guide)"
-                ))
-            })?;
+            ))
+        })?;
         let find = |token: &str| listed.iter().find(|t| t["token"] == token).and_then(|t| t["logprob"].as_f64());
         match (find(YES), find(NO)) {
             (Some(yes), Some(no)) => Ok(YesNo { logit_yes: yes as f32, logit_no: no as f32 }),
