@@ -145,3 +145,22 @@ fn no_two_files_of_a_module_import_each_other() {
         }
     }
 }
+
+#[test]
+fn the_engine_families_stand_on_the_shared_config_types_and_point_nowhere_up() {
+    // config.rs holds what every family reads config.json into; checkpoint.rs dispatches on the
+    // family above both. A family folder may use config.rs, never what is built on the families.
+    let config = code(&src().join("vlm/config.rs"));
+    for up in ["families", "checkpoint", "model_dir", "engine"] {
+        assert!(!names_after(&config, "super::").contains(up) && !names_after(&config, "crate::vlm::").contains(up), "config.rs uses {up}");
+    }
+    let mut family_files = Vec::new();
+    rust_files(&src().join("vlm/families"), &mut family_files);
+    for path in family_files {
+        let text = code(&path);
+        let used: BTreeSet<String> = names_after(&text, "crate::vlm::").into_iter().chain(names_after(&text, "super::super::")).collect();
+        for up in ["checkpoint", "model_dir", "engine", "chat_template", "prompt"] {
+            assert!(!used.contains(up), "{} uses {up}", path.display());
+        }
+    }
+}

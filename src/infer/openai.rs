@@ -77,8 +77,7 @@ fn fail(message: impl Into<String>) -> InferError {
 impl OpenAiScorer {
     pub fn connect(model: &ModelSpec) -> Result<OpenAiScorer, InferError> {
         let served = model.served.clone().ok_or_else(|| fail("model.endpoint is not set"))?;
-        let family =
-            crate::vlm::config::Family::from_name(&served.family).ok_or_else(|| fail(format!("unknown family {}", served.family)))?.name();
+        let family = crate::vlm::Family::from_name(&served.family).ok_or_else(|| fail(format!("unknown family {}", served.family)))?.name();
         let client = reqwest::Client::builder()
             .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(served.timeout_s))

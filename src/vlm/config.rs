@@ -5,8 +5,6 @@
 use serde::Serialize;
 use serde_json::Value;
 
-pub use super::families::Family;
-
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TextConfig {
     pub vocab_size: usize,
@@ -158,16 +156,6 @@ impl Default for VisionConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ModelConfig {
-    pub family: Family,
-    pub text: TextConfig,
-    pub vision: VisionConfig,
-    pub image_token_id: u32,
-    pub vision_start_token_id: u32,
-    pub vision_end_token_id: u32,
-}
-
 /// A config error: the key and what was wrong (the caller adds the file).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -189,7 +177,7 @@ pub(crate) fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigErr
     v.as_u64().map(|n| n as usize).ok_or_else(|| err(key, format!("expected a non-negative integer, got {v}")))
 }
 
-fn f64_at(objects: &[&Value], key: &str) -> Result<f64, ConfigError> {
+pub(crate) fn f64_at(objects: &[&Value], key: &str) -> Result<f64, ConfigError> {
     let v = get(objects, key).ok_or_else(|| err(key, "missing"))?;
     v.as_f64().ok_or_else(|| err(key, format!("expected a number, got {v}")))
 }
@@ -206,125 +194,6 @@ pub(crate) fn usizes(v: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
     v.as_array()
         .and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>())
         .ok_or_else(|| err(key, format!("expected a list of integers, got {v}")))
-}
-
-impl ModelConfig {
-    pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
-        let family = Family::of_config(root)?;
-        // The nested layout keeps the text keys in text_config; the flat one at the top.
-        let text_obj = root.get("text_config").filter(|v| v.is_object());
-        let text_scope: Vec<&Value> = text_obj.into_iter().chain(std::iter::once(root)).collect();
-        let (rope_theta, mrope_section, partial_rotary) = rope(&text_scope)?;
-        let variant = family.text_variant(&text_scope)?;
-        let num_hidden_layers = usize_at(&text_scope, "num_hidden_layers")?;
-        let (layer_types, linear) = family.text_layers(&text_scope, num_hidden_layers)?;
-        let hidden_size = usize_at(&text_scope, "hidden_size")?;
-        let num_attention_heads = usize_at(&text_scope, "num_attention_heads")?;
-        if num_attention_heads == 0 || (variant.head_dim.is_none() && hidden_size % num_attention_heads != 0) {
-            return Err(err("hidden_size", format!("{hidden_size} is not divisible by num_attention_heads {num_attention_heads}")));
-        }
-        let head_dim = variant.head_dim.unwrap_or(hidden_size / num_attention_heads);
-        let text = TextConfig {
-            vocab_size: usize_at(&text_scope, "vocab_size")?,
-            hidden_size,
-            intermediate_size: usize_at(&text_scope, "intermediate_size")?,
-            num_hidden_layers,
-            num_attention_heads,
-            num_key_value_heads: usize_at(&text_scope, "num_key_value_heads")?,
-            rms_norm_eps: f64_at(&text_scope, "rms_norm_eps")?,
-            rope_theta,
-            mrope_section,
-            tie_word_embeddings: get(&[root], "tie_word_embeddings")
-                .or_else(|| get(&text_scope, "tie_word_embeddings"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            head_dim,
-            rotary_dim: (head_dim as f64 * partial_rotary.unwrap_or(variant.default_partial_rotary)).round() as usize,
-            layer_types,
-            linear,
-            variant,
-        };
-        let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
-        let vision = family.vision_config(vision_obj)?;
-        let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
-        let config = ModelConfig {
-            family,
-            text,
-            vision,
-            image_token_id: token("image_token_id")?,
-            vision_start_token_id: token("vision_start_token_id")?,
-            vision_end_token_id: token("vision_end_token_id")?,
-        };
-        config.check()?;
-        Ok(config)
-    }
-
-    /// Shapes that must agree for the model to exist at all.
-    fn check(&self) -> Result<(), ConfigError> {
-        let t = &self.text;
-        if t.num_key_value_heads == 0 || t.num_attention_heads % t.num_key_value_heads != 0 {
-            return Err(err(
-                "num_key_value_heads",
-                format!("{} does not divide num_attention_heads {}", t.num_key_value_heads, t.num_attention_heads),
-            ));
-        }
-        if t.mrope_section.iter().sum::<usize>() * 2 != t.rotary_dim {
-            let half = if t.rotary_dim == t.head_dim() { "head_dim / 2" } else { "head_dim * partial_rotary_factor / 2" };
-            return Err(err(
-                "mrope_section",
-                format!("{:?} sums to {}, expected {half} = {}", t.mrope_section, t.mrope_section.iter().sum::<usize>(), t.rotary_dim / 2),
-            ));
-        }
-        let v = &self.vision;
-        if v.num_heads == 0 || v.hidden_size % v.num_heads != 0 {
-            return Err(err("vision_config.num_heads", format!("{} does not divide the vision width {}", v.num_heads, v.hidden_size)));
-        }
-        if v.out_hidden_size != t.hidden_size {
-            return Err(err(
-                "vision_config",
-                format!("the merger projects to {}, the text model is {} wide", v.out_hidden_size, t.hidden_size),
-            ));
-        }
-        if let Some(bad) = v.fullatt_block_indexes.iter().find(|&&i| i >= v.depth) {
-            return Err(err("vision_config.fullatt_block_indexes", format!("block {bad} does not exist (depth {})", v.depth)));
-        }
-        if let Some(bad) = v.deepstack_visual_indexes.iter().find(|&&i| i >= v.depth) {
-            return Err(err("vision_config.deepstack_visual_indexes", format!("block {bad} does not exist (depth {})", v.depth)));
-        }
-        if v.deepstack_visual_indexes.len() > t.num_hidden_layers {
-            return Err(err(
-                "vision_config.deepstack_visual_indexes",
-                format!("{} DeepStack features for {} decoder layers", v.deepstack_visual_indexes.len(), t.num_hidden_layers),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// rope_theta, mrope_section and `partial_rotary_factor` (if given) from `rope_parameters`
-/// (nested) or `rope_theta` + `rope_scaling` (flat).
-fn rope(scope: &[&Value]) -> Result<(f64, Vec<usize>, Option<f64>), ConfigError> {
-    let partial = |object: &Value, key: &str| -> Result<Option<f64>, ConfigError> {
-        match f64_in(object, "partial_rotary_factor").map_err(|e| err(key, e.message))? {
-            Some(f) if !(f > 0.0 && f <= 1.0) => Err(err(key, format!("{f}: expected a share in (0, 1]"))),
-            f => Ok(f),
-        }
-    };
-    if let Some(params) = get(scope, "rope_parameters") {
-        let theta = params.get("rope_theta").and_then(Value::as_f64).ok_or_else(|| err("rope_parameters.rope_theta", "missing"))?;
-        let section = params.get("mrope_section").ok_or_else(|| err("rope_parameters.mrope_section", "missing"))?;
-        let factor = partial(params, "rope_parameters.partial_rotary_factor")?;
-        return Ok((theta, usizes(section, "rope_parameters.mrope_section")?, factor));
-    }
-    let theta = f64_at(scope, "rope_theta")?;
-    let scaling = get(scope, "rope_scaling")
-        .ok_or_else(|| err("rope_scaling", "missing: neither rope_parameters nor rope_scaling names mrope_section"))?;
-    let section = scaling.get("mrope_section").ok_or_else(|| err("rope_scaling.mrope_section", "missing"))?;
-    let factor = match scope.iter().find(|o| o.get("partial_rotary_factor").is_some()) {
-        Some(object) => partial(object, "partial_rotary_factor")?,
-        None => None,
-    };
-    Ok((theta, usizes(section, "rope_scaling.mrope_section")?, factor))
 }
 
 /// `preprocessor_config.json`: pixel bounds as `min_pixels`/`max_pixels` or as a `size` map with

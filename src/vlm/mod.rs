@@ -7,6 +7,7 @@
 //! tower, decoder, its cache) builds on it behind the `vlm` feature.
 
 pub mod chat_template;
+pub mod checkpoint;
 pub mod config;
 pub mod cpu_kernels;
 pub mod error;
@@ -38,7 +39,8 @@ pub mod throughput;
 mod weights;
 
 pub use chat_template::{ChatTemplate, Thinking};
-pub use config::{ModelConfig, PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
+pub use checkpoint::ModelConfig;
+pub use config::{PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
 pub use error::VlmError;
 pub use families::Family;
 #[cfg(feature = "vlm")]

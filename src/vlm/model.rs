@@ -4,7 +4,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::config::ModelConfig;
+use super::checkpoint::ModelConfig;
 use super::error::VlmError;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;

@@ -10,7 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::chat_template::{ChatTemplate, Thinking};
-use super::config::{ModelConfig, PreprocessorConfig};
+use super::checkpoint::ModelConfig;
+use super::config::PreprocessorConfig;
 use super::error::VlmError;
 use super::prompt::{Prompt, PromptParts, IMAGE_PAD};
 

@@ -15,8 +15,10 @@ use image::{DynamicImage, GrayImage, Luma};
 use serde::Serialize;
 use tch::{Device, Kind};
 
-use super::config::{Family, LayerKind, ModelConfig, PreprocessorConfig};
+use super::checkpoint::ModelConfig;
+use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
+use super::families::Family;
 use super::model::VlModel;
 use super::pixels;
 
