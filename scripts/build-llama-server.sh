@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# llama.cpp's OpenAI-compatible server, built from the source PyPI's llama-cpp-python 0.3.36
+# sdist carries (scripts/fetch-llama-cpp-sdist.sh), once, into the same cache folder: about 10
+# minutes on 2 cores. Installs cmake from Debian when absent (as root). Prints the llama-server
+# binary's path. Honours BPALS_LLAMA_CPP_CACHE and BPALS_PYTHON.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+src="$(bash "$root/scripts/fetch-llama-cpp-sdist.sh")"
+build="$(dirname "$(dirname "$src")")/build"
+server="$build/bin/llama-server"
+if [ ! -x "$server" ]; then
+  if ! command -v cmake >/dev/null; then
+    echo "installing cmake from Debian (to build llama.cpp)" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >&2
+  fi
+  echo "building llama-server from $src (about 10 minutes on 2 cores, once)" >&2
+  # CPU only, no network client, no tests or examples: the server and what it links, tuned to
+  # this machine's CPU (GGML_NATIVE, the default), as a user's own build would be.
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >&2
+  cmake --build "$build" --target llama-server -j "$(nproc)" >&2
+fi
+echo "$server"
