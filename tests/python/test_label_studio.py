@@ -12,13 +12,13 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from helpers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
@@ -28,12 +28,6 @@ TOKEN = "bpals-test-token-0123456789"
 START_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.skipif(not LABEL_STUDIO, reason="BPALS_LABEL_STUDIO (the label-studio executable) is not set")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LabelStudio:

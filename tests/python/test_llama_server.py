@@ -14,8 +14,8 @@ port. Then:
 """
 import base64
 import json
+import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +23,7 @@ import urllib.request
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
@@ -41,12 +42,6 @@ MAX_P_YES_DIFFERENCE = 0.01
 MIN_TRUST_CLASS_AGREEMENT = 0.98
 
 pytestmark = pytest.mark.skipif(not SERVER, reason="BPALS_LLAMA_SERVER is not set (scripts/test builds llama-server)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answer_ids():
@@ -156,7 +151,6 @@ def shard_scores(release):
         table = pq.read_table(release / "data" / name,
                               columns=["image_index", "label", "question_logit_yes", "question_logit_no", "trust_class"])
         for row in table.to_pylist():
-            import math
             p = [1 / (1 + math.exp(n - y)) for y, n in zip(row["question_logit_yes"], row["question_logit_no"])]
             out[(row["image_index"], row["label"])] = (p, row["trust_class"])
     return out
