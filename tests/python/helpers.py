@@ -1,5 +1,12 @@
 """What several of the Python tests share."""
+import json
 import socket
+import subprocess
+
+import numpy as np
+import torch
+import transformers
+from PIL import Image
 
 
 def free_port():
@@ -7,3 +14,45 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def noise_image(path, size, seed):
+    """An RGB PNG of `size` x `size` random pixels. Pick a size the processor does not resize
+    (a multiple of its merged patch, within its pixel bounds): transformers' PIL processor and the
+    engine's resize are not what these tests compare."""
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)).save(path)
+
+
+def render(model_dir, question, enable_thinking):
+    """transformers' rendering of the engine's message (the image, then the question)."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+    return tok, tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+
+
+def transformers_yes_no(model_dir, image_path, question, enable_thinking):
+    """transformers' last-position logits of "Yes" and "No" at f32: the prompt rendered as above,
+    its image placeholder expanded as the processor does, the pixels from the image processor."""
+    model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    image_processor = transformers.AutoImageProcessor.from_pretrained(str(model_dir))
+    config = json.loads((model_dir / "config.json").read_text())
+    pixels = image_processor(images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
+    merge = image_processor.merge_size
+    image_tokens = int(pixels["image_grid_thw"][0].prod()) // (merge * merge)
+    tok, text = render(model_dir, question, enable_thinking)
+    ids = torch.tensor([tok(text.replace("<|image_pad|>", "<|image_pad|>" * image_tokens))["input_ids"]])
+    with torch.no_grad():
+        out = model(input_ids=ids, mm_token_type_ids=(ids == config["image_token_id"]).long(),
+                    pixel_values=pixels["pixel_values"], image_grid_thw=pixels["image_grid_thw"]).logits[0, -1]
+    yes, no = tok.encode("Yes", add_special_tokens=False)[0], tok.encode("No", add_special_tokens=False)[0]
+    return out[yes].item(), out[no].item()
+
+
+def probe(bin, model_dir, image_path, question):
+    """The engine's answer to one question, at f32 on the CPU, as `probe` reports it."""
+    run = subprocess.run([bin, "probe", "--model", str(model_dir), "--image", str(image_path), "--question", question,
+                          "--device", "cpu", "--dtype", "f32"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)

@@ -20,11 +20,8 @@ import os
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
-import torch
-import transformers
-from PIL import Image
+from helpers import noise_image, probe, render, transformers_yes_no
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
@@ -76,14 +73,6 @@ def doctor(model, question):
     return run
 
 
-def transformers_render(model, question, enable_thinking):
-    tok = transformers.AutoTokenizer.from_pretrained(str(model))
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-    kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
-    return tok, text
-
-
 def fixture_templates():
     """Every chat template this project's fixtures ship, wherever the checkpoint keeps it."""
     found = []
@@ -111,7 +100,7 @@ def check_renders_as_transformers(model, expect_switch):
         assert ("enable_thinking" in report["template_reads"]) == expect_switch
         for prompt in report["prompts"]:
             on = prompt["thinking"] == "on"
-            tok, text = transformers_render(model, question, on)
+            tok, text = render(model, question, on)
             assert prompt["text"] == text, f"{model}: thinking {prompt['thinking']}: the engine renders\n{prompt['text']!r}\nnot\n{text!r}"
             assert prompt["input_ids"] == tok(text)["input_ids"]
             if not on:
@@ -123,7 +112,7 @@ def test_each_published_qwen_template_renders_as_transformers_or_is_refused(name
     template = open(os.path.join(templates_dir, name)).read()
     model = model_with_template(tmp_path, PUBLISHED[name], template)
     try:
-        _, rendered = transformers_render(model, QUESTIONS[0], False)
+        _, rendered = render(model, QUESTIONS[0], False)
     except Exception:  # a text-only template that cannot hold an image part at all
         rendered = None
     if rendered is None or "<|image_pad|>" not in rendered:
@@ -147,44 +136,16 @@ def test_each_fixture_template_renders_as_transformers(fixture, template, tmp_pa
 
 def test_probe_on_the_published_qwen3_5_template_equals_transformers_with_thinking_off(templates_dir, tmp_path):
     model_dir = model_with_template(tmp_path, "qwen3_5", open(os.path.join(templates_dir, "Qwen3.5-4B.jinja")).read())
-    # 256 x 256: a multiple of the 32-pixel merged patch at the processor's minimum size, so no
-    # resize (transformers' PIL processor and the engine's resize are not compared here).
-    rng = np.random.default_rng(20261125)
     image_path = tmp_path / "image.png"
-    Image.fromarray(rng.integers(0, 256, size=(256, 256, 3), dtype=np.uint8)).save(image_path)
+    noise_image(image_path, 256, seed=20261125)  # Qwen3.5's minimum size, a multiple of 32
     question = QUESTIONS[0]
-
-    run = subprocess.run([BIN, "probe", "--model", str(model_dir), "--image", str(image_path), "--question", question,
-                          "--device", "cpu", "--dtype", "f32"], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    probe = json.loads(run.stdout)
-    assert probe["model"]["chat_template_variables"] == {"enable_thinking": False}
-    engine = probe["questions"][0]
-
-    torch.manual_seed(0)
-    model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    image_processor = transformers.AutoImageProcessor.from_pretrained(str(model_dir))
-    config = json.loads((model_dir / "config.json").read_text())
-    image = Image.open(image_path).convert("RGB")
-    pixels = image_processor(images=[image], return_tensors="pt")
-    merge = image_processor.merge_size
-    image_tokens = int(pixels["image_grid_thw"][0].prod()) // (merge * merge)
-
-    def logits(enable_thinking):
-        tok, text = transformers_render(model_dir, question, enable_thinking)
-        text = text.replace("<|image_pad|>", "<|image_pad|>" * image_tokens)
-        ids = torch.tensor([tok(text)["input_ids"]])
-        mm = (ids == config["image_token_id"]).long()
-        with torch.no_grad():
-            out = model(input_ids=ids, mm_token_type_ids=mm, pixel_values=pixels["pixel_values"],
-                        image_grid_thw=pixels["image_grid_thw"]).logits[0, -1]
-        yes, no = tok.encode("Yes", add_special_tokens=False)[0], tok.encode("No", add_special_tokens=False)[0]
-        return out[yes].item(), out[no].item()
-
-    off = logits(False)
+    report = probe(BIN, model_dir, image_path, question)
+    assert report["model"]["chat_template_variables"] == {"enable_thinking": False}
+    engine = report["questions"][0]
+    off = transformers_yes_no(model_dir, image_path, question, False)
     print(f"engine {engine}, transformers thinking off {off}")
     assert abs(engine["logit_yes"] - off[0]) < 1e-4 and abs(engine["logit_no"] - off[1]) < 1e-4, (engine, off)
-    left_open = logits(None)
+    left_open = transformers_yes_no(model_dir, image_path, question, None)
     print(f"transformers, block left open {left_open}")
     assert max(abs(engine["logit_yes"] - left_open[0]), abs(engine["logit_no"] - left_open[1])) > 1e-3, \
         "with the block left open transformers should answer differently: the comparison above would not catch the bug"
