@@ -103,7 +103,13 @@ pub fn dependencies(lock: &BuildLock) -> Vec<Value> {
     out.push(model);
     for (key, role) in [("tokenizer_sha256", "tokenizer"), ("chat_template_sha256", "chat-template")] {
         if let Some(sha256) = scorer["preprocessing"][key].as_str() {
-            out.push(dependency(&format!("{model_id}/{role}"), sha256, json!({ "role": role })));
+            let mut annotations = json!({ "role": role });
+            // The variables the template was rendered with, where it reads any (enable_thinking).
+            let variables = &scorer["preprocessing"]["chat_template_variables"];
+            if role == "chat-template" && variables.is_object() {
+                annotations["variables"] = variables.clone();
+            }
+            out.push(dependency(&format!("{model_id}/{role}"), sha256, annotations));
         }
     }
     let calibration = &lock.spec["signal"]["calibration"];
@@ -237,4 +243,31 @@ pub fn check(bytes: &[u8], key: &PublicKey, files: &BTreeMap<String, String>, lo
         started_on: text(&run["metadata"]["startedOn"]),
         finished_on: text(&run["metadata"]["finishedOn"]),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(preprocessing: Value) -> BuildLock {
+        serde_json::from_value(json!({
+            "format": "bpals-build-lock/1",
+            "tool": { "name": "bpals-release", "version": "0", "commit": "x" },
+            "spec_file": "s.yaml", "spec_sha256": "0", "spec": {}, "inputs": {},
+            "images": { "path": "images.sha256", "sha256": "1", "images": 0 },
+            "scorer": { "model_id": "org/model", "backend": "native", "revision": "r", "fixture": false, "preprocessing": preprocessing },
+            "scorer_sha256": "2", "prompt_set_sha256": "3", "seed": 0, "stage_keys": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_chat_template_dependency_carries_the_variables_it_was_rendered_with() {
+        let template = |deps: Vec<Value>| deps.into_iter().find(|d| d["annotations"]["role"] == "chat-template").unwrap();
+        let with =
+            template(dependencies(&lock(json!({ "chat_template_sha256": "ab", "chat_template_variables": { "enable_thinking": false } }))));
+        assert_eq!(with["annotations"]["variables"], json!({ "enable_thinking": false }));
+        let without = template(dependencies(&lock(json!({ "chat_template_sha256": "ab" }))));
+        assert_eq!(without["annotations"], json!({ "role": "chat-template" }), "a template without a switch: as before");
+    }
 }
