@@ -271,6 +271,7 @@ fn every_request_sets_the_thinking_switch_and_a_model_that_thinks_anyway_is_refu
     server.state.lock().unwrap().ignores_thinking_switch = true;
     let err = stderr(&served_build(&spec, &s.path("out2"), &s.path("cache2"), &[]).failure());
     assert!(err.contains("the server's model Qwen/Qwen2-VL-7B-Instruct answered inside a reasoning block (<think>)"), "{err}");
+    assert!(err.contains("although the request set chat_template_kwargs enable_thinking=false: a score"), "{err}");
     assert!(!s.path("out2").exists(), "no release is left behind");
 }
 

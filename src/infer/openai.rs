@@ -225,7 +225,9 @@ impl OpenAiScorer {
     /// The served model opened a reasoning block where it should answer.
     fn thinking_error(&self, what: &str) -> InferError {
         fail(format!(
-            "{what}: the server's model {} answered inside a reasoning block ({THINK_OPEN}) although the request set              chat_template_kwargs {THINKING_SWITCH}=false: a score read there is read mid-thought. Serve the model with a chat              template that honours {THINKING_SWITCH} (and no reasoning parser), or choose a checkpoint without thinking",
+            "{what}: the server's model {} answered inside a reasoning block ({THINK_OPEN}) although the request set \
+             chat_template_kwargs {THINKING_SWITCH}=false: a score read there is read mid-thought. Serve the model with a chat \
+             template that honours {THINKING_SWITCH} (and no reasoning parser), or choose a checkpoint without thinking",
             self.model_id
         ))
     }
