@@ -12,7 +12,7 @@ use crate::release_spec::narrative::ReasoningPrompts;
 use crate::reports::{Assertion, Labeler};
 use crate::select::Selection;
 use crate::signal::text_trace::{TextTrace, TextTuple};
-use crate::vlm::chat_template::{THINK_CLOSE, THINK_OPEN};
+use crate::vlm::chat_template::{opened_block, THINK_CLOSE};
 use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
 
@@ -77,21 +77,12 @@ pub fn parse(text: &str) -> ParsedAnswer {
     ParsedAnswer { think: section(text, "think"), answer: section(text, "answer"), unclosed: false }
 }
 
-/// The model's turn without its reasoning block (thinking on, the block closed), or the whole
-/// turn (thinking off, or no block); None when the block never closed.
-pub fn after_reasoning(text: &str, thinking: Thinking) -> Option<&str> {
-    match text.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On) {
-        Some(rest) => rest.split_once(THINK_CLOSE).map(|(_, after)| after),
-        None => Some(text),
-    }
-}
-
 /// Reads the model's turn as `thinking` produced it. With thinking on, a turn that opens with the
 /// chat template's `<think>` block has its reasoning there and its answer after the block (the
 /// `<answer>` section when it writes one, else the text); a block that never closes gives no
 /// answer. A turn without the block, or thinking off, is read by [`parse`].
 pub fn parse_turn(text: &str, thinking: Thinking) -> ParsedAnswer {
-    let Some(rest) = text.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On) else {
+    let Some(rest) = opened_block(text, thinking) else {
         return parse(text);
     };
     let Some((think, after)) = rest.split_once(THINK_CLOSE) else {

@@ -157,6 +157,21 @@ pub fn ends_inside_reasoning(prompt: &str) -> bool {
     }
 }
 
+/// With thinking on, the model's turn after the `<think>` it opens with (written by the chat
+/// template or by the model); None with thinking off or a turn that opens no block.
+pub fn opened_block(turn: &str, thinking: Thinking) -> Option<&str> {
+    turn.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On)
+}
+
+/// The model's turn without its reasoning block (thinking on, the block closed), or the whole
+/// turn (thinking off, or no block); None when the block never closed.
+pub fn after_reasoning(turn: &str, thinking: Thinking) -> Option<&str> {
+    match opened_block(turn, thinking) {
+        Some(rest) => rest.split_once(THINK_CLOSE).map(|(_, after)| after),
+        None => Some(turn),
+    }
+}
+
 fn fail(source_file: &str, e: Error) -> VlmError {
     VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") }
 }

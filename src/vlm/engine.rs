@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tch::{Device, Kind};
 
-use super::chat_template::Thinking;
+use super::chat_template::{after_reasoning, Thinking};
 use super::error::VlmError;
 use super::families::ImageFeatures;
 use super::generate::{Generated, GenerationImage, GenerationPrompt};
@@ -112,7 +112,8 @@ pub struct DescribeReport {
     pub image: ImageInfo,
     pub prompt: String,
     pub response: String,
-    /// The `<think>` and `<answer>` sections, when the model writes them (NV-Reason-CXR style).
+    /// The `<think>` and `<answer>` sections, when the model writes them (NV-Reason-CXR style);
+    /// with `--thinking on` and no `<answer>` section, the answer is the text after the block.
     pub think: Option<String>,
     pub answer: Option<String>,
     /// Boxes in the family's grounding format, mapped to the original image's pixels.
@@ -244,7 +245,7 @@ impl Engine {
             image: info,
             prompt: prompt.to_string(),
             think: section(&response, "think"),
-            answer: section(&response, "answer"),
+            answer: section(&response, "answer").or_else(|| text_after_block(&response, thinking)),
             grounding: grounding::parse(self.dir.config.family, &response, geometry),
             response,
             new_tokens: tokens.len(),
@@ -317,6 +318,13 @@ impl Engine {
     }
 }
 
+/// With thinking on, the text after the model's reasoning block, when it wrote any (None with
+/// thinking off, where only an `<answer>` section is an answer, or a block that never closed).
+fn text_after_block(response: &str, thinking: Thinking) -> Option<String> {
+    let after = after_reasoning(response, thinking).filter(|_| thinking == Thinking::On)?.trim();
+    (!after.is_empty()).then(|| after.to_string())
+}
+
 /// The text between `<tag>` and `</tag>` (or the end, when the closing tag is missing).
 pub fn section(text: &str, tag: &str) -> Option<String> {
     let open = format!("<{tag}>");
@@ -335,5 +343,13 @@ mod tests {
         assert_eq!(super::section(t, "answer").as_deref(), Some("Cardiomegaly"));
         assert_eq!(super::section("<think>cut off", "think").as_deref(), Some("cut off"));
         assert_eq!(super::section("plain", "answer"), None);
+    }
+
+    #[test]
+    fn with_thinking_on_the_answer_is_what_follows_the_block() {
+        use super::{text_after_block, Thinking};
+        assert_eq!(text_after_block("<think>\nlooking\n</think>\n\nYes.", Thinking::On).as_deref(), Some("Yes."));
+        assert_eq!(text_after_block("<think>\nstill looking", Thinking::On), None, "an open block has no answer");
+        assert_eq!(text_after_block("<think>x</think> Yes.", Thinking::Off), None, "thinking off: <answer> sections only");
     }
 }
