@@ -64,21 +64,27 @@ mkdir -p "$work/bin"
 cat >"$work/bin/bpals-release" <<WRAP
 #!/usr/bin/env bash
 # Fault injection for tests/slurm/run.sh. BPALS_FAULT=kill-task-1: the first run of task 1 is
-# killed (SIGKILL) once it has scored some images. BPALS_FAULT=stall: each task scores, then
-# hangs (to be cancelled).
+# killed (SIGKILL) once it has scored some images; the other tasks start scoring only after that,
+# so the entries counted are task 1's own (on a loaded machine task 1 may start last).
+# BPALS_FAULT=stall: each task scores, then hangs (to be cancelled).
 set -u
 marker="$work/killed-once"
+killed="$work/killed-done"
 if [ "\${BPALS_FAULT:-}" = kill-task-1 ] && [ "\${SLURM_ARRAY_TASK_ID:-}" = 1 ] && [ ! -e "\$marker" ]; then
   touch "\$marker"
   "$bin" "\$@" & pid=\$!
-  for _ in \$(seq 200); do
+  for _ in \$(seq 3000); do
     [ "\$(find "\$BPALS_CACHE_DIR" -name '*.json' 2>/dev/null | wc -l)" -ge 5 ] && break
     kill -0 \$pid 2>/dev/null || break
     sleep 0.01
   done
   kill -9 \$pid 2>/dev/null
   wait \$pid
+  touch "\$killed"
   exit 137
+fi
+if [ "\${BPALS_FAULT:-}" = kill-task-1 ] && [ -n "\${SLURM_ARRAY_TASK_ID:-}" ] && [ "\${1:-}" = infer ]; then
+  for _ in \$(seq 6000); do [ -e "\$killed" ] && break; sleep 0.01; done
 fi
 if [ "\${BPALS_FAULT:-}" = stall ] && [ "\${1:-}" = infer ]; then
   "$bin" "\$@" || exit
