@@ -68,3 +68,36 @@ fn lift_is_precision_over_prevalence() {
     assert_eq!(precision_at_k(&scores, &labels, 2), Some(1.0));
     assert!((lift_at_k(&scores, &labels, 2).unwrap() - 1.0 / 0.3).abs() < 1e-12);
 }
+
+/// A NaN, an infinity or a negative zero among the scores never hangs a metric or panics: each
+/// metric returns (NaN where the NaN counts), within a second, on a worker thread the test can
+/// abandon. Before, average precision spun forever on a NaN.
+#[test]
+fn non_finite_scores_end_every_metric() {
+    let nan = f64::NAN;
+    let inputs: Vec<(&str, Vec<f64>)> = vec![
+        ("one NaN", vec![0.9, nan, 0.2, 0.7, 0.1, 0.4]),
+        ("all NaN", vec![nan; 6]),
+        ("NaN and infinities", vec![f64::INFINITY, nan, f64::NEG_INFINITY, nan, -0.0, 0.0]),
+    ];
+    let labels = vec![true, false, true, false, true, false];
+    for (name, scores) in inputs {
+        let (s, y) = (scores.clone(), labels.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let results = [
+                ("auroc", auroc(&s, &y)),
+                ("average_precision", average_precision(&s, &y)),
+                ("brier", brier(&s, &y)),
+                ("ece", ece(&s, &y, 10)),
+                ("precision_at_k", precision_at_k(&s, &y, 3)),
+                ("lift_at_k", lift_at_k(&s, &y, 3)),
+                ("bootstrap auroc", bootstrap_ci95(&s, &y, 200, 7, auroc).map(|(lo, _)| lo)),
+                ("bootstrap average_precision", bootstrap_ci95(&s, &y, 200, 7, average_precision).map(|(lo, _)| lo)),
+            ];
+            tx.send(results.map(|(m, v)| (m, v.is_some()))).unwrap();
+        });
+        let done = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| panic!("{name}: a metric did not return"));
+        assert!(done.iter().all(|(_, defined)| *defined), "{name}: {done:?}");
+    }
+}

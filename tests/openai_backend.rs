@@ -165,6 +165,20 @@ fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_
     assert!(err.contains("model.answer_token_ids") && err.contains("(sent as allowed_token_ids)"), "{err}");
     assert!(!s.path("out").exists(), "no release is left behind");
 
+    // A logprob no score can hold: the first image's first question stops the build, named,
+    // before any row is written or cached.
+    {
+        let mut state = server.state.lock().unwrap();
+        (state.hide_no, state.overflowing_no) = (false, true);
+    }
+    let err = stderr(&served_build(&spec, &s.path("out"), &s.path("cache-inf"), &[]).failure());
+    assert!(err.contains("model Qwen/Qwen2-VL-7B-Instruct (openai backend) answered logit_yes") && err.contains("logit_no -inf"), "{err}");
+    assert!(err.contains(".png, question Atelectasis#0"), "{err}");
+    assert!(!s.path("out").exists(), "no release is left behind");
+    let cache = s.path("cache-inf");
+    assert!(!cache.exists() || cached_scores(&cache).is_empty(), "no score is cached");
+    server.state.lock().unwrap().overflowing_no = false;
+
     // A server that ignores `logprobs`: named, and no release.
     {
         let mut state = server.state.lock().unwrap();

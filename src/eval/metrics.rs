@@ -2,6 +2,16 @@
 //! AUROC and average precision as scikit-learn computes them, the Brier score, an ECE with
 //! equal-width bins, precision@K and Lift@K, and percentile bootstrap intervals with a seeded,
 //! platform-independent resampler. Golden cases from scikit-learn live in fixtures/eval/.
+//!
+//! Scores are finite by the time they get here (the scorers refuse NaN and infinity where they
+//! are made), but every sort and every run of ties is total over floats all the same: a NaN
+//! that slipped through gives a NaN metric, never a loop that fails to advance.
+
+/// Whether two scores tie: equal under the total order, so a NaN ties with itself (`==` would
+/// leave it alone, and a run of ties starting at it empty).
+fn same(a: f64, b: f64) -> bool {
+    a.total_cmp(&b).is_eq() || a == b
+}
 
 /// Area under the ROC curve: the Mann-Whitney statistic with ties counted half, which equals
 /// scikit-learn's trapezoidal `roc_auc_score`. None when only one class is present.
@@ -18,7 +28,7 @@ pub fn auroc(scores: &[f64], labels: &[bool]) -> Option<f64> {
     let mut i = 0;
     while i < order.len() {
         let mut j = i;
-        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
+        while j + 1 < order.len() && same(scores[order[j + 1]], scores[order[i]]) {
             j += 1;
         }
         let midrank = (i + j) as f64 / 2.0 + 1.0;
@@ -42,7 +52,7 @@ pub fn average_precision(scores: &[f64], labels: &[bool]) -> Option<f64> {
     let mut i = 0;
     while i < order.len() {
         let mut j = i;
-        while j < order.len() && scores[order[j]] == scores[order[i]] {
+        while j < order.len() && same(scores[order[j]], scores[order[i]]) {
             if labels[order[j]] {
                 tp += 1;
             } else {

@@ -98,6 +98,7 @@ pub fn run(
                     message: format!("returned {} scores for {} questions", scores.len(), questions.len()),
                 });
             }
+            super::check_finite(scorer.identity(), &job.name, questions, &scores)?;
             cache.put(&key, &job.name, &question_ids, &scores)?;
             Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores })
         };

@@ -31,4 +31,9 @@ pub enum VlmError {
     Template { source_file: String, message: String },
     #[error("{0}")]
     Input(String),
+    /// NaN or infinite numbers out of the model: `what` says where they were found.
+    #[error(
+        "{what}: the model computed a NaN or infinite number (broken weights, or an overflow in 16-bit floats: try dtype bf16 or f32)"
+    )]
+    NonFinite { what: String },
 }

@@ -214,6 +214,12 @@ fn additive(sees: &Tensor, kind: Kind) -> Tensor {
 
 /// The argmax token of each row of (rows, vocab) logits.
 fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>, VlmError> {
+    // A NaN makes a row's maximum NaN; an argmax over it would be a token all the same.
+    let peaks = Vec::<f32>::try_from(logits.amax(-1, false).to_kind(Kind::Float).to_device(Device::Cpu).view([-1]))
+        .map_err(|e| VlmError::Input(format!("reading the logits' maxima: {e}")))?;
+    if peaks.iter().any(|p| !p.is_finite()) {
+        return Err(VlmError::NonFinite { what: "generating the next token".into() });
+    }
     let best = logits.argmax(-1, false).to_device(Device::Cpu);
     let best = Vec::<i64>::try_from(best.view([-1])).map_err(|e| VlmError::Input(format!("reading the decoded tokens: {e}")))?;
     Ok(best.into_iter().map(|t| t as u32).collect())

@@ -11,6 +11,12 @@ pub struct YesNo {
 }
 
 impl YesNo {
+    /// Whether both logits are finite numbers: a NaN or an infinity is a broken model or an f16
+    /// overflow, never a score.
+    pub fn is_finite(&self) -> bool {
+        self.logit_yes.is_finite() && self.logit_no.is_finite()
+    }
+
     /// Softmax over the two answer tokens, computed in f64 from the f32 logits.
     pub fn p_yes(&self) -> f64 {
         1.0 / (1.0 + (f64::from(self.logit_no) - f64::from(self.logit_yes)).exp())

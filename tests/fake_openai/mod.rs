@@ -38,6 +38,9 @@ pub struct ServerState {
     pub auth_headers: Vec<String>,
     /// List only the "Yes" token's logprob (a server with a low logprobs cap).
     pub hide_no: bool,
+    /// Give "No" a logprob of -1e39: a number in JSON, but none a 32-bit score can hold (a
+    /// server's overflow, or a broken model behind it).
+    pub overflowing_no: bool,
     /// Every request body, in order.
     pub bodies: Vec<Value>,
     /// Answer a logprobs request without logprobs (a server that ignores the parameter).
@@ -186,7 +189,9 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
     if request["logprobs"] == true {
         let (yes, no) = logprobs_for(url, text);
         let mut top = vec![json!({ "token": "Yes", "logprob": yes })];
-        if !state.lock().unwrap().hide_no {
+        if state.lock().unwrap().overflowing_no {
+            top.push(json!({ "token": "No", "logprob": -1e39 }));
+        } else if !state.lock().unwrap().hide_no {
             top.push(json!({ "token": "No", "logprob": no }));
         }
         for i in 0..18 {
