@@ -21,6 +21,7 @@ impl FixtureScorer {
                 weights_sha256: None,
                 fixture: true,
                 preprocessing: serde_json::json!({ "decode": "png" }),
+                generation: None,
             },
         }
     }

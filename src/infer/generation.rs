@@ -133,7 +133,7 @@ pub fn count_cached_answers(
     settings: &DecodingSettings,
     cache: &GenerationCache,
 ) -> Result<usize, InferError> {
-    let scorer_hash = scorer.identity().hash();
+    let scorer_hash = scorer.identity().generation_hash();
     jobs.par_iter()
         .try_fold(
             || 0usize,
@@ -165,7 +165,7 @@ pub fn run_generation(
     cache: &GenerationCache,
     options: &RunOptions,
 ) -> Result<GenerationReport, InferError> {
-    let scorer_hash = scorer.identity().hash();
+    let scorer_hash = scorer.identity().generation_hash();
     cache.entries.sweep_stale_temp_files(STALE_TEMP_AGE);
     let mine: Vec<usize> = (0..jobs.len()).filter(|&j| options.covers(&jobs[j].image.name)).collect();
     let bar = options.progress_bar(mine.len(), "generating");

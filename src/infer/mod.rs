@@ -52,10 +52,25 @@ pub struct ScorerIdentity {
     pub fixture: bool,
     /// Everything about preprocessing that changes the scores.
     pub preprocessing: serde_json::Value,
+    /// What generated answers read besides a score's inputs (the engine's
+    /// `generation_config.json`, which says where an answer stops): recorded in build.lock and
+    /// in the generation stages' keys, kept out of the score cache key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<serde_json::Value>,
 }
 
 impl ScorerIdentity {
+    /// The key of everything that shapes a score (the score cache, the infer stage).
     pub fn hash(&self) -> String {
+        if self.generation.is_none() {
+            return sha256_json(self);
+        }
+        sha256_json(&ScorerIdentity { generation: None, ..self.clone() })
+    }
+
+    /// The key of everything that shapes a generated answer: the score's inputs and the
+    /// generation-only ones (the same as [`Self::hash`] for a scorer without any).
+    pub fn generation_hash(&self) -> String {
         sha256_json(self)
     }
 }
@@ -104,12 +119,36 @@ pub enum InferError {
     },
     #[error("scorer {backend}: {message}")]
     Scorer { backend: String, message: String },
+    /// A NaN or infinite logit: refused where it is made, before any row is written.
+    #[error(
+        "image {image}, question {question_id} ({question:?}): model {model} ({backend} backend) answered logit_yes {logit_yes}, \
+         logit_no {logit_no}, not finite numbers; nothing was written. A NaN or an infinity comes from broken weights or \
+         from an overflow in 16-bit floats (try model.dtype bf16 or f32)"
+    )]
+    NonFinite { image: String, question_id: String, question: String, model: String, backend: String, logit_yes: f32, logit_no: f32 },
     #[error("{0}")]
     Shard(String),
     #[error("inference was interrupted")]
     Interrupted,
     #[error(transparent)]
     Model(#[from] crate::hub::HubError),
+}
+
+/// The first non-finite score of `scores` as an error naming the image, the question and the
+/// model; every scorer's answers pass through it before they are cached or written.
+pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Question], scores: &[YesNo]) -> Result<(), InferError> {
+    match questions.iter().zip(scores).find(|(_, s)| !s.is_finite()) {
+        None => Ok(()),
+        Some((q, s)) => Err(InferError::NonFinite {
+            image: image.to_string(),
+            question_id: q.id.clone(),
+            question: q.text.clone(),
+            model: identity.model_id.clone(),
+            backend: identity.backend.name().to_string(),
+            logit_yes: s.logit_yes,
+            logit_no: s.logit_no,
+        }),
+    }
 }
 
 /// A VLM (or stand-in) that answers yes/no questions about one image.

@@ -72,14 +72,12 @@ impl NativeScorer {
                 crate::release_spec::Dtype::Bf16 => DtypeChoice::Bf16,
                 crate::release_spec::Dtype::F16 => DtypeChoice::F16,
             },
+            min_pixels: model.min_pixels,
             max_pixels: model.max_pixels,
             allow_cpu: false,
         };
         let open_engine = || -> Result<Loaded, InferError> {
-            let mut engine = Engine::open(dir, &options).map_err(engine_err(format!("opening model {}", dir.display())))?;
-            if let Some(min) = model.min_pixels {
-                engine.dir.preprocessor.min_pixels = min;
-            }
+            let engine = Engine::open(dir, &options).map_err(engine_err(format!("opening model {}", dir.display())))?;
             Ok(Loaded { engine, prompts: HashMap::new() })
         };
         let first = open_engine()?;
@@ -87,6 +85,7 @@ impl NativeScorer {
         let (weights_sha256, notes) = weights_digest(&engine.dir.weights, digests)?;
         let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
+        let digest = |name: &str| file_sha256(&engine.dir.path.join(name));
         let mut preprocessing = serde_json::json!({
             "family": engine.dir.config.family,
             "device": if engine.model.device == tch::Device::Cpu { "cpu" } else { "cuda" },
@@ -97,8 +96,13 @@ impl NativeScorer {
             "merge_size": p.merge_size,
             "image_mean": p.image_mean,
             "image_std": p.image_std,
+            "rescale_factor": engine.dir.rescale_factor,
             "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
-            "tokenizer_sha256": tokenizer_sha256(&engine.dir.path.join("tokenizer.json"))?,
+            "tokenizer_sha256": digest("tokenizer.json")?,
+            // Every other file the engine reads for a score, whole: an edited rope_theta or
+            // rms_norm_eps changes every score, and an edited resize bound changes what the model sees.
+            "config_sha256": digest("config.json")?,
+            "preprocessor_config_sha256": digest("preprocessor_config.json")?,
         });
         // The variables the scores' prompts were rendered with, where the template reads any (a
         // template without a switch keeps the identity it always had).
@@ -114,6 +118,7 @@ impl NativeScorer {
             weights_sha256: Some(weights_sha256),
             fixture: false,
             preprocessing,
+            generation: generation_inputs(&engine.dir.path)?,
         };
         let pixels = PixelSettings { preprocessor: p.clone(), rescale_factor: engine.dir.rescale_factor, device: engine.model.device };
         let family = engine.dir.config.family;
@@ -237,6 +242,16 @@ impl Scorer for NativeScorer {
     }
 }
 
-fn tokenizer_sha256(path: &std::path::Path) -> Result<String, InferError> {
+fn file_sha256(path: &std::path::Path) -> Result<String, InferError> {
     crate::hashing::sha256_file(path).map(|(digest, _)| digest).map_err(|source| InferError::File { path: path.into(), source })
+}
+
+/// What generation reads that a score does not: `generation_config.json`, where the checkpoint
+/// has one (its `eos_token_id` ends an answer).
+fn generation_inputs(dir: &Path) -> Result<Option<serde_json::Value>, InferError> {
+    let path = dir.join(crate::vlm::GENERATION_CONFIG);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::json!({ "generation_config_sha256": file_sha256(&path)? })))
 }

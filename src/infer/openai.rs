@@ -109,6 +109,7 @@ impl OpenAiScorer {
                 "min_pixels": pixels.0,
                 "max_pixels": pixels.1,
             }),
+            generation: None,
         };
         Ok(OpenAiScorer {
             identity,

@@ -170,13 +170,13 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let grounding = diagnose::grounding_plan(&selection, &spec.prompts, scorer.family(), &jobs)?;
     if !grounding.jobs.is_empty() {
         // S2: what the grounding answers depend on (the prompts are in the prompt set's hash).
-        let key = sha256_parts(&["generate", &stage_keys["select"], &scorer.identity().hash(), &prompt_set_hash]);
+        let key = sha256_parts(&["generate", &stage_keys["select"], &scorer.identity().generation_hash(), &prompt_set_hash]);
         stage_keys.insert("generate".to_string(), key);
     }
     let narrative = narrative::NarrativePlan::new(spec, &selection, &jobs);
     // S3 and S4: what each generated text depends on (its prompts are in the prompt set's hash).
     for (stage, _, _) in narrative.stages(spec) {
-        let key = sha256_parts(&[stage, &stage_keys["select"], &scorer.identity().hash(), &prompt_set_hash]);
+        let key = sha256_parts(&[stage, &stage_keys["select"], &scorer.identity().generation_hash(), &prompt_set_hash]);
         stage_keys.insert(stage.to_string(), key);
     }
     Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, narrative, demo_reasons, notes, stage_keys })

@@ -45,5 +45,5 @@ pub use error::VlmError;
 pub use families::Family;
 #[cfg(feature = "vlm")]
 pub use families::ImageFeatures;
-pub use model_dir::{ChatTemplateSource, ModelDir};
+pub use model_dir::{ChatTemplateSource, ModelDir, GENERATION_CONFIG};
 pub use yes_no::YesNo;
