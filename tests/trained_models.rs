@@ -18,7 +18,8 @@ fn trained(family: &str) -> PathBuf {
 }
 
 fn engine(family: &str) -> Engine {
-    let options = EngineOptions { device: DeviceChoice::Cpu, dtype: DtypeChoice::F32, max_pixels: None, allow_cpu: false };
+    let options =
+        EngineOptions { device: DeviceChoice::Cpu, dtype: DtypeChoice::F32, min_pixels: None, max_pixels: None, allow_cpu: false };
     Engine::open(&trained(family), &options).unwrap()
 }
 

@@ -42,7 +42,7 @@ fn images(model: &std::path::Path) -> Vec<PathBuf> {
 
 /// (margin, p_yes) per image and question.
 fn scores(model: &std::path::Path, device: DeviceChoice, dtype: DtypeChoice) -> Vec<(f64, f64)> {
-    let options = EngineOptions { device, dtype, max_pixels: None, allow_cpu: false };
+    let options = EngineOptions { device, dtype, min_pixels: None, max_pixels: None, allow_cpu: false };
     let engine = Engine::open(model, &options).unwrap();
     let questions: Vec<String> = QUESTIONS.iter().map(|q| q.to_string()).collect();
     images(model)

@@ -71,8 +71,13 @@ impl DtypeArg {
 #[cfg(feature = "vlm")]
 pub fn open(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
     use bpals_release::vlm::engine::{Engine, EngineOptions};
-    let options =
-        EngineOptions { device: args.device.choice(), dtype: args.dtype.choice(), max_pixels: args.max_pixels, allow_cpu: args.allow_cpu };
+    let options = EngineOptions {
+        device: args.device.choice(),
+        dtype: args.dtype.choice(),
+        min_pixels: None,
+        max_pixels: args.max_pixels,
+        allow_cpu: args.allow_cpu,
+    };
     Ok(Engine::open(&model_dir(args)?, &options)?)
 }
 

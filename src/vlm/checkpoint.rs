@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{err, f64_at, f64_in, get, usize_at, usizes, ConfigError, TextConfig, VisionConfig};
+use super::config::{err, f64_at, f64_in, get, positive, usize_at, usizes, ConfigError, TextConfig, VisionConfig};
 use super::families::Family;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -54,6 +54,7 @@ impl ModelConfig {
             layer_types,
             linear,
             variant,
+            max_position_embeddings: get(&text_scope, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
         let vision = family.vision_config(vision_obj)?;
@@ -70,9 +71,29 @@ impl ModelConfig {
         Ok(config)
     }
 
-    /// Shapes that must agree for the model to exist at all.
+    /// Shapes that must agree for the model to exist at all, and numbers that would make every
+    /// score NaN (a zero or negative epsilon or rotary base) or divide by zero.
     fn check(&self) -> Result<(), ConfigError> {
-        let t = &self.text;
+        let (t, v) = (&self.text, &self.vision);
+        positive("rms_norm_eps", t.rms_norm_eps)?;
+        positive("rope_theta", t.rope_theta)?;
+        positive("vision_config.rope_theta", v.rope_theta)?;
+        let sizes = [
+            ("vocab_size", t.vocab_size),
+            ("hidden_size", t.hidden_size),
+            ("intermediate_size", t.intermediate_size),
+            ("num_hidden_layers", t.num_hidden_layers),
+            ("head_dim", t.head_dim),
+            ("vision_config.depth", v.depth),
+            ("vision_config.hidden_size", v.hidden_size),
+            ("vision_config.intermediate_size", v.intermediate_size),
+            ("vision_config.patch_size", v.patch_size),
+            ("vision_config.spatial_merge_size", v.spatial_merge_size),
+            ("vision_config.temporal_patch_size", v.temporal_patch_size),
+        ];
+        if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+            return Err(err(key, "0: expected a positive size"));
+        }
         if t.num_key_value_heads == 0 || t.num_attention_heads % t.num_key_value_heads != 0 {
             return Err(err(
                 "num_key_value_heads",
@@ -86,9 +107,29 @@ impl ModelConfig {
                 format!("{:?} sums to {}, expected {half} = {}", t.mrope_section, t.mrope_section.iter().sum::<usize>(), t.rotary_dim / 2),
             ));
         }
-        let v = &self.vision;
+        if v.in_channels != 3 {
+            return Err(err("vision_config.in_channels", format!("{}: the engine feeds RGB images, 3 channels", v.in_channels)));
+        }
+        if let Some(window) = v.window_size {
+            let token = v.patch_size * v.spatial_merge_size;
+            if window < token || window % token != 0 {
+                return Err(err(
+                    "vision_config.window_size",
+                    format!("{window}: expected a multiple of patch_size x spatial_merge_size ({token})"),
+                ));
+            }
+        }
         if v.num_heads == 0 || v.hidden_size % v.num_heads != 0 {
             return Err(err("vision_config.num_heads", format!("{} does not divide the vision width {}", v.num_heads, v.hidden_size)));
+        }
+        for (key, id) in [
+            ("image_token_id", self.image_token_id),
+            ("vision_start_token_id", self.vision_start_token_id),
+            ("vision_end_token_id", self.vision_end_token_id),
+        ] {
+            if id as usize >= t.vocab_size {
+                return Err(err(key, format!("{id} is not a token of the model's vocabulary (vocab_size {})", t.vocab_size)));
+            }
         }
         if v.out_hidden_size != t.hidden_size {
             return Err(err(

@@ -29,6 +29,9 @@ pub struct TextConfig {
     pub linear: Option<LinearAttentionConfig>,
     /// The family's variant of the shared decoder.
     pub variant: TextVariant,
+    /// The longest sequence the model was made for, where the config says: a prompt (the
+    /// image's tokens included) must fit in it.
+    pub max_position_embeddings: Option<usize>,
 }
 
 impl TextConfig {
@@ -172,9 +175,17 @@ pub(crate) fn get<'a>(objects: &[&'a Value], key: &str) -> Option<&'a Value> {
     objects.iter().find_map(|o| o.get(key).filter(|v| !v.is_null()))
 }
 
+/// The largest size or token id a config may give: 2^24. No dimension, layer count or
+/// vocabulary of a published model comes near it, and products of two stay far inside 64 bits.
+pub const MAX_CONFIG_INTEGER: u64 = 1 << 24;
+
 pub(crate) fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigError> {
     let v = get(objects, key).ok_or_else(|| err(key, "missing"))?;
-    v.as_u64().map(|n| n as usize).ok_or_else(|| err(key, format!("expected a non-negative integer, got {v}")))
+    match v.as_u64() {
+        Some(n) if n <= MAX_CONFIG_INTEGER => Ok(n as usize),
+        Some(n) => Err(err(key, format!("{n}: above {MAX_CONFIG_INTEGER}, more than any model has"))),
+        None => Err(err(key, format!("expected a non-negative integer, got {v}"))),
+    }
 }
 
 pub(crate) fn f64_at(objects: &[&Value], key: &str) -> Result<f64, ConfigError> {
@@ -196,6 +207,20 @@ pub(crate) fn usizes(v: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
         .ok_or_else(|| err(key, format!("expected a list of integers, got {v}")))
 }
 
+/// The most pixels the engine resizes an image to, whatever a preprocessor config asks: 8192 x
+/// 8192, four times the largest bound a published Qwen processor sets (Qwen3-VL's 4096 x 4096).
+/// Past it one image's tensors alone take gigabytes.
+pub const MAX_IMAGE_PIXELS: u64 = 1 << 26;
+
+/// A number that must be finite and above zero (an epsilon, a rotary base, a scale).
+pub(crate) fn positive(key: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(err(key, format!("{value}: expected a finite number above 0")))
+    }
+}
+
 /// `preprocessor_config.json`: pixel bounds as `min_pixels`/`max_pixels` or as a `size` map with
 /// `shortest_edge`/`longest_edge` (which, for this processor, are pixel counts).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -207,6 +232,10 @@ pub struct PreprocessorConfig {
     pub merge_size: usize,
     pub image_mean: [f64; 3],
     pub image_std: [f64; 3],
+    /// Whether the file gives the bounds as `size.shortest_edge` / `size.longest_edge`: errors
+    /// name the keys it uses.
+    #[serde(skip)]
+    pub bounds_in_size: bool,
 }
 
 impl PreprocessorConfig {
@@ -235,11 +264,60 @@ impl PreprocessorConfig {
             merge_size: usize_at(&r, "merge_size")?,
             image_mean: triple("image_mean")?,
             image_std: triple("image_std")?,
+            bounds_in_size: root.get("min_pixels").and_then(Value::as_u64).is_none() && size.is_some(),
         };
-        if config.min_pixels > config.max_pixels {
-            return Err(err("min_pixels", format!("{} is above max_pixels {}", config.min_pixels, config.max_pixels)));
+        for (key, n) in
+            [("patch_size", config.patch_size), ("temporal_patch_size", config.temporal_patch_size), ("merge_size", config.merge_size)]
+        {
+            if n == 0 || n > 1024 {
+                return Err(err(key, format!("{n}: expected 1 to 1024")));
+            }
         }
+        if let Some(bad) = config.image_mean.iter().find(|m| !m.is_finite()) {
+            return Err(err("image_mean", format!("{bad} is not a finite number")));
+        }
+        if let Some(bad) = config.image_std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(err("image_std", format!("{bad}: expected a finite number above 0 (pixels are divided by it)")));
+        }
+        config.check_bounds()?;
         Ok(config)
+    }
+
+    /// The pixel bounds: at least one merged token, min below max, neither past
+    /// [`MAX_IMAGE_PIXELS`]. Checked again when the spec or the command line overrides them.
+    pub fn check_bounds(&self) -> Result<(), ConfigError> {
+        let token = (self.factor() * self.factor()) as u64;
+        let (min_key, max_key) = self.bound_keys();
+        if self.min_pixels < token {
+            return Err(err(
+                min_key,
+                format!("{} is below one merged token ({token} pixels: (patch_size x merge_size)^2)", self.min_pixels),
+            ));
+        }
+        if self.min_pixels > self.max_pixels {
+            return Err(err(min_key, format!("{} is above {max_key} {}", self.min_pixels, self.max_pixels)));
+        }
+        if self.max_pixels > MAX_IMAGE_PIXELS {
+            return Err(err(
+                max_key,
+                format!("{}: above the engine's limit of {MAX_IMAGE_PIXELS} pixels (8192 x 8192) per image", self.max_pixels),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The keys of the pixel bounds as the file writes them.
+    pub fn bound_keys(&self) -> (&'static str, &'static str) {
+        if self.bounds_in_size {
+            ("size.shortest_edge", "size.longest_edge")
+        } else {
+            ("min_pixels", "max_pixels")
+        }
+    }
+
+    /// Merged image tokens of an image of `pixels` pixels (after resizing).
+    pub fn tokens(&self, pixels: u64) -> u64 {
+        pixels / (self.factor() * self.factor()) as u64
     }
 
     /// Side of the square a merged token covers: sizes are rounded to multiples of it.

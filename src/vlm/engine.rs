@@ -41,13 +41,16 @@ pub enum DtypeChoice {
 pub struct EngineOptions {
     pub device: DeviceChoice,
     pub dtype: DtypeChoice,
+    /// Pixel bounds that replace the preprocessor config's (the spec's `model.min_pixels` and
+    /// `model.max_pixels`, `--max-pixels`); checked like the config's own.
+    pub min_pixels: Option<u64>,
     pub max_pixels: Option<u64>,
     pub allow_cpu: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { device: DeviceChoice::Auto, dtype: DtypeChoice::Auto, max_pixels: None, allow_cpu: false }
+        EngineOptions { device: DeviceChoice::Auto, dtype: DtypeChoice::Auto, min_pixels: None, max_pixels: None, allow_cpu: false }
     }
 }
 
@@ -149,11 +152,16 @@ impl Engine {
     pub fn open(path: &Path, options: &EngineOptions) -> Result<Engine, VlmError> {
         let start = Instant::now();
         let mut dir = ModelDir::open(path)?;
-        if let Some(max) = options.max_pixels {
-            if max < dir.preprocessor.min_pixels {
-                return Err(VlmError::Input(format!("--max-pixels {max} is below the model's min_pixels {}", dir.preprocessor.min_pixels)));
-            }
-            dir.preprocessor.max_pixels = max;
+        if options.min_pixels.is_some() || options.max_pixels.is_some() {
+            let p = &mut dir.preprocessor;
+            p.min_pixels = options.min_pixels.unwrap_or(p.min_pixels);
+            p.max_pixels = options.max_pixels.unwrap_or(p.max_pixels);
+            super::model_dir::check_preprocessor(&dir.preprocessor, &dir.config).map_err(|e| {
+                VlmError::Input(format!(
+                    "the pixel bounds given (model.min_pixels / model.max_pixels in the spec, or --max-pixels), key `{}`: {}",
+                    e.key, e.message
+                ))
+            })?;
         }
         let (device, kind) = device_and_kind(options.device, options.dtype)?;
         let model = VlModel::load(&dir, device, kind)?;
@@ -222,6 +230,17 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()?;
         let scores = self.model.score(&prompts, &features, info.grid_thw, self.dir.answer_token_ids()?)?;
         timing.text = ms(start);
+        if let Some((q, s)) = questions.iter().zip(&scores).find(|(_, s)| !s.is_finite()) {
+            return Err(VlmError::NonFinite {
+                what: format!(
+                    "model {}, image {}, question {q:?}: logit_yes {}, logit_no {}",
+                    self.dir.path.display(),
+                    image_path.display(),
+                    s.logit_yes,
+                    s.logit_no
+                ),
+            });
+        }
         let questions =
             questions.iter().zip(scores).map(|(q, s)| ProbeAnswer { question: q.clone(), answer: s, p_yes: s.p_yes() }).collect();
         Ok(ProbeReport { model: self.model_info(Thinking::Off), image: info, questions, timing_ms: timing })

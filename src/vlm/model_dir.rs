@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::chat_template::{ChatTemplate, Thinking};
 use super::checkpoint::ModelConfig;
-use super::config::PreprocessorConfig;
+use super::config::{ConfigError, PreprocessorConfig};
 use super::error::VlmError;
 use super::prompt::{Prompt, PromptParts, IMAGE_PAD};
 
@@ -77,15 +77,7 @@ impl ModelDir {
         let pre_path = require(dir, "preprocessor_config.json", "the image processor settings")?;
         let preprocessor =
             PreprocessorConfig::from_json(&read_json(&pre_path)?).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
-        if preprocessor.patch_size != config.vision.patch_size || preprocessor.merge_size != config.vision.spatial_merge_size {
-            return Err(VlmError::File {
-                path: pre_path,
-                message: format!(
-                    "patch_size {} / merge_size {} disagree with config.json's vision_config ({} / {})",
-                    preprocessor.patch_size, preprocessor.merge_size, config.vision.patch_size, config.vision.spatial_merge_size
-                ),
-            });
-        }
+        check_preprocessor(&preprocessor, &config).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
         let tokenizer_path = require(dir, "tokenizer.json", "the fast tokenizer file")?;
         let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|source| VlmError::NotA {
             path: tokenizer_path.clone(),
@@ -115,8 +107,16 @@ impl ModelDir {
         let (chat_template, chat_template_source) = chat_template(dir)?;
         let template = ChatTemplate::compile(chat_template.clone(), dir.join(chat_template_source.file()).display().to_string())?;
         let weights = weight_files(dir)?;
-        let rescale_factor =
-            read_json(&dir.join("preprocessor_config.json"))?.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0);
+        let rescale_factor = match read_json(&pre_path)?.get("rescale_factor") {
+            None | Some(Value::Null) => 1.0 / 255.0,
+            Some(v) => match v.as_f64() {
+                Some(f) if f.is_finite() && f > 0.0 => f,
+                _ => {
+                    let error = super::config::err("rescale_factor", format!("{v}: expected a finite number above 0"));
+                    return Err(VlmError::Config { path: pre_path, error });
+                }
+            },
+        };
         let eos_token_ids = eos_ids(dir)?;
         Ok(ModelDir {
             path: dir.into(),
@@ -143,8 +143,41 @@ impl ModelDir {
     }
 }
 
+/// Every field of the preprocessor config the model's own config also fixes must agree with it
+/// (a patch the vision tower was not built for fails inside libtorch), and the smallest image
+/// must fit in the model's context.
+pub fn check_preprocessor(pre: &PreprocessorConfig, config: &ModelConfig) -> Result<(), ConfigError> {
+    let v = &config.vision;
+    for (key, ours, theirs, config_key) in [
+        ("patch_size", pre.patch_size, v.patch_size, "patch_size"),
+        ("merge_size", pre.merge_size, v.spatial_merge_size, "spatial_merge_size"),
+        ("temporal_patch_size", pre.temporal_patch_size, v.temporal_patch_size, "temporal_patch_size"),
+    ] {
+        if ours != theirs {
+            return Err(super::config::err(key, format!("{ours} disagrees with config.json's vision_config.{config_key} {theirs}")));
+        }
+    }
+    pre.check_bounds()?;
+    if let Some(context) = config.text.max_position_embeddings {
+        let tokens = pre.tokens(pre.min_pixels);
+        if tokens > context as u64 {
+            return Err(super::config::err(
+                pre.bound_keys().0,
+                format!(
+                    "{}: every image would be at least {tokens} tokens, more than the model's max_position_embeddings {context} (config.json)",
+                    pre.min_pixels
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where a checkpoint keeps its generation defaults; the engine reads only `eos_token_id`.
+pub const GENERATION_CONFIG: &str = "generation_config.json";
+
 fn eos_ids(dir: &Path) -> Result<Vec<u32>, VlmError> {
-    for name in ["generation_config.json", "config.json"] {
+    for name in [GENERATION_CONFIG, "config.json"] {
         let path = dir.join(name);
         if !path.is_file() {
             continue;
@@ -224,7 +257,15 @@ impl ModelDir {
     pub fn prompt(&self, question: &str, grid_thw: (usize, usize, usize), thinking: Thinking) -> Result<Prompt, VlmError> {
         let merge = self.config.vision.spatial_merge_size;
         let image_tokens = grid_thw.0 * grid_thw.1 * grid_thw.2 / (merge * merge);
-        Ok(self.prompt_parts(question, thinking)?.for_image(self.config.image_token_id, image_tokens))
+        let prompt = self.prompt_parts(question, thinking)?.for_image(self.config.image_token_id, image_tokens);
+        match self.config.text.max_position_embeddings {
+            Some(context) if prompt.input_ids.len() > context => Err(VlmError::Input(format!(
+                "the prompt is {} tokens ({image_tokens} of them the image's), more than the model's max_position_embeddings {context} \
+                 (config.json): lower the preprocessor's max_pixels (spec key model.max_pixels)",
+                prompt.input_ids.len()
+            ))),
+            _ => Ok(prompt),
+        }
     }
 
     fn prompt_parts(&self, question: &str, thinking: Thinking) -> Result<Arc<PromptParts>, VlmError> {

@@ -103,6 +103,28 @@ impl Weights {
             let message = format!("tensor {name} has shape {:?}; config.json implies {shape:?}", tensor.size());
             return Err(VlmError::File { path: self.sources[name].clone(), message });
         }
+        // Every parameter is a float; the same bytes read as integers would be other numbers
+        // (and an integer embedding table fails inside libtorch).
+        if !tensor.is_floating_point() {
+            let message = format!(
+                "tensor {name} is stored as {}; a parameter must be a floating-point type (F32, F16, BF16)",
+                dtype_name(tensor.kind())
+            );
+            return Err(VlmError::File { path: self.sources[name].clone(), message });
+        }
         Ok(tensor.shallow_clone())
+    }
+}
+
+/// A tensor kind as safetensors' header spells it.
+fn dtype_name(kind: Kind) -> String {
+    match kind {
+        Kind::Bool => "BOOL".into(),
+        Kind::Uint8 => "U8".into(),
+        Kind::Int8 => "I8".into(),
+        Kind::Int16 => "I16".into(),
+        Kind::Int => "I32".into(),
+        Kind::Int64 => "I64".into(),
+        other => format!("{other:?}"),
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::vlm::config::{usize_at, ConfigError, VisionConfig};
+use crate::vlm::config::{usize_at, ConfigError, VisionConfig, MAX_CONFIG_INTEGER};
 
 #[cfg(feature = "vlm")]
 pub(super) mod vision;
@@ -13,10 +13,16 @@ pub(super) mod vision;
 pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
     let v = [vision];
     let width = usize_at(&v, "embed_dim")?;
+    // Written 4 or 4.0; 4 when absent, as transformers defaults it.
+    let ratio = match v[0].get("mlp_ratio").and_then(Value::as_f64) {
+        None => 4,
+        Some(r) if r >= 1.0 && r.fract() == 0.0 && r <= MAX_CONFIG_INTEGER as f64 => r as usize,
+        Some(r) => return Err(crate::vlm::config::err("vision_config.mlp_ratio", format!("{r}: expected a whole number from 1"))),
+    };
     Ok(VisionConfig {
         depth: usize_at(&v, "depth")?,
         hidden_size: width,
-        intermediate_size: width * usize_at(&v, "mlp_ratio").unwrap_or(4),
+        intermediate_size: width * ratio,
         out_hidden_size: usize_at(&v, "hidden_size")?,
         num_heads: usize_at(&v, "num_heads")?,
         patch_size: usize_at(&v, "patch_size")?,
