@@ -4,9 +4,10 @@
 //! The modules follow the pipeline, lowest first; a module imports only those below it
 //! (`tests/architecture.rs` checks this):
 //!
-//! 1. [`vocab`], [`files`], [`hashing`], [`vlm`]: the label vocabulary, guarded reads and output
-//!    folders, content hashes and the engine; they import nothing above them (the spec checks its
-//!    model family against the engine's list).
+//! 1. [`memory`], [`vocab`], [`files`], [`hashing`], [`vlm`]: the heap budget untrusted work runs
+//!    under, the label vocabulary, guarded reads and output folders, content hashes and the
+//!    engine; they import nothing above them (the spec checks its model family against the
+//!    engine's list).
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
 //! 3. [`manifest`], [`signing`], [`hub`]: the release's file contract, its signature and
 //!    provenance, the Hub client.
@@ -35,6 +36,7 @@ pub mod hub;
 pub mod infer;
 pub mod inputs;
 pub mod manifest;
+pub mod memory;
 pub mod paraphrase;
 pub mod pipeline;
 pub mod publish;

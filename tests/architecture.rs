@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 29] = [
+const LAYERS: [&str; 30] = [
+    "memory",
     "vocab",
     "files",
     "hashing",

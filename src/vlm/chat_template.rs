@@ -25,6 +25,21 @@ pub const THINK_CLOSE: &str = "</think>";
 /// A question used to try the template when it is compiled.
 const TRIAL_QUESTION: &str = "Is there a finding?";
 
+/// What one render of a template may spend. A template is a program shipped with a checkpoint:
+/// these stop a loop that never ends, a prompt of gigabytes and a string that doubles itself.
+/// The published Qwen templates use a few thousand steps, under 2 KiB of output and well under
+/// a megabyte of heap for the tool's one-message conversation.
+pub struct TemplateLimits;
+
+impl TemplateLimits {
+    /// Template steps (minijinja's fuel): about a tenth of a second of work.
+    pub const FUEL: u64 = 1_000_000;
+    /// Bytes of rendered prompt.
+    pub const OUTPUT: usize = 1 << 20;
+    /// Bytes of heap one render may allocate; past it the process ends (see [`crate::memory`]).
+    pub const MEMORY: usize = 64 << 20;
+}
+
 /// Whether the model may reason before it answers. Scores and grounding boxes are always read
 /// with thinking off; generation (S3, S4) follows the spec's `model.thinking`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -60,6 +75,7 @@ impl ChatTemplate {
     /// not end inside an open `<think>` block.
     pub fn compile(template: String, source_file: String) -> Result<ChatTemplate, VlmError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(TemplateLimits::FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -106,9 +122,32 @@ impl ChatTemplate {
             content => vec![context! { type => "image" }, context! { type => "text", text => question }],
         }];
         let template = self.env.get_template("chat").map_err(|e| fail(&self.source_file, e))?;
-        template
-            .render(context! { messages, add_generation_prompt => true, enable_thinking => thinking == Thinking::On })
-            .map_err(|e| fail(&self.source_file, e))
+        let context = context! { messages, add_generation_prompt => true, enable_thinking => thinking == Thinking::On };
+        let out_of_memory = format!(
+            "chat template from {}: rendering one prompt took more than {} MiB of memory; the model is refused \
+             (does the template grow a string without end?)",
+            self.source_file,
+            TemplateLimits::MEMORY >> 20
+        );
+        let mut out = CappedOutput { text: Vec::new(), cap: TemplateLimits::OUTPUT, over: false };
+        let rendered = crate::memory::with_budget(TemplateLimits::MEMORY, &out_of_memory, || {
+            template.render_captured_to(context, &mut out).map(|_| ())
+        });
+        match rendered {
+            Ok(_) => String::from_utf8(out.text).map_err(|_| self.refused("rendered text that is not UTF-8".into())),
+            Err(_) if out.over => Err(self.refused(format!(
+                "rendered more than {} KiB for one question, the limit (a prompt is a few hundred bytes)",
+                TemplateLimits::OUTPUT >> 10
+            ))),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                Err(self.refused(format!("ran past {} steps for one prompt, the limit (does it loop without end?)", TemplateLimits::FUEL)))
+            }
+            Err(e) => Err(fail(&self.source_file, e)),
+        }
+    }
+
+    fn refused(&self, message: String) -> VlmError {
+        VlmError::Template { source_file: self.source_file.clone(), message: format!("{message}; the model is refused") }
     }
 
     fn check_switches(&self) -> Result<(), VlmError> {
@@ -172,6 +211,28 @@ pub fn after_reasoning(turn: &str, thinking: Thinking) -> Option<&str> {
     }
 }
 
+/// The rendered prompt, refused past `cap` bytes.
+struct CappedOutput {
+    text: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.text.len() + bytes.len() > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("the rendered prompt is over its size limit"));
+        }
+        self.text.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn fail(source_file: &str, e: Error) -> VlmError {
     VlmError::Template { source_file: source_file.into(), message: format!("{e:#}") }
 }
@@ -212,6 +273,17 @@ mod tests {
         assert!(always.contains("chat_template.jinja") && always.contains("no enable_thinking switch"), "{always}");
         let unknown = compile("{% if thinking_mode %}<think>{% endif %}{% if reasoning_effort %}x{% endif %}").err().unwrap().to_string();
         assert!(unknown.contains("`reasoning_effort`, `thinking_mode`") && unknown.contains("model.thinking"), "{unknown}");
+    }
+
+    #[test]
+    fn a_template_runs_under_a_step_limit_and_an_output_cap() {
+        let endless = compile("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}<|image_pad|>")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(endless.contains("chat_template.jinja") && endless.contains("1000000 steps"), "{endless}");
+        let long = compile("{% for i in range(5000) %}{{ 'x' * 1000 }}{% endfor %}<|image_pad|>").err().unwrap().to_string();
+        assert!(long.contains("chat_template.jinja") && long.contains("more than 1024 KiB"), "{long}");
     }
 
     #[test]
