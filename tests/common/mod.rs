@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+
+pub mod limits;
 use sha2::{Digest, Sha256};
 
 /// insta filters that replace the scratch folder and the repository's path in a snapshot.
