@@ -106,20 +106,48 @@ async fn serve(State(state): State<Shared>, UrlPath(file): UrlPath<String>, head
 
 /// A gzipped tarball like NIH's: `images/NAME.png` entries with the given bytes.
 fn tarball(images: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let entries: Vec<(String, Vec<u8>)> = images.iter().map(|(n, b)| (format!("images/{n}"), b.clone())).collect();
+    tarball_at(&entries)
+}
+
+/// A gzipped tarball of entries at the given paths.
+fn tarball_at(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
-    for (name, bytes) in images {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        builder.append_data(&mut header, format!("images/{name}"), bytes.as_slice()).unwrap();
+    for (path, bytes) in entries {
+        append(&mut builder, path, bytes.len() as u64, bytes.as_slice());
     }
     builder.into_inner().unwrap().finish().unwrap()
 }
 
-/// Pseudo-random image bytes (incompressible, so archives are big enough to drop mid-way).
+fn append(builder: &mut tar::Builder<impl std::io::Write>, path: &str, size: u64, data: impl std::io::Read) {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(size);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder.append_data(&mut header, path, data).unwrap();
+}
+
+/// A decompression bomb: NIH-like entries with, among them, `images/00000999_000.png` of 1 GiB
+/// (a PNG head, then zeros), about a megabyte of gzip, streamed so the test never holds it.
+fn bomb_tarball(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    for (i, (path, bytes)) in entries.iter().enumerate() {
+        append(&mut builder, path, bytes.len() as u64, bytes.as_slice());
+        if i == 1 {
+            let zeros = std::io::Read::take(std::io::repeat(0), (1 << 30) - PNG_HEAD.len() as u64);
+            append(&mut builder, "images/00000999_000.png", 1 << 30, std::io::Read::chain(&PNG_HEAD[..], zeros));
+        }
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+/// The head `fetch-nih` checks: the PNG signature, then an IHDR chunk's length and type.
+const PNG_HEAD: [u8; 16] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', 0, 0, 0, 13, b'I', b'H', b'D', b'R'];
+
+/// Image bytes: a PNG's head, then pseudo-random bytes (incompressible, so archives are big
+/// enough to drop mid-way). `fetch-nih` checks the head only; decoding is the build's.
 fn image(seed: u32) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(40_000);
+    let mut bytes = PNG_HEAD.to_vec();
     let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
     for _ in 0..40_000 {
         x ^= x << 13;
@@ -274,4 +302,55 @@ fn a_full_disk_is_a_clear_error_and_leaves_nothing_marked_complete() {
     std::fs::remove_file(dir.join("downloads/images_007.tar.gz.part")).unwrap();
     fetch(&fake, &dir, &["--parts", "7"]).success();
     assert!(dir.join("images/.complete-images_007").is_file());
+}
+
+/// Archives that read to their end but hold what NIH's never do: a decompression bomb (an entry
+/// of 1 GiB of zeros in about a megabyte of gzip: before, it was read whole into memory and
+/// written out), two images of one name in different folders (before, the second overwrote the
+/// first and the run failed half moved, on every rerun), an entry that is not a PNG. Each is
+/// refused before any image moves, the archive is removed, the images of a good archive fetched
+/// in the same run stay, memory stays far below the bomb's size, and the rerun with NIH's real
+/// archive succeeds.
+#[test]
+fn a_bomb_a_duplicate_name_or_a_non_png_is_refused_before_anything_moves() {
+    let fake = FakeBox::start();
+    serve_parts(&fake, &[8]);
+    let s = Scratch::new();
+    let good: Vec<(String, Vec<u8>)> = names(9).into_iter().map(|(n, b)| (format!("images/{n}"), b)).collect();
+    let with = |extra: (String, Vec<u8>)| {
+        let mut entries = good.clone();
+        entries.insert(2, extra);
+        tarball_at(&entries)
+    };
+    let cases = [
+        ("bomb", bomb_tarball(&good), "00000999_000.png", "more than an NIH image can be"),
+        ("duplicate", with(("other/00000900_000.png".into(), image(1))), "other/00000900_000.png", "a second image named 00000900_000.png"),
+        ("not a png", with(("images/00000998_000.png".into(), b"GIF89a and then some".to_vec())), "00000998_000.png", "not a PNG"),
+    ];
+    for (name, archive, entry, why) in cases {
+        fake.put(9, archive);
+        let dir = s.path(&format!("nih-{}", name.replace(' ', "-")));
+        let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"));
+        command.env("BPALS_FETCH_BACKOFF_MS", "50").arg("fetch-nih").arg(&dir);
+        command.args(["--base-url", &fake.url, "--no-progress", "--retries", "0", "--parts", "8-9"]);
+        // The engine's build of the binary starts at about 300 MB resident (libtorch).
+        let run = limits::run_limited(command, std::time::Duration::from_secs(60), 900 << 20);
+        assert!(run.failed_cleanly(), "{name}: {run:?}");
+        assert!(
+            run.stderr.contains("images_009.tar.gz") && run.stderr.contains(entry) && run.stderr.contains(why),
+            "{name}: {}",
+            run.stderr
+        );
+        assert!(run.peak_rss < 600 << 20, "{name}: {} MiB resident", run.peak_rss >> 20);
+        assert!(!dir.join("downloads/images_009.tar.gz").exists(), "{name}: the bad archive is removed");
+        assert!(!dir.join("images/.complete-images_009").exists(), "{name}: nothing is marked complete");
+        let left: Vec<String> =
+            std::fs::read_dir(dir.join("images")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(left.iter().all(|n| n.starts_with("000008") || n == ".complete-images_008"), "{name}: only archive 8's images: {left:?}");
+        assert_eq!(left.len(), 6, "{name}: archive 8's five images and its marker: {left:?}");
+    }
+    fake.put(9, tarball_at(&good));
+    let dir = s.path("nih-bomb");
+    fetch(&fake, &dir, &["--parts", "8-9"]).success();
+    assert!(dir.join("images/.complete-images_009").is_file() && dir.join("images/00000900_000.png").is_file());
 }

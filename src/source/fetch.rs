@@ -48,6 +48,10 @@ pub enum FetchError {
     Io { path: PathBuf, message: String },
     #[error("archive {}: {message}; it was removed, so the next run downloads it anew", path.display())]
     CorruptArchive { path: PathBuf, message: String },
+    /// An archive that reads to its end but holds what NIH's never do: nothing of it is
+    /// extracted, and it is removed like a corrupt one.
+    #[error("archive {}, entry {entry}: {message}; nothing was extracted from it, and it was removed, so the next run downloads it anew", path.display())]
+    BadArchive { path: PathBuf, entry: String, message: String },
     #[error("--images-from {}: {message}", path.display())]
     ImageList { path: PathBuf, message: String },
     #[error("--parts: {0}")]
@@ -155,7 +159,7 @@ pub fn fetch(options: &FetchOptions, log: &dyn Fn(&str)) -> Result<FetchReport, 
             report.archives_downloaded += 1;
         }
         let extracted = extract(&archive, &images, options.images.as_ref()).inspect_err(|e| {
-            if matches!(e, FetchError::CorruptArchive { .. }) {
+            if matches!(e, FetchError::CorruptArchive { .. } | FetchError::BadArchive { .. }) {
                 let _ = std::fs::remove_file(&archive);
             }
         })?;
@@ -265,29 +269,58 @@ fn progress_bar(enabled: bool, dest: &Path) -> indicatif::ProgressBar {
     bar
 }
 
+/// The most bytes one image of an archive may hold. NIH's PNGs are 1024 x 1024, mostly 8-bit
+/// greyscale and 0.2 to 1 MB; even stored uncompressed as 16-bit RGBA such an image is 8 MiB.
+/// Twice that stops a decompression bomb (a gigabyte of zeros in a few megabytes of gzip) after
+/// 16 MiB, streamed to disk, never held in memory.
+pub const MAX_IMAGE_BYTES: u64 = 16 << 20;
+
+/// The eight bytes every PNG starts with, then the first chunk's length and type (IHDR).
+const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+
 /// Extracts the PNGs of `archive` (all, or those `wanted` names) into `images`. Everything goes
-/// into a staging folder first and moves into `images` only once the whole archive has been read
-/// and its gzip checksum holds, so a damaged archive (a `CorruptArchive`) leaves no image behind.
+/// into a staging folder first and moves into `images` only once the whole archive has been read,
+/// its gzip checksum holds and every entry passed its checks (a PNG, at most
+/// [`MAX_IMAGE_BYTES`], no two with one name), so a bad archive leaves no image behind. Should a
+/// move fail half way, the images it had moved are taken back out.
 fn extract(archive: &Path, images: &Path, wanted: Option<&BTreeSet<String>>) -> Result<usize, FetchError> {
     let stem = archive.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let staging = images.join(format!(".extracting-{stem}"));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let result = extract_into(archive, &staging, wanted).and_then(|names| {
-        for name in &names {
-            std::fs::rename(staging.join(name), images.join(name)).map_err(io(&images.join(name)))?;
-        }
-        Ok(names.len())
-    });
+    let result = extract_into(archive, &staging, wanted).and_then(|names| move_all(&names, &staging, images));
     let _ = std::fs::remove_dir_all(&staging);
     result
 }
 
+/// Moves the staged images into `images`; on a failure, removes those it moved that were not
+/// there before.
+fn move_all(names: &[String], staging: &Path, images: &Path) -> Result<usize, FetchError> {
+    let mut moved = Vec::new();
+    for name in names {
+        let target = images.join(name);
+        let existed = target.exists();
+        if let Err(e) = std::fs::rename(staging.join(name), &target) {
+            for undo in moved {
+                let _ = std::fs::remove_file(images.join(undo));
+            }
+            return Err(io(&target)(e));
+        }
+        if !existed {
+            moved.push(name);
+        }
+    }
+    Ok(names.len())
+}
+
 fn extract_into(archive: &Path, staging: &Path, wanted: Option<&BTreeSet<String>>) -> Result<Vec<String>, FetchError> {
     let corrupt = |e: std::io::Error| FetchError::CorruptArchive { path: archive.to_path_buf(), message: e.to_string() };
+    let bad =
+        |entry: &Path, message: String| FetchError::BadArchive { path: archive.to_path_buf(), entry: entry.display().to_string(), message };
     let file = std::fs::File::open(archive).map_err(io(archive))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)));
-    let mut names = Vec::new();
+    // Image name -> the entry it came from: two entries of one name would overwrite each other.
+    let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
     for entry in tar.entries().map_err(corrupt)? {
         let mut entry = entry.map_err(corrupt)?;
         let path = entry.path().map_err(corrupt)?.into_owned();
@@ -295,15 +328,43 @@ fn extract_into(archive: &Path, staging: &Path, wanted: Option<&BTreeSet<String>
         if !entry.header().entry_type().is_file() || !name.ends_with(".png") || wanted.is_some_and(|w| !w.contains(&name)) {
             continue;
         }
+        if let Some(first) = names.get(&name) {
+            return Err(bad(&path, format!("a second image named {name} (the first is {})", first.display())));
+        }
+        let size = entry.size();
+        if size > MAX_IMAGE_BYTES {
+            return Err(bad(&path, format!("{size} bytes, more than an NIH image can be ({MAX_IMAGE_BYTES} bytes at most)")));
+        }
         let target = staging.join(&name);
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).map_err(corrupt)?;
-        std::fs::write(&target, &bytes).map_err(io(&target))?;
-        names.push(name);
+        let mut head = [0u8; 16];
+        let got = read_up_to(&mut entry, &mut head).map_err(corrupt)?;
+        if got < head.len() || head[..8] != PNG_SIGNATURE || &head[12..16] != b"IHDR" {
+            return Err(bad(&path, "not a PNG (no PNG signature and header at its start)".into()));
+        }
+        let mut out = std::fs::File::create(&target).map_err(io(&target))?;
+        out.write_all(&head).map_err(io(&target))?;
+        // The header's size bounds what the tar reader yields; the cap holds regardless.
+        let rest = std::io::copy(&mut (&mut entry).take(MAX_IMAGE_BYTES), &mut out).map_err(corrupt)?;
+        if rest + head.len() as u64 != size {
+            return Err(corrupt(std::io::Error::other(format!("entry {} ends after {} of {size} bytes", path.display(), rest + 16))));
+        }
+        names.insert(name, path);
     }
     // Read to the end of the gzip stream: its CRC is checked only there.
     std::io::copy(&mut tar.into_inner(), &mut std::io::sink()).map_err(corrupt)?;
-    Ok(names)
+    Ok(names.into_keys().collect())
+}
+
+/// Fills `buf` from `reader` as far as it goes; returns how many bytes came.
+fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
 }
 
 /// What `--check-against` found: every image `images.sha256` lists, against the extracted files.
