@@ -31,6 +31,17 @@ pub const NO_FINDING: &str = "No Finding";
 pub const SUPPORT_DEVICES: [&str; 6] =
     ["chest_tube", "central_venous_line", "endotracheal_tube", "nasogastric_tube", "sternotomy_wires", "pacemaker_or_icd"];
 
+/// Whether `name` follows NIH's image naming rule: the patient's eight digits, an underscore,
+/// the follow-up's three digits, `.png` (`00000013_005.png`).
+pub fn is_nih_image_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() == 16
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'_'
+        && b[9..12].iter().all(u8::is_ascii_digit)
+        && &name[12..] == ".png"
+}
+
 /// Position of a label in [`LABELS`], which is also the row order within an image.
 pub fn label_index(name: &str) -> Option<usize> {
     LABELS.iter().position(|l| *l == name)

@@ -377,7 +377,7 @@ fn bad_inputs_are_named_and_nothing_is_half_written() {
     assert!(err.contains("this is the task list `review export` wrote"), "{err}");
     let exported = answered(&read_json(&ls.join("tasks.json")), &["r1"], |_, _, _| "present");
     let mut tasks = exported.clone();
-    tasks[0]["data"]["bpals"]["plan_sha256"] = json!("0".repeat(64));
+    tasks[0]["data"]["bpals"]["plan_sha256"] = json!("f".repeat(64));
     let foreign = s.write("foreign.json", &tasks.to_string());
     let err = import(&foreign);
     assert!(err.contains("its tasks were exported from another plan"), "{err}");
@@ -396,4 +396,86 @@ fn bad_inputs_are_named_and_nothing_is_half_written() {
     let err =
         fails(&["eval".as_ref(), out.as_os_str(), "--gold".as_ref(), truth.as_os_str(), "--review-plan".as_ref(), renamed.as_os_str()]);
     assert!(err.contains("it was made for release s1b, not s1a"), "{err}");
+}
+
+/// Reviewers' exports are untrusted: with or without a plan, image names follow NIH's rule,
+/// labels come from the vocabulary, each task and each row is answered once per reviewer, and
+/// the release's digest is present, well formed and the plan's; the gold CSV opens in a
+/// spreadsheet without running anything.
+#[test]
+fn hostile_exports_are_refused_with_or_without_a_plan() {
+    let s = Scratch::new();
+    let out = release(&s);
+    let plan_path = plan(&s, &out, "plan.json", &[]);
+    let ls = export(&s, &out, &plan_path, &[]);
+    let exported = answered(&read_json(&ls.join("tasks.json")), &["r1"], |_, _, _| "present");
+    let gold = s.path("gold.csv");
+    let import = |name: &str, tasks: &Value, with_plan: bool| {
+        let file = s.write(name, &tasks.to_string());
+        let mut cmd = bin();
+        cmd.args(["review", "import"]).arg(&file).arg("--out").arg(&gold);
+        if with_plan {
+            cmd.arg("--plan").arg(&plan_path);
+        }
+        cmd.assert()
+    };
+    let refused = |name: &str, tasks: &Value, with_plan: bool| {
+        let err = stderr(&import(name, tasks, with_plan).failure());
+        assert!(!gold.exists(), "{name}: no gold file after a refused import");
+        err
+    };
+    for with_plan in [false, true] {
+        let mut t = exported.clone();
+        t[0]["data"]["image_index"] = json!("=HYPERLINK(\"http://example.com\",\"x\")");
+        let err = refused("formula-image.json", &t, with_plan);
+        assert!(err.contains("is not an NIH image name"), "{err}");
+
+        let mut t = exported.clone();
+        t[0]["data"]["bpals"]["labels"][0] = json!("=1+2");
+        let err = refused("formula-label.json", &t, with_plan);
+        assert!(err.contains("label \"=1+2\" is not one of NIH ChestX-ray14's 15 labels"), "{err}");
+
+        let mut t = exported.clone();
+        let copy = t[0].clone();
+        t.as_array_mut().unwrap().push(copy);
+        let err = refused("duplicate-task.json", &t, with_plan);
+        assert!(err.contains("appears twice"), "{err}");
+
+        let mut t = exported.clone();
+        let mut copy = t[0].clone();
+        copy["id"] = json!(999);
+        t.as_array_mut().unwrap().push(copy);
+        let err = refused("same-rows.json", &t, with_plan);
+        assert!(err.contains("task 999 asks about") && err.contains("one answer per row and reviewer"), "{err}");
+
+        let mut t = exported.clone();
+        let again = t[0]["annotations"][0]["result"][0].clone();
+        t[0]["annotations"][0]["result"].as_array_mut().unwrap().push(again);
+        let err = refused("answered-twice.json", &t, with_plan);
+        assert!(err.contains("`answer_0` is answered twice"), "{err}");
+
+        for digest in [json!("0".repeat(64)), json!("abc"), Value::Null] {
+            let mut t = exported.clone();
+            for task in t.as_array_mut().unwrap() {
+                task["data"]["bpals"]["release_manifest_sha256"] = digest.clone();
+            }
+            let err = refused("digest.json", &t, with_plan);
+            assert!(err.contains("bpals.release_manifest_sha256"), "{digest}: {err}");
+        }
+    }
+    // Another release's tasks under this plan: a well-formed digest, not the plan's.
+    let mut t = exported.clone();
+    for task in t.as_array_mut().unwrap() {
+        task["data"]["bpals"]["release_manifest_sha256"] = json!("e".repeat(64));
+    }
+    let err = refused("other-release.json", &t, true);
+    assert!(err.contains("its tasks name release manifest eeeeeeeeeeee") && err.contains("was planned on release s1a"), "{err}");
+
+    // What passes writes cells a spreadsheet takes as text.
+    import("good.json", &exported, false).success();
+    let text = std::fs::read_to_string(&gold).unwrap();
+    assert!(text.lines().count() > 1, "{text}");
+    for cell in text.lines().flat_map(|l| l.split(',')) {
+        assert!(!cell.starts_with(['=', '+', '-', '@', '\t', '\r']), "{cell:?}");
+    }
 }

@@ -141,8 +141,38 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
             )));
         }
     }
-    for task in &tasks {
+    if let Some((plan_path, p, _)) = plan {
+        if origin.release_manifest_sha256 != p.release_manifest_sha256 {
+            return Err(bad(format!(
+                "its tasks name release manifest {}, but {} was planned on release {} (manifest {})",
+                short_digest(&origin.release_manifest_sha256),
+                plan_path.display(),
+                p.release_id,
+                short_digest(&p.release_manifest_sha256)
+            )));
+        }
+    }
+    // Task ids and rows already seen: a task exported twice would vote twice.
+    let mut task_ids: BTreeMap<String, usize> = BTreeMap::new();
+    let mut asked_by: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (at, task) in tasks.iter().enumerate() {
         let this = task_origin(path, task)?;
+        let id = task.id.to_string();
+        if let Some(first) = task_ids.insert(id.clone(), at) {
+            return Err(bad(format!(
+                "task {id} appears twice (entries {} and {} of the export): one answer per task and reviewer",
+                first + 1,
+                at + 1
+            )));
+        }
+        if this.release_manifest_sha256 != origin.release_manifest_sha256 {
+            return Err(bad(format!(
+                "task {} names release manifest {}, the first task {}: import one release's tasks at a time",
+                task.id,
+                short_digest(&this.release_manifest_sha256),
+                short_digest(&origin.release_manifest_sha256)
+            )));
+        }
         if this.plan_sha256 != origin.plan_sha256 {
             return Err(bad(format!(
                 "task {} comes from another review plan (digest {}) than the first task ({}): import one project's export at a time",
@@ -153,6 +183,10 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
         }
         for label in &this.labels {
             let key = (this.image_index.clone(), label.clone());
+            if let Some(other) = asked_by.insert(key.clone(), id.clone()) {
+                let also = if other == id { "twice".to_string() } else { format!("as task {other} does") };
+                return Err(bad(format!("task {id} asks about ({}, {label}) {also}: one answer per row and reviewer", key.0)));
+            }
             if let Some(planned) = &planned {
                 if !planned.contains(&(key.0.as_str(), key.1.as_str())) {
                     return Err(bad(format!("task {} asks about ({}, {label}), which the plan does not hold", task.id, key.0)));
@@ -197,6 +231,9 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
         }
     }
 
+    // Image names and labels were checked against NIH's rules; the cells go through the
+    // spreadsheet guard all the same, as every CSV the tool writes does.
+    let safe = crate::files::spreadsheet::safe_cell;
     let mut gold = csv::Writer::from_writer(Vec::new());
     gold.write_record(["image_index", "label", "value"]).map_err(ReviewError::Csv)?;
     for ((image, label), votes) in &answers {
@@ -220,7 +257,7 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
         };
         report.gold_rows += 1;
         report.gold_present += usize::from(value == "1");
-        gold.write_record([image.as_str(), label, value]).map_err(ReviewError::Csv)?;
+        gold.write_record([safe(image), safe(label), safe(value)].iter().map(|c| c.as_bytes())).map_err(ReviewError::Csv)?;
     }
     report.agreement = agreement(&answers);
     let gold = gold.into_inner().map_err(|e| ReviewError::Csv(e.into_error().into()))?;
@@ -230,6 +267,7 @@ pub fn import(path: &Path, plan: Option<(&Path, &ReviewPlan, &str)>) -> Result<(
 /// What a task says about where it came from (written by `review export`).
 struct TaskOrigin {
     release_id: String,
+    release_manifest_sha256: String,
     split: String,
     plan_sha256: String,
     image_index: String,
@@ -253,13 +291,33 @@ fn task_origin(path: &Path, task: &ExportedTask) -> Result<TaskOrigin, ReviewErr
         .map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect::<Vec<_>>())
         .filter(|l| !l.is_empty())
         .ok_or_else(|| bad(format!("task {}: `bpals.labels` is missing or empty", task.id)))?;
+    let image_index = text(task.data.get("image_index"), "image_index")?;
+    if !crate::vocab::is_nih_image_name(&image_index) {
+        return Err(bad(format!("task {}: image_index {image_index:?} is not an NIH image name (like 00000013_005.png)", task.id)));
+    }
+    if let Some(label) = labels.iter().find(|l| crate::vocab::label_index(l).is_none()) {
+        return Err(bad(format!("task {}: label {label:?} is not one of NIH ChestX-ray14's 15 labels", task.id)));
+    }
+    let digest = |key: &str| -> Result<String, ReviewError> {
+        let value = text(bpals.get(key), &format!("bpals.{key}"))?;
+        if !is_sha256(&value) {
+            return Err(bad(format!("task {}: `bpals.{key}` is {value:?}, not a sha256 (64 lowercase hex digits, not all zero)", task.id)));
+        }
+        Ok(value)
+    };
     Ok(TaskOrigin {
         release_id: text(bpals.get("release_id"), "bpals.release_id")?,
+        release_manifest_sha256: digest("release_manifest_sha256")?,
         split: text(bpals.get("split"), "bpals.split")?,
-        plan_sha256: text(bpals.get("plan_sha256"), "bpals.plan_sha256")?,
-        image_index: text(task.data.get("image_index"), "image_index")?,
+        plan_sha256: digest("plan_sha256")?,
+        image_index,
         labels,
     })
+}
+
+/// 64 lowercase hex digits, and not the all-zero placeholder no file hashes to.
+fn is_sha256(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) && text.bytes().any(|b| b != b'0')
 }
 
 /// One annotation's answers, as (label, answer): `answer_N` answers the task's N-th label.
@@ -270,11 +328,17 @@ fn task_answers(
     annotation: &ExportedAnnotation,
 ) -> Result<Vec<(String, Answer)>, ReviewError> {
     let bad = |message: String| ReviewError::Export { path: path.into(), message };
-    let mut out = Vec::new();
+    let mut out: Vec<(String, Answer)> = Vec::new();
     for result in annotation.result.iter().filter(|r| r.kind == "choices") {
         let Some(index) = result.from_name.strip_prefix("answer_").and_then(|n| n.parse::<usize>().ok()) else {
             continue;
         };
+        if labels.get(index).is_some_and(|label| out.iter().any(|(l, _)| l == label)) {
+            return Err(bad(format!(
+                "task {}, annotation {}: `{}` is answered twice: one answer per question and reviewer",
+                task.id, annotation.id, result.from_name
+            )));
+        }
         let label = labels.get(index).ok_or_else(|| {
             bad(format!(
                 "task {}, annotation {}: `{}` answers question {index}, but the task has {}",

@@ -305,7 +305,7 @@ impl ReviewPlan {
                 &r.flags.join(";"),
                 &r.reason,
             ];
-            csv.write_record(record).map_err(ReviewError::Csv)?;
+            csv.write_record(record.iter().map(|c| crate::files::spreadsheet::safe_cell(c).into_owned())).map_err(ReviewError::Csv)?;
         }
         let csv = csv.into_inner().map_err(|e| ReviewError::Csv(e.into_error().into()))?;
         Ok((json, csv))

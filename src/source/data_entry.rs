@@ -52,7 +52,7 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
         let bad = |message: String| row.error(message);
         let field = |i: usize| row.field(i);
         let image_index = field(0).to_string();
-        if !is_image_index(&image_index) {
+        if !crate::vocab::is_nih_image_name(&image_index) {
             return Err(bad(format!("image index {image_index:?} is not of the form 00000001_000.png")));
         }
         let labels = parse_labels(field(1)).map_err(|e| bad(e.to_string()))?;
@@ -92,11 +92,6 @@ pub fn read(path: &Path) -> Result<Vec<DataEntryRow>, SourceError> {
         });
     }
     Ok(rows)
-}
-
-fn is_image_index(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 16 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'_' && b[9..12].iter().all(u8::is_ascii_digit) && &s[12..] == ".png"
 }
 
 /// What is wrong with a `Finding Labels` cell.
