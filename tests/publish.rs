@@ -319,3 +319,28 @@ fn a_timed_out_commit_that_lands_later_is_not_duplicated() {
     assert_eq!(hub.release_commits(REPO), 1);
     assert_eq!(repo.tags["s1a-v1.0.0"], repo.head().sha);
 }
+
+/// `verify --remote` without `--download` takes each LFS file's sha256 from the Hub's ETag: it
+/// says so in its ok line, and a Hub serving other bytes under the old ETag is caught only by
+/// `--download`, which hashes every byte.
+#[test]
+fn verify_remote_says_what_it_trusted_and_download_catches_swapped_bytes() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    publish(&hub, &dir, &[]).success();
+    let shard = "data/trial-00000-of-00001.parquet";
+    let mut bytes = std::fs::read(dir.join(shard)).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    hub.swap_bytes_keeping_etag(REPO, shard, &bytes);
+    let a = bin().env("HF_TOKEN", TOKEN).args(["verify", "--remote", REPO, "--endpoint", &hub.url]).assert().success();
+    let out = stdout(&a);
+    assert!(out.starts_with("ok: release s1a 1.0.0") && out.contains("by the sha256 the Hub states for them"), "{out}");
+    assert!(out.contains("not downloaded") && out.contains("trusts the Hub") && out.contains("--download"), "{out}");
+    let back = s.path("downloaded");
+    let a =
+        bin().env("HF_TOKEN", TOKEN).args(["verify", "--remote", REPO, "--endpoint", &hub.url, "--download"]).arg(&back).assert().failure();
+    let out = stdout(&a);
+    assert!(out.contains("FAILED: release s1a") && out.contains(shard), "{out}");
+}

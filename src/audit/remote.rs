@@ -44,11 +44,22 @@ impl std::fmt::Display for RemoteVerifyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let at = format!("{}@{} ({})", self.repo, self.revision, crate::hub::short(&self.commit));
         if self.problems.is_empty() {
-            writeln!(
-                f,
-                "ok: release {} {} at {at}: {} files match the manifest ({} by the Hub's sha256 ETag, {} downloaded and hashed)",
-                self.release_id, self.version, self.files_checked, self.by_etag, self.by_download
-            )?;
+            let ok = format!("ok: release {} {} at {at}: {} files match the manifest", self.release_id, self.version, self.files_checked);
+            if self.by_etag == 0 {
+                writeln!(f, "{ok}, every one downloaded and hashed")?;
+            } else {
+                writeln!(
+                    f,
+                    "{ok}: {} by the sha256 the Hub states for them (their ETags), {} downloaded and hashed",
+                    self.by_etag, self.by_download
+                )?;
+                writeln!(
+                    f,
+                    "note: those {} were not downloaded: this trusts the Hub to serve the bytes its ETags state; \
+                     --download DIR fetches and hashes every byte",
+                    self.by_etag
+                )?;
+            }
         } else {
             writeln!(f, "FAILED: release {} at {at}: {} problem(s)", self.release_id, self.problems.len())?;
             self.problems.iter().try_for_each(|p| writeln!(f, "  {p}"))?;

@@ -78,6 +78,9 @@ pub struct HubState {
     pub auth_headers: Vec<String>,
     /// Gated repos' access requests: repo id -> lower-cased username -> request.
     pub access: BTreeMap<String, BTreeMap<String, AccessRequest>>,
+    /// (repo key, path) -> the sha256 its ETag keeps stating after its bytes were swapped: a
+    /// storage fault, or a Hub that lies, which only a download can catch.
+    stale_etags: BTreeMap<(String, String), String>,
 }
 
 pub struct FakeHub {
@@ -144,6 +147,16 @@ impl FakeHub {
         let parent = repo.head().sha.clone();
         let sha = hex::encode(sha1::Sha1::digest(format!("tamper {parent} {path}").as_bytes()));
         repo.commits.push(Commit { sha, parent: Some(parent), message: format!("edit {path}"), files });
+    }
+
+    /// Replaces an LFS file's bytes in the head commit with others of the same length, while
+    /// its ETag keeps stating the old sha256.
+    pub fn swap_bytes_keeping_etag(&self, id: &str, path: &str, bytes: &[u8]) {
+        let mut s = self.state.lock().unwrap();
+        let commit = s.repos.get_mut(id).unwrap().commits.last_mut().unwrap();
+        let old = commit.files.insert(path.to_string(), bytes.to_vec()).unwrap();
+        assert_eq!(old.len(), bytes.len(), "the same length, so the size still matches");
+        s.stale_etags.insert((id.to_string(), path.to_string()), sha256(&old));
     }
 
     /// Creates a model repo holding `files` in one commit; returns the commit sha.
@@ -603,7 +616,7 @@ async fn resolve_in(state: Shared, method: Method, headers: HeaderMap, key: &str
         .header("content-length", bytes.len())
         .header("content-type", "application/octet-stream");
     if is_lfs(path) {
-        let digest = sha256(bytes);
+        let digest = s.stale_etags.get(&(key.to_string(), path.to_string())).cloned().unwrap_or_else(|| sha256(bytes));
         response = response
             .header("etag", format!("\"{digest}\""))
             .header("x-linked-etag", format!("\"{digest}\""))
