@@ -371,3 +371,27 @@ fn a_curated_list_that_is_wrong_is_named_with_what_was_expected() {
     let err = case("list_garbage", "not an image\n", None, 1);
     assert!(err.contains("line 1: \"not an image\" is not an NIH image name"), "{err}");
 }
+
+/// A spec's words reach the card as text: a bidirectional override is refused when the spec is
+/// read (it shows one title and stores another), and HTML or a `javascript:` link in a title
+/// or a question is written so that it renders as the characters it is.
+#[test]
+fn spec_text_cannot_put_html_links_or_reordered_text_into_the_card() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "bidi.yaml", "release:\n  title: \"Trial release \u{202E}txet desrever\"\n");
+    let err = failing_build(&s, &spec);
+    assert!(err.contains("key `release.title`") && err.contains("U+202E") && err.contains("bidirectional"), "{err}");
+
+    let hostile = "<script>alert(1)</script> [docs](javascript:alert(1)) <img src=x onerror=alert(1)>";
+    let spec = derived_spec(&s, "html.yaml", &format!("release:\n  title: \"{hostile}\"\n"));
+    let out = s.path("html");
+    build(&spec, &out, &s.cache(), &[]).success();
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let body = card.split("\n---\n").nth(1).unwrap();
+    assert!(!body.contains("<script>") && !body.contains("<img") && !body.contains("](javascript:"), "{}", &body[..400]);
+    assert!(
+        body.contains("# &lt;script>alert(1)&lt;/script> [docs]\\(javascript:alert(1)) &lt;img src=x onerror=alert(1)>"),
+        "{}",
+        &body[..400]
+    );
+}

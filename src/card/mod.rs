@@ -5,6 +5,7 @@ pub mod citation;
 pub mod croissant;
 mod front_matter;
 pub mod location_plots;
+pub mod markdown;
 pub mod narrative;
 pub mod plots;
 
@@ -187,6 +188,12 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(true);
+    // Every printed string is text (see `markdown`), unless the template marks it otherwise.
+    env.set_formatter(|out, state, value| match value.as_str() {
+        Some(s) if !value.is_safe() => out.write_str(&markdown::text(s)).map_err(minijinja::Error::from),
+        _ => minijinja::escape_formatter(out, state, value),
+    });
+    env.add_filter("code", |value: minijinja::Value| minijinja::Value::from_safe_string(markdown::code(&value.to_string())));
     let template_err = |name: &str, e: minijinja::Error| CardError::Template { path: dir.join(name), message: format!("{e:#}") };
     let pledge = PledgeCard::new(input.spec);
     let license_name = format!("licenses/{}.md", input.spec.release.tier.name());

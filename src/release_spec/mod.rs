@@ -17,6 +17,7 @@ pub mod narrative;
 mod pledge;
 mod resolve;
 pub mod series;
+mod text;
 mod types;
 
 use std::fmt;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 pub use layer::{Addition, Backend, Compression, DemoWeights, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
 pub use pledge::{PledgeLayer, PledgeSpec, PledgeStep};
+pub use text::is_bidi_control;
 pub use types::*;
 
 /// Where a problem sits: a file, the line if known, and the dotted key.
@@ -133,6 +135,7 @@ pub fn load(path: &Path) -> Result<ReleaseSpec, SpecError> {
 pub fn load_with_env(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<ReleaseSpec, SpecError> {
     let chain = load_chain(path)?;
     let spec = resolve::resolve(&chain, &env)?;
+    text::check(&spec)?;
     gates::check_static(&spec)?;
     Ok(spec)
 }
