@@ -165,3 +165,33 @@ fn the_engine_families_stand_on_the_shared_config_types_and_point_nowhere_up() {
         }
     }
 }
+
+/// The repository's tracked files travel with every run on a GPU node, where at most 64 MiB
+/// arrive in all and the bundle (`scripts/gpu-bundle`) takes up to 32 MiB of them: the tracked
+/// files stay under 24 MiB. Goldens hold the values their tests compare
+/// (fixtures/vlm/gen_tiny_models.py, thin_goldens); larger references are made at test time.
+#[test]
+fn the_tracked_files_stay_under_24_mib() {
+    const LIMIT: u64 = 24 << 20;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed = std::process::Command::new("git").args(["ls-files", "-z"]).current_dir(root).output();
+    let Some(listed) = listed.ok().filter(|o| o.status.success()) else {
+        eprintln!("not a git checkout: the size of the tracked files is not checked");
+        return;
+    };
+    let mut sizes: Vec<(u64, String)> = listed
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .filter_map(|p| std::fs::symlink_metadata(root.join(&p)).ok().map(|m| (m.len(), p)))
+        .collect();
+    let total: u64 = sizes.iter().map(|(n, _)| n).sum();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let largest: Vec<String> = sizes.iter().take(8).map(|(n, p)| format!("  {n:>10} {p}")).collect();
+    assert!(
+        total <= LIMIT,
+        "the tracked files hold {total} bytes, more than {LIMIT} (24 MiB); the largest:\n{}",
+        largest.join("\n")
+    );
+}
