@@ -26,5 +26,11 @@ fn main() {
     // torch-sys (links = "tch") reports where it found libtorch.
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+        // The PyTorch wheel it came from says its version beside it (torch/version.py), for
+        // `doctor`: which libtorch the binary was built against.
+        let version = std::path::Path::new(&lib).parent().map(|torch| torch.join("version.py"));
+        let text = version.and_then(|path| std::fs::read_to_string(path).ok()).unwrap_or_default();
+        let built = text.lines().find_map(|l| l.strip_prefix("__version__ = ")).map(|v| v.trim().trim_matches('\'').to_string());
+        println!("cargo:rustc-env=BPALS_LIBTORCH_BUILT={}", built.unwrap_or_else(|| "unknown".into()));
     }
 }

@@ -141,10 +141,25 @@ fn bad_images_and_models_get_clear_errors() {
 
 #[test]
 fn doctor_reports_the_machine_and_never_the_token() {
-    let a = bin().env("HF_TOKEN", "hf_secretDOCTORtoken123").args(["doctor"]).arg(spec("s1a.yaml")).assert().success();
+    let a = bin().env("HF_TOKEN", "hf_secretDOCTORtoken123").args(["doctor", "--json"]).arg(spec("s1a.yaml")).assert().success();
     let out = stdout(&a);
     assert!(!out.contains("hf_secretDOCTORtoken123"));
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["libtorch"]["built_against"], "2.13.0+cu130", "the PyTorch of scripts/requirements-torch.txt");
+    assert!(r["libtorch"]["loaded_from"].as_str().unwrap().ends_with("torch/lib"), "{r}");
+    assert_eq!(r["libtorch"]["version"], r["libtorch"]["built_against"]);
+    assert_eq!(r["next_command"], format!("bpals-release build {}", spec("s1a.yaml").display()));
+
+    // In words, by default: the engine, libtorch and where it came from, the GPU, what a GPU run
+    // lacks, and the next command; never the token.
+    let a = bin().env("HF_TOKEN", "hf_secretDOCTORtoken123").arg("doctor").arg(spec("s1a.yaml")).assert().success();
+    let words = stdout(&a);
+    assert!(!words.contains("hf_secretDOCTORtoken123"));
+    assert!(words.contains("with the VLM engine") && words.contains("libtorch 2.13.0+cu130 from "), "{words}");
+    assert!(words.contains("this binary was built against 2.13.0+cu130"), "{words}");
+    assert!(words.contains("GPU: none visible to libtorch") && words.contains("missing for a GPU run: a GPU"), "{words}");
+    assert!(words.contains("Hub token: HF_TOKEN") && words.contains("Spec's model: bpals/tiny-qwen2-vl-synthetic@trained-v1"), "{words}");
+    assert!(words.trim_end().ends_with(&format!("  bpals-release build {}", spec("s1a.yaml").display())), "{words}");
     assert_eq!(r["vlm_feature"], true);
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));

@@ -160,7 +160,8 @@ fn a_template_with_a_thinking_switch_is_rendered_with_it_off_for_scores() {
     assert_ne!(off.input_ids, on.input_ids);
 
     // doctor --model shows what the template reads and what the tool sets.
-    let a = bin().arg("doctor").arg("--model").arg(s.path("model")).args(["--question", "Is there an effusion?"]).assert().success();
+    let a =
+        bin().args(["doctor", "--json", "--model"]).arg(s.path("model")).args(["--question", "Is there an effusion?"]).assert().success();
     let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
     let m = &report["model_dir"];
     assert_eq!((m["family"].as_str(), m["template_reads"].clone()), (Some("qwen2_5_vl"), serde_json::json!(["enable_thinking"])));

@@ -18,6 +18,9 @@ pub struct DoctorArgs {
     /// The question whose prompt `--model` shows.
     #[arg(long, requires = "model", default_value = "Is there a pleural effusion in this chest X-ray?")]
     question: String,
+    /// The whole report as JSON (every field), instead of the summary in words.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -27,6 +30,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         // A directory the engine would refuse fails here with the engine's own message.
         report.model_dir = Some(doctor::model_dir(dir, &args.question)?);
     }
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
     Ok(ExitCode::SUCCESS)
 }

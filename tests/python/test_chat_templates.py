@@ -69,7 +69,7 @@ def model_with_template(tmp_path, fixture, template_text):
 
 
 def doctor(model, question):
-    run = subprocess.run([BIN, "doctor", "--model", str(model), "--question", question], capture_output=True, text=True)
+    run = subprocess.run([BIN, "doctor", "--json", "--model", str(model), "--question", question], capture_output=True, text=True)
     return run
 
 

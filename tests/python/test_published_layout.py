@@ -40,7 +40,7 @@ def model_dir(request, tmp_path_factory):
 
 
 def test_the_engine_reads_the_published_layout_with_the_published_ids(model_dir):
-    run = subprocess.run([BIN, "doctor", "--model", str(model_dir), "--question", QUESTION], capture_output=True, text=True)
+    run = subprocess.run([BIN, "doctor", "--json", "--model", str(model_dir), "--question", QUESTION], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)["model_dir"]
     assert report["family"] == model_dir.name
