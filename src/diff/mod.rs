@@ -36,6 +36,10 @@ pub struct Agreement {
     /// Pearson correlation of `confidence`.
     pub confidence_pearson: Option<f64>,
     pub mean_abs_confidence_change: Option<f64>,
+    /// The largest change of one question's p_yes, and of one raw logit, over the questions
+    /// both rows hold (the numeric drift of a rerun on other hardware, say).
+    pub max_abs_p_yes_change: Option<f64>,
+    pub max_abs_logit_change: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -144,7 +148,27 @@ fn agreement(pairs: &[(&ReleaseRow, &ReleaseRow)]) -> Agreement {
         kappa: cohen_kappa(&labels, TrustClass::ALL.len() + 1),
         confidence_pearson: pearson(&ca, &cb),
         mean_abs_confidence_change: (n > 0).then(|| ca.iter().zip(&cb).map(|(x, y)| (x - y).abs()).sum::<f64>() / n as f64),
+        max_abs_p_yes_change: largest(pairs, |x, y, i| (p_yes(x, i) - p_yes(y, i)).abs()),
+        max_abs_logit_change: largest(pairs, |x, y, i| {
+            let d = |a: f32, b: f32| (f64::from(a) - f64::from(b)).abs();
+            d(x.logit_yes[i], y.logit_yes[i]).max(d(x.logit_no[i], y.logit_no[i]))
+        }),
     }
+}
+
+/// A row's i-th question's p_yes, from its shipped logits.
+fn p_yes(row: &ReleaseRow, i: usize) -> f64 {
+    crate::vlm::YesNo { logit_yes: row.logit_yes[i], logit_no: row.logit_no[i] }.p_yes()
+}
+
+/// The largest `change` over every question both rows of each pair hold (total over floats: a
+/// NaN counts as the largest).
+fn largest(pairs: &[(&ReleaseRow, &ReleaseRow)], change: impl Fn(&ReleaseRow, &ReleaseRow, usize) -> f64) -> Option<f64> {
+    pairs
+        .iter()
+        .flat_map(|(x, y)| (0..x.logit_yes.len().min(y.logit_yes.len())).map(move |i| (*x, *y, i)))
+        .map(|(x, y, i)| change(x, y, i))
+        .max_by(f64::total_cmp)
 }
 
 /// Cohen's kappa of two raters over `k` categories: (p_o - p_e) / (1 - p_e). When both raters

@@ -43,6 +43,12 @@ pub fn to_markdown(d: &DiffReport) -> String {
     for (label, a) in &d.per_label {
         md.push_str(&row(label, a));
     }
+    let small = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.2e}"));
+    md.push_str(&format!(
+        "\nLargest change of one question: {} in p_yes, {} in a raw logit.\n",
+        small(d.overall.max_abs_p_yes_change),
+        small(d.overall.max_abs_logit_change)
+    ));
     md.push_str("\n**Class transitions** (rows; A down, B across):\n\n| A \\ B |");
     let names: Vec<&str> = TrustClass::ALL.iter().map(|c| c.name()).collect();
     for n in &names {
