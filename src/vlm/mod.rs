@@ -32,6 +32,8 @@ pub mod model;
 #[cfg(feature = "vlm")]
 pub mod pixels;
 #[cfg(feature = "vlm")]
+pub mod preparation;
+#[cfg(feature = "vlm")]
 mod text;
 #[cfg(feature = "vlm")]
 pub mod throughput;

@@ -4,6 +4,7 @@
 pub mod generation;
 pub mod labeler;
 pub mod pipeline;
+pub mod prep;
 pub mod scoring;
 
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ enum BenchCommand {
     Scoring(scoring::BenchScoringArgs),
     /// The report labeler's precision and recall on the OpenI reports (see benches/labeler.sh).
     Labeler(labeler::BenchLabelerArgs),
+    /// Image preparation (PNG decode, resize, normalisation) on 1, 4 and all CPU threads: whether
+    /// the CPUs or the GPU bound a full run (the GPU bundle's runner runs it).
+    Prep(prep::BenchPrepArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -35,6 +39,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Generation(a) => generation::run(a),
         BenchCommand::Scoring(a) => scoring::run(a),
         BenchCommand::Labeler(a) => labeler::run(a),
+        BenchCommand::Prep(a) => prep::run(a),
     }
 }
 

@@ -1,0 +1,52 @@
+//! `bpals-release bench prep`: images per second of PNG decode, resize and normalisation on 1, 4
+//! and all CPU threads, with a model's preprocessor config; JSON on stdout.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Args)]
+pub struct BenchPrepArgs {
+    /// The model's preprocessor_config.json (patch size, pixel bounds, normalisation).
+    #[arg(long)]
+    pub preprocessor: PathBuf,
+    /// Images prepared per run (made here, 1024 x 1024 greyscale like NIH's).
+    #[arg(long, default_value_t = 64)]
+    pub images: usize,
+    #[arg(long, default_value_t = 1024)]
+    pub size: u32,
+    /// Thread counts to time, comma-separated [default: 1, 4 and every CPU].
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+}
+
+pub fn run(args: BenchPrepArgs) -> Result<ExitCode> {
+    #[cfg(feature = "vlm")]
+    {
+        use anyhow::Context;
+        use bpals_release::vlm::{preparation, PreprocessorConfig};
+        let text = std::fs::read_to_string(&args.preprocessor).with_context(|| format!("reading {}", args.preprocessor.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", args.preprocessor.display()))?;
+        let pre = PreprocessorConfig::from_json(&json)
+            .map_err(|e| anyhow::anyhow!("{}: key `{}`: {}", args.preprocessor.display(), e.key, e.message))?;
+        let threads = if args.threads.is_empty() {
+            let all = std::thread::available_parallelism().map_or(1, usize::from);
+            let mut t = vec![1, 4.min(all), all];
+            t.dedup();
+            t
+        } else {
+            args.threads
+        };
+        let report = preparation::run(&pre, args.images, args.size, &threads)?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "vlm"))]
+    {
+        let _ = args;
+        Err(crate::cli::engine::no_vlm())
+    }
+}
