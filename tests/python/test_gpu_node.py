@@ -1,0 +1,94 @@
+"""The GPU-node bundle's runner (scripts/gpu-node/run), around the project's debug binary: the
+bundle's folder assembled by scripts/gpu-bundle --binary --unpacked, its CPU references made,
+then the runner's small CPU steps as a node would run them, and its refusals: a mismatched
+PyTorch, a Python without torch, --device cuda with no GPU.
+
+The release bundle for PyTorch 2.11 is built and proven by benches/gpu-node-cpu.sh, outside the
+suite (a second release build and two PyTorch installs; see docs/src/publisher/gpu-nodes.md).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
+TORCH = torch.__version__.split("+")[0]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle")
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    run = subprocess.run([os.path.join(ROOT, "scripts", "gpu-bundle"), "--torch", TORCH, "--binary", BIN, "--unpacked", "--out", str(out)],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    folder = out / f"bpals-release-gpu-torch{TORCH}"
+    assert folder.is_dir() and os.access(folder / "run", os.X_OK), run.stderr
+    return folder
+
+
+def runner(bundle, *args, python=sys.executable):
+    return subprocess.run([python, str(bundle / "run"), *map(str, args)], capture_output=True, text=True)
+
+
+def test_the_bundle_carries_its_references_and_what_it_runs(bundle):
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert meta["torch"] == TORCH and meta["format"] == "bpals-gpu-bundle/1"
+    parity = json.loads((bundle / "refs" / "parity.json").read_text())
+    assert set(parity) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_untied", "qwen3_5", "qwen3_5_untied", "trained/qwen2_vl"}
+    for family in parity.values():
+        assert len(family["f32"]) == 2 and all(len(questions) == 3 for questions in family["f32"].values())
+        assert 0 < family["cpu_bf16_diff"]["logit"] < 1, "bf16 on the CPU is near f32, and not equal to it"
+    assert (bundle / "refs" / "s1a-cpu" / "manifest.json").is_file()
+    assert not list(bundle.glob("fixtures/vlm/**/goldens.safetensors")), "the references are the engine's CPU values, not goldens"
+
+
+def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
+    out = tmp_path / "out"
+    run = runner(bundle, "--device", "cpu", "--out", out, "--quick")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and list(report["steps"]) == ["parity", "demo", "throughput", "prep"]
+    parity = report["steps"]["parity"]["results"]
+    f32 = [r for r in parity if r["dtype"] == "f32"]
+    assert len(f32) == 7 and all(r["max_logit_diff"] <= 1e-5 for r in f32), "the same binary and libtorch on the same CPU"
+    assert all(0 < r["max_logit_diff"] <= r["logit_tolerance"] for r in parity if r["dtype"] == "bf16")
+    demo = report["steps"]["demo"]
+    assert demo["rows"] == demo["same_class"] == 776 and demo["max_abs_p_yes_change"] == 0.0, demo
+    throughput = report["steps"]["throughput"]["results"][0]
+    assert throughput["config"] == "qwen2_5_vl_7b" and throughput["text_layers"] == 1 and throughput["images_per_second"] > 0
+    prep = report["steps"]["prep"]
+    assert prep["resized"] == [1036, 1036] and prep["runs"][0]["threads"] == 1 and prep["runs"][0]["images_per_second"] > 0
+    assert "logits within" in run.stdout and run.stdout.rstrip().endswith("report.json")
+
+
+def test_a_pytorch_of_another_version_is_refused_in_one_line(bundle, tmp_path):
+    copy = tmp_path / "other"
+    shutil.copytree(bundle, copy, symlinks=True, ignore=shutil.ignore_patterns("fixtures", "refs", "bin"))
+    meta = json.loads((copy / "bundle.json").read_text())
+    meta["torch"] = "2.11.0"
+    (copy / "bundle.json").write_text(json.dumps(meta))
+    run = runner(copy, "--device", "cpu", "--out", tmp_path / "out")
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: this bundle's engine was built for PyTorch 2.11.0"), run.stderr
+    assert f"has PyTorch {torch.__version__}" in lines[0] and f"scripts/gpu-bundle --torch {TORCH}" in lines[0]
+
+
+def test_a_python_without_torch_and_a_missing_gpu_are_refused_in_one_line(bundle, tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    run = runner(bundle, "--device", "cpu", "--out", tmp_path / "out", python=bare / "bin" / "python")
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "cannot import torch" in run.stderr and f"PyTorch {TORCH}" in run.stderr
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    run = runner(bundle, "--device", "cuda", "--out", tmp_path / "out")
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "--device cuda: PyTorch" in run.stderr and "sees no CUDA device" in run.stderr
+    assert not (tmp_path / "out").exists(), "nothing is written before the device is known"
