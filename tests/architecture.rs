@@ -189,9 +189,5 @@ fn the_tracked_files_stay_under_24_mib() {
     let total: u64 = sizes.iter().map(|(n, _)| n).sum();
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     let largest: Vec<String> = sizes.iter().take(8).map(|(n, p)| format!("  {n:>10} {p}")).collect();
-    assert!(
-        total <= LIMIT,
-        "the tracked files hold {total} bytes, more than {LIMIT} (24 MiB); the largest:\n{}",
-        largest.join("\n")
-    );
+    assert!(total <= LIMIT, "the tracked files hold {total} bytes, more than {LIMIT} (24 MiB); the largest:\n{}", largest.join("\n"));
 }
