@@ -51,11 +51,11 @@ echo "runner: $(( $(date +%s) - start )) s; report: $node/out/report.json"
 [ "$before" = "$(find "$bundle" -type f | sort | xargs sha256sum | sha256sum)" ] || { echo "error: the runner changed its own folder" >&2; exit 1; }
 
 step "5. refusals"
-other="$(python3 - <<'PY'
+other="$(python3 - "$bundle/bundle.json" <<'PY'
 import json, sys
 print("2.13.0" if json.load(open(sys.argv[1]))["torch"] != "2.13.0" else "none", end="")
 PY
-"$bundle/bundle.json")"
+)"
 if [ "$other" = 2.13.0 ] && [ -x "${BPALS_VENV:-$HOME/.cache/bpals/venv}/bin/python" ]; then
   if "${bare[@]}" "${BPALS_VENV:-$HOME/.cache/bpals/venv}/bin/python" "$bundle/run" --device cpu --out "$node/out2" 2>"$node/err"; then
     echo "error: a mismatched PyTorch was not refused" >&2
