@@ -11,7 +11,7 @@
 #
 #   benches/gpu-node-cpu.sh [VERSION]        (default 2.11.0, what the GPU nodes we can use have)
 #
-# Not in the suite: the first run builds a second release binary (about 25 minutes on 2 cores)
+# Not in the suite: the first run builds a second release binary (11 to 28 minutes on 2 cores)
 # and installs PyTorch twice (4.6 GB each); later runs reuse the build (~/.cache/bpals).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
