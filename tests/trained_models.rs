@@ -172,7 +172,7 @@ fn batched_generation_equals_one_at_a_time(family: &str) {
     let mut encoded = Vec::new();
     for name in images {
         let image = image::open(repo().join("fixtures/sample/images").join(name)).unwrap();
-        let (pixel_values, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, model.device).unwrap();
+        let (pixel_values, grid) = pixels::pixel_values(&image, &dir.preprocessor, model.device).unwrap();
         encoded.push((model.encode_image(&pixel_values, grid), grid));
     }
     let batch: Vec<GenerationImage> = encoded.iter().map(|(e, g)| GenerationImage { features: e, grid: *g }).collect();

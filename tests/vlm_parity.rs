@@ -111,7 +111,7 @@ fn rows_of_different_images_decode_together_as_alone() {
             .iter()
             .map(|file| {
                 let image = image::open(fixture(family).join("goldens").join(file)).unwrap();
-                let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, Device::Cpu).unwrap();
+                let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
                 (model.encode_image(&pixels, grid), grid)
             })
             .collect();
@@ -137,7 +137,7 @@ fn parity(family: &str) {
     for case in g["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let image = image::open(fixture(family).join("goldens").join(case["image"].as_str().unwrap())).unwrap();
-        let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, dir.rescale_factor, Device::Cpu).unwrap();
+        let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
         let d = golden_diff(&t, &format!("{name}.pixel_values"), &pixels).unwrap();
         assert!(d <= 1e-5, "{name}: pixel values differ by {d}");
         assert_eq!(ids(&case["image_grid_thw"]), [grid.0 as u32, grid.1 as u32, grid.2 as u32], "{name}: patch grid");

@@ -33,7 +33,6 @@ pub struct NativeScorer {
 
 struct PixelSettings {
     preprocessor: crate::vlm::PreprocessorConfig,
-    rescale_factor: f64,
     device: tch::Device,
 }
 
@@ -96,7 +95,7 @@ impl NativeScorer {
             "merge_size": p.merge_size,
             "image_mean": p.image_mean,
             "image_std": p.image_std,
-            "rescale_factor": engine.dir.rescale_factor,
+            "rescale_factor": p.rescale_factor,
             "chat_template_sha256": crate::hashing::sha256_hex(engine.dir.chat_template.as_bytes()),
             "tokenizer_sha256": digest("tokenizer.json")?,
             // Every other file the engine reads for a score, whole: an edited rope_theta or
@@ -120,7 +119,7 @@ impl NativeScorer {
             preprocessing,
             generation: generation_inputs(&engine.dir.path)?,
         };
-        let pixels = PixelSettings { preprocessor: p.clone(), rescale_factor: engine.dir.rescale_factor, device: engine.model.device };
+        let pixels = PixelSettings { preprocessor: p.clone(), device: engine.model.device };
         let family = engine.dir.config.family;
         let replicas = if engine.model.device == tch::Device::Cpu { workers.max(1) } else { 1 };
         let mut engines = vec![Mutex::new(first)];
@@ -155,9 +154,9 @@ impl Scorer for NativeScorer {
         if self.pixels.device == tch::Device::Cpu {
             tch::set_num_threads(1);
         }
-        let PixelSettings { preprocessor, rescale_factor, device } = &self.pixels;
-        let (pixel_values, grid) = pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device)
-            .map_err(engine_err(format!("image {}", image.name)))?;
+        let PixelSettings { preprocessor, device } = &self.pixels;
+        let (pixel_values, grid) =
+            pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name)))?;
         // Each pool thread has its own engine on the CPU; on a GPU all share the one.
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
@@ -188,13 +187,10 @@ impl Scorer for NativeScorer {
         if self.pixels.device == tch::Device::Cpu {
             tch::set_num_threads(1);
         }
-        let PixelSettings { preprocessor, rescale_factor, device } = &self.pixels;
+        let PixelSettings { preprocessor, device } = &self.pixels;
         let pixel_values = images
             .iter()
-            .map(|image| {
-                pixels::pixel_values(image.image, preprocessor, *rescale_factor, *device)
-                    .map_err(engine_err(format!("image {}", image.name)))
-            })
+            .map(|image| pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name))))
             .collect::<Result<Vec<_>, _>>()?;
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;

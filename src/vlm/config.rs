@@ -232,6 +232,9 @@ pub struct PreprocessorConfig {
     pub merge_size: usize,
     pub image_mean: [f64; 3],
     pub image_std: [f64; 3],
+    /// What 8-bit pixel values are multiplied by before normalising (1/255 when the file does not
+    /// say; transformers folds it into the mean and std).
+    pub rescale_factor: f64,
     /// Whether the file gives the bounds as `size.shortest_edge` / `size.longest_edge`: errors
     /// name the keys it uses.
     #[serde(skip)]
@@ -264,6 +267,10 @@ impl PreprocessorConfig {
             merge_size: usize_at(&r, "merge_size")?,
             image_mean: triple("image_mean")?,
             image_std: triple("image_std")?,
+            rescale_factor: match root.get("rescale_factor") {
+                None | Some(Value::Null) => 1.0 / 255.0,
+                Some(v) => v.as_f64().ok_or_else(|| err("rescale_factor", format!("{v}: expected a finite number above 0")))?,
+            },
             bounds_in_size: root.get("min_pixels").and_then(Value::as_u64).is_none() && size.is_some(),
         };
         for (key, n) in
@@ -279,6 +286,7 @@ impl PreprocessorConfig {
         if let Some(bad) = config.image_std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
             return Err(err("image_std", format!("{bad}: expected a finite number above 0 (pixels are divided by it)")));
         }
+        positive("rescale_factor", config.rescale_factor)?;
         config.check_bounds()?;
         Ok(config)
     }

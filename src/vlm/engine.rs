@@ -194,7 +194,7 @@ impl Engine {
             what: "a decodable image (truncated or corrupt?)",
             source: e.into(),
         })?;
-        let (pixel_values, grid) = pixels::pixel_values(&image, &self.dir.preprocessor, self.dir.rescale_factor, self.model.device)?;
+        let (pixel_values, grid) = pixels::pixel_values(&image, &self.dir.preprocessor, self.model.device)?;
         let merge = self.dir.config.vision.spatial_merge_size;
         let p = self.dir.preprocessor.patch_size;
         let info = ImageInfo {

@@ -45,8 +45,6 @@ pub struct ModelDir {
     pub template: ChatTemplate,
     /// `model.safetensors`, or every shard named by `model.safetensors.index.json`, sorted.
     pub weights: Vec<PathBuf>,
-    /// The 1/255 the processor rescales by (transformers folds it into the mean and std).
-    pub rescale_factor: f64,
     /// Token ids that end a generated answer (from generation_config.json, else config.json).
     pub eos_token_ids: Vec<u32>,
     /// Each question's prompt, rendered and tokenized on first use (a run asks a few dozen).
@@ -107,16 +105,6 @@ impl ModelDir {
         let (chat_template, chat_template_source) = chat_template(dir)?;
         let template = ChatTemplate::compile(chat_template.clone(), dir.join(chat_template_source.file()).display().to_string())?;
         let weights = weight_files(dir)?;
-        let rescale_factor = match read_json(&pre_path)?.get("rescale_factor") {
-            None | Some(Value::Null) => 1.0 / 255.0,
-            Some(v) => match v.as_f64() {
-                Some(f) if f.is_finite() && f > 0.0 => f,
-                _ => {
-                    let error = super::config::err("rescale_factor", format!("{v}: expected a finite number above 0"));
-                    return Err(VlmError::Config { path: pre_path, error });
-                }
-            },
-        };
         let eos_token_ids = eos_ids(dir)?;
         Ok(ModelDir {
             path: dir.into(),
@@ -127,7 +115,6 @@ impl ModelDir {
             chat_template_source,
             template,
             weights,
-            rescale_factor,
             eos_token_ids,
             prompts: Mutex::default(),
         })

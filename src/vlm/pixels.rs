@@ -35,12 +35,7 @@ pub fn to_rgb(image: &DynamicImage) -> image::RgbImage {
 }
 
 /// `pixel_values` (patches x (C * T * P * P), f32) and the patch grid (t, h, w).
-pub fn pixel_values(
-    image: &DynamicImage,
-    pre: &PreprocessorConfig,
-    rescale_factor: f64,
-    device: Device,
-) -> Result<(Tensor, (usize, usize, usize)), VlmError> {
+pub fn pixel_values(image: &DynamicImage, pre: &PreprocessorConfig, device: Device) -> Result<(Tensor, (usize, usize, usize)), VlmError> {
     let rgb = to_rgb(image);
     let (height, width) = (rgb.height() as usize, rgb.width() as usize);
     let (rh, rw) = smart_resize(height, width, pre.factor(), pre.min_pixels, pre.max_pixels)?;
@@ -53,8 +48,8 @@ pub fn pixel_values(
         if (rh, rw) == (height, width) { chw } else { chw.internal_upsample_bicubic2d_aa([rh as i64, rw as i64], false, None, None) };
     let resized = resized.to_kind(Kind::Float);
     // transformers folds the 1/255 rescale into the mean and std (in f64, then f32).
-    let mean: Vec<f32> = pre.image_mean.iter().map(|m| (m / rescale_factor) as f32).collect();
-    let std: Vec<f32> = pre.image_std.iter().map(|s| (s / rescale_factor) as f32).collect();
+    let mean: Vec<f32> = pre.image_mean.iter().map(|m| (m / pre.rescale_factor) as f32).collect();
+    let std: Vec<f32> = pre.image_std.iter().map(|s| (s / pre.rescale_factor) as f32).collect();
     let mean = Tensor::from_slice(&mean).view([1, 3, 1, 1]);
     let std = Tensor::from_slice(&std).view([1, 3, 1, 1]);
     let normalized = (resized - mean) / std;

@@ -70,7 +70,7 @@ pub fn run(pre: &PreprocessorConfig, images: usize, size: u32, threads: &[usize]
         tch::set_num_threads(1);
         let image = image::load_from_memory_with_format(png, ImageFormat::Png)
             .map_err(|e| VlmError::Input(format!("decoding a synthetic PNG: {e}")))?;
-        let (_, grid) = pixels::pixel_values(&image, pre, 1.0 / 255.0, Device::Cpu)?;
+        let (_, grid) = pixels::pixel_values(&image, pre, Device::Cpu)?;
         Ok(grid)
     };
     let grid = prepare(&pngs[0])?;

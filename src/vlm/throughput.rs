@@ -202,7 +202,7 @@ pub fn run(
 
     let start = Instant::now();
     let inputs = (0..total)
-        .map(|k| pixels::pixel_values(&synthetic_image(bench.size, k as u32), preprocessor, 1.0 / 255.0, device))
+        .map(|k| pixels::pixel_values(&synthetic_image(bench.size, k as u32), preprocessor, device))
         .collect::<Result<Vec<_>, _>>()?;
     let preprocess_ms = start.elapsed().as_secs_f64() * 1000.0 / total as f64;
     let grid = inputs[0].1;
