@@ -333,12 +333,6 @@ fn task_answers(
         let Some(index) = result.from_name.strip_prefix("answer_").and_then(|n| n.parse::<usize>().ok()) else {
             continue;
         };
-        if labels.get(index).is_some_and(|label| out.iter().any(|(l, _)| l == label)) {
-            return Err(bad(format!(
-                "task {}, annotation {}: `{}` is answered twice: one answer per question and reviewer",
-                task.id, annotation.id, result.from_name
-            )));
-        }
         let label = labels.get(index).ok_or_else(|| {
             bad(format!(
                 "task {}, annotation {}: `{}` answers question {index}, but the task has {}",
@@ -348,6 +342,12 @@ fn task_answers(
                 labels.len()
             ))
         })?;
+        if out.iter().any(|(l, _)| l == label) {
+            return Err(bad(format!(
+                "task {}, annotation {}: `{}` is answered twice: one answer per question and reviewer",
+                task.id, annotation.id, result.from_name
+            )));
+        }
         let choice = result.value.get("choices").and_then(Value::as_array).and_then(|c| c.first()).and_then(Value::as_str).unwrap_or("");
         let answer = Answer::parse(choice).ok_or_else(|| {
             bad(format!(

@@ -346,7 +346,11 @@ fn extract_into(archive: &Path, staging: &Path, wanted: Option<&BTreeSet<String>
         // The header's size bounds what the tar reader yields; the cap holds regardless.
         let rest = std::io::copy(&mut (&mut entry).take(MAX_IMAGE_BYTES), &mut out).map_err(corrupt)?;
         if rest + head.len() as u64 != size {
-            return Err(corrupt(std::io::Error::other(format!("entry {} ends after {} of {size} bytes", path.display(), rest + 16))));
+            return Err(corrupt(std::io::Error::other(format!(
+                "entry {} ends after {} of {size} bytes",
+                path.display(),
+                rest + head.len() as u64
+            ))));
         }
         names.insert(name, path);
     }
