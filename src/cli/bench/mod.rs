@@ -43,6 +43,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A JSON file a bench reads (a config.json, a preprocessor_config.json), the file named in
+/// errors.
+#[cfg(feature = "vlm")]
+fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))
+}
+
+/// A preprocessor_config.json as the engine reads it.
+#[cfg(feature = "vlm")]
+fn read_preprocessor(path: &std::path::Path) -> anyhow::Result<bpals_release::vlm::PreprocessorConfig> {
+    bpals_release::vlm::PreprocessorConfig::from_json(&read_json(path)?)
+        .map_err(|e| anyhow::anyhow!("{}: key {}: {}", path.display(), e.key, e.message))
+}
+
 /// The older command names (`bench-generation`, `bench-scoring`, `bench-labeler`), hidden and
 /// kept for one release: they say what replaces them, then run it.
 pub fn renamed(old: &str) {

@@ -25,13 +25,8 @@ pub struct BenchPrepArgs {
 pub fn run(args: BenchPrepArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        use anyhow::Context;
-        use bpals_release::vlm::{preparation, PreprocessorConfig};
-        let text = std::fs::read_to_string(&args.preprocessor).with_context(|| format!("reading {}", args.preprocessor.display()))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", args.preprocessor.display()))?;
-        let pre = PreprocessorConfig::from_json(&json)
-            .map_err(|e| anyhow::anyhow!("{}: key `{}`: {}", args.preprocessor.display(), e.key, e.message))?;
+        use bpals_release::vlm::preparation;
+        let pre = super::read_preprocessor(&args.preprocessor)?;
         let threads = if args.threads.is_empty() {
             let all = std::thread::available_parallelism().map_or(1, usize::from);
             let mut t = vec![1, 4.min(all), all];

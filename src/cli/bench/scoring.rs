@@ -52,20 +52,14 @@ pub struct BenchScoringArgs {
 pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        use anyhow::Context;
-        use bpals_release::vlm::{engine, throughput, ModelConfig, PreprocessorConfig};
-        let read = |path: &PathBuf| -> Result<serde_json::Value> {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))
-        };
-        let config = ModelConfig::from_json(&read(&args.config)?)
+        use bpals_release::vlm::{engine, throughput, ModelConfig};
+        let config = ModelConfig::from_json(&super::read_json(&args.config)?)
             .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.config.display(), e.key, e.message))?;
         let config = match args.layers {
             Some(layers) => throughput::slice(&config, layers),
             None => config,
         };
-        let preprocessor = PreprocessorConfig::from_json(&read(&args.preprocessor)?)
-            .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.preprocessor.display(), e.key, e.message))?;
+        let preprocessor = super::read_preprocessor(&args.preprocessor)?;
         let (device, kind) = engine::device_and_kind(args.device.choice(), args.dtype.choice())?;
         let bench = throughput::ScoringBench {
             images: args.images,
