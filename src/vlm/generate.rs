@@ -214,13 +214,15 @@ fn additive(sees: &Tensor, kind: Kind) -> Tensor {
 
 /// The argmax token of each row of (rows, vocab) logits.
 fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>, VlmError> {
-    // A NaN makes a row's maximum NaN; an argmax over it would be a token all the same.
-    let peaks = Vec::<f32>::try_from(logits.amax(-1, false).to_kind(Kind::Float).to_device(Device::Cpu).view([-1]))
-        .map_err(|e| VlmError::Input(format!("reading the logits' maxima: {e}")))?;
+    let best = logits.argmax(-1, false);
+    // The chosen logit of each row, read beside the token: argmax picks a NaN where a row has
+    // one, and an infinity is not a score either; a token would come out all the same.
+    let peaks = logits.gather(-1, &best.unsqueeze(-1), false).to_kind(Kind::Float).to_device(Device::Cpu);
+    let peaks = Vec::<f32>::try_from(peaks.view([-1])).map_err(|e| VlmError::Input(format!("reading the chosen logits: {e}")))?;
     if peaks.iter().any(|p| !p.is_finite()) {
         return Err(VlmError::NonFinite { what: "generating the next token".into() });
     }
-    let best = logits.argmax(-1, false).to_device(Device::Cpu);
-    let best = Vec::<i64>::try_from(best.view([-1])).map_err(|e| VlmError::Input(format!("reading the decoded tokens: {e}")))?;
+    let best = Vec::<i64>::try_from(best.to_device(Device::Cpu).view([-1]))
+        .map_err(|e| VlmError::Input(format!("reading the decoded tokens: {e}")))?;
     Ok(best.into_iter().map(|t| t as u32).collect())
 }
