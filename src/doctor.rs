@@ -120,6 +120,7 @@ pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport
 #[cfg(feature = "vlm")]
 fn libtorch() -> Option<LibtorchInfo> {
     use tch::{Device, Kind, Tensor};
+    crate::vlm::engine::load_cuda_backend(false);
     let device = Device::cuda_if_available();
     let try_kind = |kind: Kind| {
         std::panic::catch_unwind(|| {

@@ -126,8 +126,28 @@ pub struct DescribeReport {
     pub timing_ms: Timing,
 }
 
+/// Loads libtorch's CUDA half, `libtorch_cuda.so`, where this machine may have an NVIDIA GPU
+/// (or `cuda` was asked for): it registers libtorch's CUDA backend when loaded. The linker leaves
+/// it out of the binary's needs, since nothing calls it by name, and without it libtorch sees no
+/// GPU at all. It is found where libtorch is (the binary's rpath, or LD_LIBRARY_PATH on a GPU
+/// node); a CPU-only machine skips the load and the second or so it costs.
+pub fn load_cuda_backend(asked: bool) {
+    static LOADED: std::sync::Once = std::sync::Once::new();
+    let gpu_here = Path::new("/dev/nvidia0").exists() || Path::new("/proc/driver/nvidia").exists();
+    if asked || gpu_here {
+        LOADED.call_once(|| {
+            // SAFETY: a C string literal, and flags dlopen documents; the handle is kept for the
+            // life of the process (never closed), as libtorch's registrations require.
+            unsafe { libc::dlopen(c"libtorch_cuda.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        });
+    }
+}
+
 /// The device a choice names on this machine, and the dtype (auto: bf16 on a GPU, f32 on the CPU).
 pub fn device_and_kind(device: DeviceChoice, dtype: DtypeChoice) -> Result<(Device, Kind), VlmError> {
+    if device != DeviceChoice::Cpu {
+        load_cuda_backend(device == DeviceChoice::Cuda);
+    }
     let device = match device {
         DeviceChoice::Auto => Device::cuda_if_available(),
         DeviceChoice::Cpu => Device::Cpu,
