@@ -35,10 +35,17 @@ impl ModelConfig {
             return Err(err("hidden_size", format!("{hidden_size} is not divisible by num_attention_heads {num_attention_heads}")));
         }
         let head_dim = variant.head_dim.unwrap_or(hidden_size / num_attention_heads);
+        let moe = family.moe(&text_scope, num_hidden_layers)?;
+        // A model whose every layer is sparse (Qwen3.5-MoE) has no dense MLP width.
+        let all_sparse = moe.as_ref().is_some_and(|m| m.sparse_layers.iter().all(|&s| s));
+        let intermediate_size = match usize_at(&text_scope, "intermediate_size") {
+            Err(e) if all_sparse && e.message == "missing" => 0,
+            other => other?,
+        };
         let text = TextConfig {
             vocab_size: usize_at(&text_scope, "vocab_size")?,
             hidden_size,
-            intermediate_size: usize_at(&text_scope, "intermediate_size")?,
+            intermediate_size,
             num_hidden_layers,
             num_attention_heads,
             num_key_value_heads: usize_at(&text_scope, "num_key_value_heads")?,
@@ -55,6 +62,7 @@ impl ModelConfig {
             linear,
             variant,
             max_position_embeddings: get(&text_scope, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
+            moe,
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
         let vision = family.vision_config(vision_obj)?;
@@ -81,7 +89,6 @@ impl ModelConfig {
         let sizes = [
             ("vocab_size", t.vocab_size),
             ("hidden_size", t.hidden_size),
-            ("intermediate_size", t.intermediate_size),
             ("num_hidden_layers", t.num_hidden_layers),
             ("head_dim", t.head_dim),
             ("vision_config.depth", v.depth),
@@ -93,6 +100,26 @@ impl ModelConfig {
         ];
         if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(err(key, "0: expected a positive size"));
+        }
+        let dense_layers = t.moe.as_ref().map_or(t.num_hidden_layers, |m| m.sparse_layers.iter().filter(|&&s| !s).count());
+        if dense_layers > 0 && t.intermediate_size == 0 {
+            return Err(err("intermediate_size", "0: expected a positive size"));
+        }
+        if let Some(m) = &t.moe {
+            let sizes = [
+                ("text_config.num_experts", m.num_experts),
+                ("text_config.moe_intermediate_size", m.moe_intermediate_size),
+                ("text_config.shared_expert_intermediate_size", m.shared_expert_intermediate_size.unwrap_or(1)),
+            ];
+            if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+                return Err(err(key, "0: expected a positive size"));
+            }
+            if m.num_experts_per_tok == 0 || m.num_experts_per_tok > m.num_experts {
+                return Err(err(
+                    "text_config.num_experts_per_tok",
+                    format!("{}: expected 1 to num_experts ({})", m.num_experts_per_tok, m.num_experts),
+                ));
+            }
         }
         if t.num_key_value_heads == 0 || t.num_attention_heads % t.num_key_value_heads != 0 {
             return Err(err(

@@ -32,6 +32,8 @@ pub struct TextConfig {
     /// The longest sequence the model was made for, where the config says: a prompt (the
     /// image's tokens included) must fit in it.
     pub max_position_embeddings: Option<usize>,
+    /// The mixture-of-experts MLPs of a sparse model, and which layers have them.
+    pub moe: Option<MoeConfig>,
 }
 
 impl TextConfig {
@@ -73,6 +75,34 @@ impl LinearAttentionConfig {
     pub fn conv_dim(&self) -> usize {
         2 * self.key_dim() + self.value_dim()
     }
+}
+
+/// A sparse model's mixture-of-experts MLP (the `num_experts` keys of its text config).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    pub moe_intermediate_size: usize,
+    /// Qwen3.5-MoE's expert that every token takes (`shared_expert_intermediate_size`).
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Whether the top-k router weights are renormalised to sum to one (both Qwen MoE families
+    /// do, whatever `norm_topk_prob` says: transformers 5.23's routers always renormalise).
+    pub norm_topk_prob: bool,
+    /// For each decoder layer, whether its MLP is the sparse one (Qwen3-VL-MoE's
+    /// `decoder_sparse_step` and `mlp_only_layers`); the others are dense.
+    pub sparse_layers: Vec<bool>,
+    /// How fused expert tensors are laid out when their shape alone cannot say.
+    pub fused_layout: FusedLayout,
+}
+
+/// The layout of fused expert tensors (`experts.gate_up_proj`, `experts.down_proj`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusedLayout {
+    /// (experts, outputs, inputs): transformers' parameters in memory.
+    Rows,
+    /// (experts, inputs, outputs): Qwen3-VL-MoE's published checkpoints.
+    Columns,
 }
 
 /// How a family's text decoder differs from the others: the switches of the shared decoder.

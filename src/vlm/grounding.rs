@@ -94,9 +94,9 @@ pub struct ImageGeometry {
 
 /// Reads the boxes of `answer` as `family` writes them.
 pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding {
-    let raw = match family {
-        Family::Qwen25Vl | Family::Qwen3Vl | Family::Qwen35 => parse_json_boxes(answer),
+    let raw = match family.dense() {
         Family::Qwen2Vl => parse_box_tokens(answer),
+        _ => parse_json_boxes(answer),
     };
     let boxes = match raw {
         Err(status) => return Grounding { status, boxes: Vec::new() },
@@ -104,9 +104,9 @@ pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding
         Ok(boxes) => boxes,
     };
     // The coordinate frame: the resized image's pixels, or 0-1000.
-    let (frame_w, frame_h) = match family {
+    let (frame_w, frame_h) = match family.dense() {
         Family::Qwen25Vl => (geometry.resized.1 as f64, geometry.resized.0 as f64),
-        Family::Qwen2Vl | Family::Qwen3Vl | Family::Qwen35 => (1000.0, 1000.0),
+        _ => (1000.0, 1000.0),
     };
     let (w, h) = (f64::from(geometry.original.0), f64::from(geometry.original.1));
     let mut status = BoxStatus::Ok;

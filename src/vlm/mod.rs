@@ -1,5 +1,5 @@
-//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, one folder per
-//! family under [`families`].
+//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, and the
+//! mixture-of-experts Qwen3-VL-MoE and Qwen3.5-MoE, one folder per family under [`families`].
 //!
 //! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
 //! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the
@@ -34,6 +34,10 @@ pub mod pixels;
 #[cfg(feature = "vlm")]
 pub mod preparation;
 #[cfg(feature = "vlm")]
+mod moe;
+#[cfg(feature = "vlm")]
+mod safetensors_file;
+#[cfg(feature = "vlm")]
 mod text;
 #[cfg(feature = "vlm")]
 pub mod throughput;
@@ -42,7 +46,7 @@ mod weights;
 
 pub use chat_template::{ChatTemplate, Thinking};
 pub use checkpoint::ModelConfig;
-pub use config::{PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
+pub use config::{MoeConfig, PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
 pub use error::VlmError;
 pub use families::Family;
 #[cfg(feature = "vlm")]

@@ -1,6 +1,6 @@
 //! The text decoder the families share: Qwen2, Qwen3 and Qwen3.5 layers (grouped-query
 //! attention or, in Qwen3.5's hybrid stack, Gated DeltaNet linear attention; RMSNorm; gated SiLU
-//! MLP) with multimodal rotary positions (M-RoPE), a cache, and DeepStack's image features added
+//! MLP, or a sparse mixture of experts in the MoE families) with multimodal rotary positions (M-RoPE), a cache, and DeepStack's image features added
 //! after the first layers. Where a family differs (q/k norms, biases, an explicit head width,
 //! interleaved or partial M-RoPE, gated attention, zero-centred norms) its [`TextVariant`] and
 //! `layer_types` say so.
@@ -15,6 +15,7 @@ use super::config::{LayerKind, TextConfig};
 use super::error::VlmError;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
+use super::moe::SparseMoe;
 use super::weights::Weights;
 
 /// Grouped-query self-attention with rotary positions (and, in Qwen3, each head's queries and
@@ -126,12 +127,27 @@ enum Mixer {
     Linear(GatedDeltaNet),
 }
 
-/// One decoder layer: pre-norm token mixing and pre-norm gated MLP, each added back.
+/// A layer's MLP: dense, or a sparse mixture of experts.
+enum Mlp {
+    Dense(GatedMlp),
+    Sparse(SparseMoe),
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        match self {
+            Mlp::Dense(mlp) => mlp.forward(x),
+            Mlp::Sparse(moe) => moe.forward(x),
+        }
+    }
+}
+
+/// One decoder layer: pre-norm token mixing and pre-norm MLP, each added back.
 struct DecoderLayer {
     input_norm: RmsNorm,
     mixer: Mixer,
     post_norm: RmsNorm,
-    mlp: GatedMlp,
+    mlp: Mlp,
 }
 
 /// What one forward pass gives every layer beside its input.
@@ -144,8 +160,9 @@ struct Step<'a> {
 }
 
 impl DecoderLayer {
-    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, kind: LayerKind) -> Result<DecoderLayer, VlmError> {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, index: usize) -> Result<DecoderLayer, VlmError> {
         let (h, i) = (cfg.hidden_size as i64, cfg.intermediate_size as i64);
+        let kind = cfg.layer_types[index];
         let at = |name: &str| format!("{prefix}.{name}");
         let mixer = match (kind, cfg.linear) {
             (LayerKind::FullAttention, _) => Mixer::Attention(SelfAttention::load(w, &at("self_attn"), cfg)?),
@@ -158,7 +175,10 @@ impl DecoderLayer {
             input_norm: norm(w, &at("input_layernorm"), h, cfg)?,
             mixer,
             post_norm: norm(w, &at("post_attention_layernorm"), h, cfg)?,
-            mlp: GatedMlp::load(w, &at("mlp"), h, i, false)?,
+            mlp: match &cfg.moe {
+                Some(moe) if moe.sparse_layers[index] => Mlp::Sparse(SparseMoe::load(w, &at("mlp"), h, moe)?),
+                _ => Mlp::Dense(GatedMlp::load(w, &at("mlp"), h, i, false)?),
+            },
         })
     }
 
@@ -221,7 +241,7 @@ impl TextModel {
         let rotary_dim = cfg.rotary_dim as i64;
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|l| DecoderLayer::load(w, &format!("model.layers.{l}"), cfg, cfg.layer_types[l]))
+            .map(|l| DecoderLayer::load(w, &format!("model.layers.{l}"), cfg, l))
             .collect::<Result<Vec<_>, VlmError>>()?;
         // Tied checkpoints (2B/3B) have no lm_head.weight: the embedding matrix serves.
         let lm_head = if w.has("lm_head.weight") {

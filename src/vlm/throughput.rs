@@ -135,8 +135,8 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
     let mlp = match config.family {
-        Family::Qwen25Vl => 3.0 * d * i,                                   // gate, up, down
-        Family::Qwen2Vl | Family::Qwen3Vl | Family::Qwen35 => 2.0 * d * i, // fc1, fc2
+        Family::Qwen25Vl => 3.0 * d * i, // gate, up, down
+        _ => 2.0 * d * i,                // fc1, fc2
     };
     let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
     let patches_f = patches as f64;
@@ -177,8 +177,19 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
         let rule = 7.0 * heads * (l.key_head_dim * l.value_head_dim) as f64;
         projections + conv + rule
     });
-    let mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
-    let per_token = full_layers * full + linear_layers * linear + t.num_hidden_layers as f64 * mlp;
+    // The MLPs a token goes through: a dense layer's, or in a sparse layer the router, its
+    // top-k experts and the shared expert (the active parameters, not all the experts).
+    let dense_mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
+    let mlps: f64 = (0..t.num_hidden_layers)
+        .map(|l| match &t.moe {
+            Some(m) if m.sparse_layers[l] => {
+                let shared = m.shared_expert_intermediate_size.map_or(0.0, |s| 2.0 * (3.0 * h * s as f64 + h));
+                2.0 * h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 2.0 * 3.0 * h * m.moe_intermediate_size as f64 + shared
+            }
+            _ => dense_mlp,
+        })
+        .sum();
+    let per_token = full_layers * full + linear_layers * linear + mlps;
     let attention = |context_sum: f64| 4.0 * full_layers * q * context_sum;
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use tch::{Device, Kind, Tensor};
 
 use super::error::VlmError;
+use super::safetensors_file::SafetensorsFile;
 
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
@@ -39,19 +40,19 @@ fn normalize(name: &str) -> String {
 }
 
 impl Weights {
+    /// Every tensor of `files`, read one at a time (see [`SafetensorsFile`]) and moved to
+    /// `device`; floating-point tensors take `kind`, others keep theirs (and are refused when a
+    /// layer asks for them). Resident memory while loading stays about the weights' size.
     pub fn load(files: &[PathBuf], device: Device, kind: Kind) -> Result<Weights, VlmError> {
         let mut tensors = HashMap::new();
         let mut sources = HashMap::new();
         for file in files {
-            let read = Tensor::read_safetensors(file).map_err(|e| VlmError::NotA {
-                path: file.clone(),
-                what: "readable safetensors",
-                source: e.into(),
-            })?;
-            for (name, tensor) in read {
+            let read = SafetensorsFile::open(file)?;
+            for name in read.names() {
+                let tensor = read.read(name)?;
                 let kind = if tensor.is_floating_point() { kind } else { tensor.kind() };
-                sources.insert(normalize(&name), file.clone());
-                tensors.insert(normalize(&name), tensor.to_device(device).to_kind(kind));
+                sources.insert(normalize(name), file.clone());
+                tensors.insert(normalize(name), tensor.to_device(device).to_kind(kind));
             }
         }
         Ok(Weights { tensors, sources, random: None })
@@ -77,6 +78,11 @@ impl Weights {
             Some(r) => name != "lm_head.weight" || r.lm_head,
             None => self.tensors.contains_key(name),
         }
+    }
+
+    /// The stored shape of a tensor of the checkpoint (None for random weights, or no such tensor).
+    pub fn shape(&self, name: &str) -> Option<Vec<i64>> {
+        self.tensors.get(name).map(Tensor::size)
     }
 
     pub fn get(&self, name: &str, shape: &[i64]) -> Result<Tensor, VlmError> {

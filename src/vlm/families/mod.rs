@@ -15,12 +15,14 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{ConfigError, LayerKind, LinearAttentionConfig, TextVariant, VisionConfig};
+use super::config::{ConfigError, LayerKind, LinearAttentionConfig, MoeConfig, TextVariant, VisionConfig};
 
 pub mod qwen2_5_vl;
 pub mod qwen2_vl;
 pub mod qwen3_5;
+pub mod qwen3_5_moe;
 pub mod qwen3_vl;
+pub mod qwen3_vl_moe;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -37,10 +39,15 @@ pub enum Family {
     /// attention with a recurrent state) and gated full-attention layers.
     #[serde(rename = "qwen3_5")]
     Qwen35,
+    /// Qwen3-VL with a sparse mixture of experts for the MLP (Qwen3-VL-30B-A3B).
+    Qwen3VlMoe,
+    /// Qwen3.5 with a sparse mixture of experts and a shared expert (Qwen3.6-35B-A3B).
+    #[serde(rename = "qwen3_5_moe")]
+    Qwen35Moe,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35];
+    pub const ALL: [Family; 6] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35, Family::Qwen3VlMoe, Family::Qwen35Moe];
 
     /// The family's name: its `model_type` in config.json, and how specs write it
     /// (`prompts.location.ground`).
@@ -50,6 +57,18 @@ impl Family {
             Family::Qwen25Vl => "qwen2_5_vl",
             Family::Qwen3Vl => "qwen3_vl",
             Family::Qwen35 => "qwen3_5",
+            Family::Qwen3VlMoe => "qwen3_vl_moe",
+            Family::Qwen35Moe => "qwen3_5_moe",
+        }
+    }
+
+    /// The dense family whose vision tower, decoder and prompt a mixture-of-experts family
+    /// shares (itself for a dense family): only the MLP differs.
+    pub fn dense(self) -> Family {
+        match self {
+            Family::Qwen3VlMoe => Family::Qwen3Vl,
+            Family::Qwen35Moe => Family::Qwen35,
+            dense => dense,
         }
     }
 
@@ -64,10 +83,12 @@ impl Family {
             Family::Qwen25Vl => "Qwen2_5_VLForConditionalGeneration",
             Family::Qwen3Vl => "Qwen3VLForConditionalGeneration",
             Family::Qwen35 => "Qwen3_5ForConditionalGeneration",
+            Family::Qwen3VlMoe => "Qwen3VLMoeForConditionalGeneration",
+            Family::Qwen35Moe => "Qwen3_5MoeForConditionalGeneration",
         }
     }
 
-    /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5".
+    /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl, ...".
     pub fn supported() -> String {
         Family::ALL.map(Family::name).join(", ")
     }
@@ -81,7 +102,7 @@ impl Family {
             return Ok(family);
         }
         // Only a config that names no model_type is judged by its architectures: a named but
-        // unsupported type (`qwen3_vl_moe`) is refused even if its class list looks familiar.
+        // unsupported type (`qwen3_omni_moe`) is refused even if its class list looks familiar.
         if let Some(family) = Family::ALL.into_iter().find(|f| model_type.is_empty() && architectures.contains(&f.architecture())) {
             return Ok(family);
         }
@@ -96,20 +117,22 @@ impl Family {
 
     /// The family's `vision_config` section.
     pub(crate) fn vision_config(self, vision: &Value) -> Result<VisionConfig, ConfigError> {
-        match self {
+        match self.dense() {
             Family::Qwen2Vl => qwen2_vl::vision_config(vision),
             Family::Qwen25Vl => qwen2_5_vl::vision_config(vision),
             Family::Qwen3Vl => qwen3_vl::vision_config(vision),
             Family::Qwen35 => qwen3_5::vision_config(vision),
+            Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
         }
     }
 
     /// How the family's text decoder differs from the shared one's defaults.
     pub(crate) fn text_variant(self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
-        match self {
+        match self.dense() {
             Family::Qwen2Vl | Family::Qwen25Vl => Ok(TextVariant::QWEN2),
             Family::Qwen3Vl => qwen3_vl::text_variant(text_scope),
             Family::Qwen35 => qwen3_5::text_variant(text_scope),
+            Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
         }
     }
 
@@ -119,9 +142,18 @@ impl Family {
         text_scope: &[&Value],
         layers: usize,
     ) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
-        match self {
+        match self.dense() {
             Family::Qwen35 => qwen3_5::text_layers(text_scope, layers),
             _ => Ok((vec![LayerKind::FullAttention; layers], None)),
+        }
+    }
+
+    /// A sparse family's mixture-of-experts MLPs; None for a dense family.
+    pub(crate) fn moe(self, text_scope: &[&Value], layers: usize) -> Result<Option<MoeConfig>, ConfigError> {
+        match self {
+            Family::Qwen3VlMoe => qwen3_vl_moe::moe_config(text_scope, layers).map(Some),
+            Family::Qwen35Moe => qwen3_5_moe::moe_config(text_scope, layers).map(Some),
+            _ => Ok(None),
         }
     }
 }
@@ -156,11 +188,13 @@ mod tower {
 
     impl VisionTower {
         pub fn load(family: Family, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
-            Ok(match family {
+            Ok(match family.dense() {
                 Family::Qwen2Vl => VisionTower::Qwen2(super::qwen2_vl::vision::VisionQwen2::load(w, cfg)?),
                 Family::Qwen25Vl => VisionTower::Qwen25(super::qwen2_5_vl::vision::VisionQwen25::load(w, cfg)?),
                 // Qwen3.5's tower is Qwen3-VL's; its config lists no DeepStack blocks.
-                Family::Qwen3Vl | Family::Qwen35 => VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?),
+                Family::Qwen3Vl | Family::Qwen35 | Family::Qwen3VlMoe | Family::Qwen35Moe => {
+                    VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?)
+                }
             })
         }
 
