@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark of the native VLM engine, printed as ratios measured in the same run, for "mid"
-# random Qwen2-VL, Qwen3-VL and Qwen3.5 models (text 512 x 8, vision 512 x 8, a 448x448 image,
-# 2 CPU threads; Qwen3.5's linear layers run torch code on both sides):
+# random Qwen2-VL, Qwen3-VL, Qwen3.5, Qwen3-VL-MoE and Qwen3.5-MoE models (text 512 x 8, vision
+# 512 x 8, a 448x448 image, 2 CPU threads; Qwen3.5's linear layers run torch code on both sides;
+# the MoE mids have the dense mids' active MLP size, see vlm_reference.py):
 #   (a) this engine against transformers scoring one question; target <= 1.0;
 #   (b) this engine against transformers scoring 45 questions on one image (the engine runs the
 #       image prefix once, transformers a padded batch of 45); target <= 1.0; and the engine's
@@ -9,6 +10,8 @@
 #   (c) 32 sequences of 64 new tokens decoded as one batch against one at a time; target <= 0.3;
 #   (d) the full-size architectures of benches/configs cut to two layers each, real widths, on
 #       the CPU: one 1024x1024 image, 57 questions (numbers, no target: the shapes run here).
+#   (e) each MoE mid against its dense mid of the same active size, 45 questions, this engine;
+#       target <= 1.5.
 # Each side keeps its best of three runs in one process (the first run of a process pays libtorch's
 # warm-up on both sides). Needs the venv of fixtures/vlm/requirements.txt:
 #
@@ -44,10 +47,12 @@ best() { # MODEL ARGS...: best total of preprocess + vision + text over three ru
   "$bin" probe --model "$model" --image "$model/image-448.png" --device cpu --repeat 3 "$@" \
     | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])'
 }
-for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5}; do
+declare -A engine_45
+for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5 qwen3_vl_moe qwen3_5_moe}; do
   reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
   one="$(best "$work/$family" --question "Is there a pleural effusion in this chest X-ray?")"
   many="$(best "$work/$family" "${questions[@]}")"
+  engine_45[$family]="$many"
   "$venv/bin/python" - "$family" "$reference" "$one" "$many" <<'PY'
 import json, sys
 family, ref, one, many = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
@@ -57,6 +62,14 @@ print(f"  1 question:   transformers {t1:8.1f} ms, this engine {one:8.1f} ms   r
 print(f"  45 questions: transformers {t45:8.1f} ms, this engine {many:8.1f} ms   ratio {many / t45:.2f} (target <= 1.0)")
 print(f"  this engine, 45 questions against 1: {many / one:.2f} (target <= 2.5)")
 PY
+done
+# (e) a mixture of experts against the dense model of its active size.
+for moe in qwen3_vl_moe qwen3_5_moe; do
+  dense="${moe%_moe}"
+  if [ -n "${engine_45[$moe]:-}" ] && [ -n "${engine_45[$dense]:-}" ]; then
+    "$venv/bin/python" -c 'import sys; m, d = map(float, sys.argv[3:]); print(f"{sys.argv[1]} against {sys.argv[2]} at equal active size, 45 questions, this engine: {m:.1f} ms / {d:.1f} ms, ratio {m / d:.2f} (target <= 1.5)")' \
+      "$moe" "$dense" "${engine_45[$moe]}" "${engine_45[$dense]}"
+  fi
 done
 [ -n "${BENCH_FAMILIES:-}" ] && exit 0
 # (c) greedy decoding, batched against one at a time, both in this binary on 2 threads.
@@ -68,13 +81,13 @@ print(f"  decoding {r['sequences']} sequences x {r['new_tokens']} new tokens: ba
 print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']}")
 PY
 # (d) the full-size architectures, two layers each, real widths, on the CPU.
-for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b; do
+for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b qwen3_vl_30b_a3b qwen3_6_35b_a3b; do
   report="$("$bin" bench scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
     --device cpu --layers 2 --images 1 --warmup 0 --size 1024 --questions 57)"
   "$venv/bin/python" - "$model" "$report" <<'PY'
 import json, sys
 name, r = sys.argv[1], json.loads(sys.argv[2])
-print(f"{name} cut to {r['text_layers']} text layers and {r['vision_blocks']} vision blocks ({r['parameters']/1e9:.2f}B parameters), CPU f32:")
+print(f"{name} cut to {r['text_layers']} text layers and {r['vision_blocks']} vision blocks ({r['parameters']/1e9:.2f}B parameters, {r['active_parameters']/1e9:.2f}B active), CPU f32:")
 print(f"  {r['image_tokens']} image tokens, {r['tflop_per_image']:.2f} TFLOP per image, {r['device_ms_per_image']/1000:.1f} s per image, {r['achieved_tflops']*1000:.0f} GFLOP/s")
 PY
 done

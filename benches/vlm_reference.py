@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Reference side of benches/vlm.sh: builds a "mid" random model of a family once (Qwen2-VL,
 Qwen3-VL or Qwen3.5: text 512 x 8 layers, vision 512 x 8 blocks; Qwen3-VL with DeepStack at
-three blocks; Qwen3.5 with three linear-attention layers to each full one),
+three blocks; Qwen3.5 with three linear-attention layers to each full one; their mixtures of
+experts, Qwen3-VL-MoE and Qwen3.5-MoE, with as many active MLP parameters as the dense mids:
+16 experts, top 4, of 344 (Qwen3.5-MoE: of 256, beside a shared expert of 352), 4 x 344 = 256 x 4
++ 352 = 1376, the dense intermediate size),
 writes a 448x448 test image, and times transformers on 2 CPU threads, best of 3: scoring one
 yes/no question (processor + forward to the last-position logits), and 45 questions about the
 image as one padded batch (how transformers scores many prompts).
 
-Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl, qwen3_vl or qwen3_5; prints JSON; needs
+Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl, qwen3_vl, qwen3_5, qwen3_vl_moe or qwen3_5_moe;
+prints JSON; needs
 fixtures/vlm/requirements.txt)
 """
 
@@ -42,24 +46,30 @@ def copy_tokenizer_and_processor(tiny: Path, out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
 
 
-def build_qwen3_vl(out: Path) -> None:
+def build_qwen3_vl(out: Path, moe: bool = False) -> None:
     """Qwen3-VL with the tiny fixture's tokenizer: head_dim 64, interleaved M-RoPE, the real 48 x 48
-    position grid, DeepStack after blocks 1, 3 and 5."""
+    position grid, DeepStack after blocks 1, 3 and 5; with `moe`, Qwen3-VL-MoE."""
     tiny = FIXTURES / "qwen3_vl"
     config = json.loads((tiny / "config.json").read_text())
     text = dict(config["text_config"], hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=64)
     text["rope_parameters"] = dict(text["rope_parameters"], mrope_section=[12, 10, 10])
     vision = dict(config["vision_config"], depth=8, hidden_size=512, intermediate_size=2048, num_heads=8, out_hidden_size=512, num_position_embeddings=2304, deepstack_visual_indexes=[1, 3, 5])
     ids = {k: config[k] for k in ["image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"]}
-    mid = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    if moe:
+        text.update(num_experts=16, num_experts_per_tok=4, moe_intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[])
+        mid = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    else:
+        mid = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
     torch.manual_seed(0)
-    transformers.Qwen3VLForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
+    cls = transformers.Qwen3VLMoeForConditionalGeneration if moe else transformers.Qwen3VLForConditionalGeneration
+    cls(mid).eval().save_pretrained(out, safe_serialization=True)
     copy_tokenizer_and_processor(tiny, out)
 
 
-def build_qwen3_5(out: Path) -> None:
+def build_qwen3_5(out: Path, moe: bool = False) -> None:
     """Qwen3.5 with the tiny fixture's tokenizer: layers linear, linear, linear, full (twice);
-    Gated DeltaNet with 4 key and 8 value heads of 64; attention heads of 64, a quarter turning."""
+    Gated DeltaNet with 4 key and 8 value heads of 64; attention heads of 64, a quarter turning;
+    with `moe`, Qwen3.5-MoE."""
     tiny = FIXTURES / "qwen3_5"
     config = json.loads((tiny / "config.json").read_text())
     layers = ["linear_attention"] * 3 + ["full_attention"]
@@ -71,9 +81,15 @@ def build_qwen3_5(out: Path) -> None:
     text["rope_parameters"] = dict(text["rope_parameters"], mrope_section=[3, 3, 2])
     vision = dict(config["vision_config"], depth=8, hidden_size=512, intermediate_size=2048, num_heads=8, out_hidden_size=512, num_position_embeddings=2304)
     ids = {k: config[k] for k in ["image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"]}
-    mid = transformers.Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    if moe:
+        del text["intermediate_size"]
+        text.update(num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256, shared_expert_intermediate_size=352)
+        mid = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    else:
+        mid = transformers.Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
     torch.manual_seed(0)
-    transformers.Qwen3_5ForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
+    cls = transformers.Qwen3_5MoeForConditionalGeneration if moe else transformers.Qwen3_5ForConditionalGeneration
+    cls(mid).eval().save_pretrained(out, safe_serialization=True)
     copy_tokenizer_and_processor(tiny, out)
 
 
@@ -81,6 +97,8 @@ MODEL_CLASSES = {
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
 }
 
 
@@ -88,8 +106,9 @@ def build(out: Path, family: str) -> None:
     if (out / "image-448.png").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
-    if family in ("qwen3_vl", "qwen3_5"):
-        build_qwen3_vl(out) if family == "qwen3_vl" else build_qwen3_5(out)
+    if family.startswith(("qwen3_vl", "qwen3_5")):
+        moe = family.endswith("_moe")
+        build_qwen3_vl(out, moe) if family.startswith("qwen3_vl") else build_qwen3_5(out, moe)
         image(out)
         return
     TINY = FIXTURES / "qwen2_vl"

@@ -162,7 +162,7 @@ fn the_openai_backend_needs_its_endpoint_and_family_and_no_other_backend_takes_t
     let e = err("no_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n"));
     assert!(e.contains("model.family"), "{e}");
     let e = err("bad_family.yaml", &format!("{served}  endpoint: http://host:8000/v1\n  family: llava\n"));
-    assert!(e.contains("\"llava\": expected one of qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5"), "{e}");
+    assert!(e.contains("\"llava\": expected one of qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe"), "{e}");
     let e = err("engine_endpoint.yaml", "model:\n  endpoint: http://host:8000/v1\n");
     assert!(e.contains("model.endpoint") && e.contains("is for model.backend openai only"), "{e}");
     let ok = derived_spec(&s, "ok.yaml", &format!("{served}  endpoint: http://host:8000/v1/\n  family: qwen2_5_vl\n"));

@@ -183,10 +183,14 @@ fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
     let probe = |dir: &std::path::Path| probe_failure(dir, "qwen3_vl");
     let broken = |name: &str, change: &dyn Fn(&std::path::Path)| broken_copy(&s, "qwen3_vl", name, change);
 
+    let omni = broken("omni", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_omni_moe".into()));
+    let err = probe(&omni);
+    assert!(err.contains("config.json: key `model_type`: \"qwen3_omni_moe\""), "{err}");
+    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe"), "{err}");
+    // A dense config relabelled as the mixture of experts names the key it lacks.
     let moe = broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_vl_moe".into()));
     let err = probe(&moe);
-    assert!(err.contains("config.json: key `model_type`: \"qwen3_vl_moe\""), "{err}");
-    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5"), "{err}");
+    assert!(err.contains("config.json: key `text_config.num_experts`: missing"), "{err}");
 
     let no_head_dim = broken("no-head-dim", &|d| edit_config(d, &|v| drop(v["text_config"].as_object_mut().unwrap().remove("head_dim"))));
     let err = probe(&no_head_dim);
@@ -223,7 +227,7 @@ fn probe_and_describe_run_qwen3_5() {
     probe_and_describe("qwen3_5");
 }
 
-/// Qwen3.5's own ways to be broken: the MoE type, a layer kind the engine does not know, a
+/// Qwen3.5's own ways to be broken: a dense config labelled as the MoE, a layer kind the engine does not know, a
 /// convolution kernel the weights contradict, a missing decay parameter.
 #[test]
 fn unsupported_and_broken_qwen3_5_checkpoints_are_named() {
@@ -232,7 +236,7 @@ fn unsupported_and_broken_qwen3_5_checkpoints_are_named() {
     let broken = |name: &str, change: &dyn Fn(&std::path::Path)| broken_copy(&s, "qwen3_5_untied", name, change);
 
     let err = probe(&broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_5_moe".into())));
-    assert!(err.contains("config.json: key `model_type`: \"qwen3_5_moe\"") && err.contains("qwen3_5"), "{err}");
+    assert!(err.contains("config.json: key `text_config.num_experts`: missing"), "{err}");
 
     let err = probe(&broken("layer-type", &|d| edit_config(d, &|v| v["text_config"]["layer_types"][2] = "sliding_attention".into())));
     assert!(

@@ -3,7 +3,9 @@
 //! scoring against separate runs, and batched decoding against one prompt at a time. Goldens:
 //! fixtures/vlm/gen_tiny_models.py (Qwen2-VL, Qwen2.5-VL), gen_tiny_qwen3_vl.py (Qwen3-VL:
 //! a 1024 x 1024 stand-in for an NIH image, odd sizes, 40 greedy tokens) and gen_tiny_qwen3_5.py
-//! (Qwen3.5's hybrid decoder on the same images).
+//! (Qwen3.5's hybrid decoder on the same images). The mixture-of-experts models are written at
+//! test time by gen_tiny_moe.py (nothing of them is committed), with the python3 on PATH that
+//! has the pinned transformers (scripts/test puts its environment first).
 #![cfg(feature = "vlm")]
 
 mod common;
@@ -21,8 +23,33 @@ fn fixture(family: &str) -> PathBuf {
     repo().join("fixtures/vlm").join(family)
 }
 
-fn goldens(family: &str) -> (serde_json::Value, HashMap<String, Tensor>) {
-    let dir = fixture(family).join("goldens");
+/// The mixture-of-experts fixtures, written once per run of this test binary (about 20 s), or
+/// taken from `BPALS_MOE_FIXTURES` where a run already wrote them there.
+fn moe_fixture(family: &str) -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("BPALS_MOE_FIXTURES") {
+            return PathBuf::from(dir);
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("moe-fixtures-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = std::process::Command::new("python3")
+            .arg(repo().join("fixtures/vlm/gen_tiny_moe.py"))
+            .arg(&dir)
+            .output()
+            .expect("python3 (run the suite through scripts/test, which puts its environment first on PATH)");
+        assert!(
+            run.status.success(),
+            "fixtures/vlm/gen_tiny_moe.py failed (it needs fixtures/vlm/requirements.txt's transformers): {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        dir
+    });
+    dir.join(family)
+}
+
+fn goldens_at(model: &std::path::Path) -> (serde_json::Value, HashMap<String, Tensor>) {
+    let dir = model.join("goldens");
     let json = serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
     let tensors = Tensor::read_safetensors(dir.join("goldens.safetensors")).unwrap().into_iter().collect();
     (json, tensors)
@@ -100,6 +127,26 @@ fn qwen3_5_untied_matches_transformers() {
     parity("qwen3_5_untied");
 }
 
+/// Qwen3-VL-MoE, a sparse MLP in every layer (8 experts, top 2), expert tensors fused and
+/// transposed as the published checkpoints store them.
+#[test]
+fn qwen3_vl_moe_matches_transformers() {
+    parity_at(&moe_fixture("qwen3_vl_moe"));
+}
+
+/// Sparse in two layers of three (16 experts, top 4), fused as transformers saves them.
+#[test]
+fn qwen3_vl_moe_on_some_layers_matches_transformers() {
+    parity_at(&moe_fixture("qwen3_vl_moe_some"));
+}
+
+/// Qwen3.5-MoE: the hybrid decoder, a sparse MLP in every layer beside the shared expert, one
+/// tensor per expert as published.
+#[test]
+fn qwen3_5_moe_matches_transformers() {
+    parity_at(&moe_fixture("qwen3_5_moe"));
+}
+
 /// Rows of different images and prompt lengths decode together as each would alone: their
 /// caches are padded to one length, and a hybrid model's linear states must skip the padding.
 #[test]
@@ -130,13 +177,18 @@ fn rows_of_different_images_decode_together_as_alone() {
 }
 
 fn parity(family: &str) {
-    let dir = ModelDir::open(&fixture(family)).unwrap();
+    parity_at(&fixture(family));
+}
+
+fn parity_at(path: &std::path::Path) {
+    let family = path.file_name().unwrap().to_str().unwrap();
+    let dir = ModelDir::open(path).unwrap();
     let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
-    let (g, t) = goldens(family);
+    let (g, t) = goldens_at(path);
     let answer = dir.answer_token_ids().unwrap();
     for case in g["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        let image = image::open(fixture(family).join("goldens").join(case["image"].as_str().unwrap())).unwrap();
+        let image = image::open(path.join("goldens").join(case["image"].as_str().unwrap())).unwrap();
         let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
         let d = golden_diff(&t, &format!("{name}.pixel_values"), &pixels).unwrap();
         assert!(d <= 1e-5, "{name}: pixel values differ by {d}");

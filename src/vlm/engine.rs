@@ -186,9 +186,12 @@ impl Engine {
         let (device, kind) = device_and_kind(options.device, options.dtype)?;
         let model = VlModel::load(&dir, device, kind)?;
         let parameters = model.parameters();
-        if device == Device::Cpu && parameters > FULL_SIZE_PARAMS && !options.allow_cpu {
+        // What a token costs is its active parameters: a mixture of experts runs k of its experts.
+        let active = super::throughput::active_parameters(&dir.config, parameters);
+        if device == Device::Cpu && active > FULL_SIZE_PARAMS && !options.allow_cpu {
+            let of = if active == parameters { String::new() } else { format!(" active (of {parameters})") };
             return Err(VlmError::Input(format!(
-                "{} has {parameters} parameters: CPU inference of a full-size model takes hours; use a GPU or pass --allow-cpu",
+                "{} has {active} parameters{of}: CPU inference of a full-size model takes hours; use a GPU or pass --allow-cpu",
                 path.display()
             )));
         }

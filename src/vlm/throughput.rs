@@ -47,6 +47,9 @@ pub struct ScoringBenchReport {
     pub device: String,
     pub dtype: String,
     pub parameters: i64,
+    /// The parameters one token goes through (all but the unchosen experts of a sparse model):
+    /// what the FLOPs are counted from.
+    pub active_parameters: i64,
     pub image_size: u32,
     pub grid_thw: (usize, usize, usize),
     pub vision_patches: usize,
@@ -108,7 +111,20 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
     if hybrid && c.text.layer_types.len() >= 2 && !c.text.layer_types.contains(&LayerKind::FullAttention) {
         *c.text.layer_types.last_mut().expect("two or more") = LayerKind::FullAttention;
     }
+    if let Some(moe) = &mut c.text.moe {
+        moe.sparse_layers.truncate(c.text.num_hidden_layers);
+    }
     c
+}
+
+/// The parameters one token goes through: all of a dense model's; in a sparse model, all but
+/// the experts the router does not choose (each sparse layer runs k of its E experts).
+pub fn active_parameters(config: &ModelConfig, parameters: i64) -> i64 {
+    let t = &config.text;
+    let Some(moe) = &t.moe else { return parameters };
+    let expert = 3 * t.hidden_size as i64 * moe.moe_intermediate_size as i64;
+    let idle = (moe.num_experts - moe.num_experts_per_tok) as i64 * expert;
+    parameters - moe.sparse_layers.iter().filter(|&&s| s).count() as i64 * idle
 }
 
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
@@ -244,6 +260,7 @@ pub fn run(
         device: format!("{device:?}"),
         dtype: format!("{kind:?}"),
         parameters: model.parameters(),
+        active_parameters: active_parameters(config, model.parameters()),
         image_size: bench.size,
         grid_thw: grid,
         vision_patches: patches,

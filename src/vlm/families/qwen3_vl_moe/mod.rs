@@ -33,7 +33,13 @@ pub fn moe_config(text_scope: &[&Value], layers: usize) -> Result<MoeConfig, Con
     if let Some(bad) = dense.iter().find(|&&l| l >= layers) {
         return Err(err("mlp_only_layers", format!("layer {bad} does not exist (num_hidden_layers {layers})")));
     }
-    let num_experts = at("num_experts")?;
+    // Published configs (transformers 4.57) write num_experts; transformers 5 writes the same
+    // number as num_local_experts (its attribute_map).
+    let num_experts = match (get(text_scope, "num_experts"), get(text_scope, "num_local_experts")) {
+        (None, Some(_)) => at("num_local_experts")?,
+        (None, None) => return Err(err("num_experts", "missing (a mixture of experts names its experts: num_experts or num_local_experts)")),
+        _ => at("num_experts")?,
+    };
     // transformers' rule: sparse where the layer is not MLP-only and (layer + 1) is a multiple of
     // the step.
     let sparse = (0..layers).map(|l| !dense.contains(&l) && (l + 1) % step == 0).collect();
