@@ -15,7 +15,7 @@ use common::*;
 
 fn peak_of_probe(model: &std::path::Path) -> u64 {
     let image = repo().join("fixtures/vlm/qwen3_5/goldens/tall-77x123.png");
-    let mut probe = bin();
+    let mut probe = Command::new(assert_cmd::cargo::cargo_bin("bpals-release"));
     probe.args(["probe", "--device", "cpu", "--dtype", "f32", "--question", "Is there an effusion?", "--model"]).arg(model).arg("--image").arg(image);
     let run = run_limited(probe, Duration::from_secs(300), 4 << 30);
     assert_eq!(run.code, Some(0), "probe of {} failed: {}", model.display(), run.stderr);
