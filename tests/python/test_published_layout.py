@@ -1,4 +1,4 @@
-"""Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL Instruct and Qwen3-VL Thinking models in published
+"""Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL Instruct, Qwen3-VL Thinking and Qwen3-VL-MoE models in published
 checkpoints' layouts (fixtures/vlm/published_layout.py: Qwen2's real BPE vocabulary from
 llama.cpp's pinned vocab file, the added tokens at their published ids, transformers' config
 classes, the published processor settings), built at test time. Per family the engine reads it,
@@ -21,7 +21,7 @@ QUESTION = "Is there a pleural effusion in this chest X-ray?"
 
 # Image sides the family's processor leaves as they are (a multiple of the merged patch, within
 # its pixel bounds).
-SIDE = {"qwen2_vl": 224, "qwen2_5_vl": 224, "qwen3_vl": 256}
+SIDE = {"qwen2_vl": 224, "qwen2_5_vl": 224, "qwen3_vl": 256, "qwen3_vl_moe": 256}
 
 
 def build(family, tmp_path_factory):
@@ -48,7 +48,7 @@ def test_the_engine_reads_the_published_layout_with_the_published_ids(model_dir)
     tok, text = render(model_dir, QUESTION, False)
     assert prompt["text"] == text
     assert prompt["input_ids"] == tok(text)["input_ids"]
-    first_turn = {"qwen3_vl": 872}.get(model_dir.name, 8948)  # "user" (no default system turn) or "system"
+    first_turn = {"qwen3_vl": 872, "qwen3_vl_moe": 872}.get(model_dir.name, 8948)  # "user" (no default system turn) or "system"
     assert prompt["input_ids"][:3] == [151644, first_turn, 198], "<|im_start|>ROLE\\n with Qwen2's own ids"
     assert 151655 in prompt["input_ids"] and 151652 in prompt["input_ids"], "the vision markers at their published ids"
 
