@@ -1,6 +1,7 @@
 //! Checkpoint tensors by name, loaded from safetensors files onto the engine's device and dtype.
 //! Every tensor is fetched with the shape the config implies, so a mismatch names the tensor.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -10,7 +11,11 @@ use super::error::VlmError;
 use super::safetensors_file::SafetensorsFile;
 
 pub struct Weights {
-    tensors: HashMap<String, Tensor>,
+    /// In a cell so that [`Weights::take`] can hand a tensor over for good (its memory freed
+    /// once the layer is done with it) while the loaders share `&Weights`.
+    tensors: RefCell<HashMap<String, Tensor>>,
+    /// Parameters of the tensors taken out of `tensors`.
+    taken: Cell<i64>,
     /// The file each tensor was read from, for errors that name it.
     sources: HashMap<String, PathBuf>,
     /// Set for [`Weights::random`]: tensors are made on request instead of read.
@@ -55,7 +60,7 @@ impl Weights {
                 tensors.insert(normalize(name), tensor.to_device(device).to_kind(kind));
             }
         }
-        Ok(Weights { tensors, sources, random: None })
+        Ok(Weights { tensors: RefCell::new(tensors), taken: Cell::new(0), sources, random: None })
     }
 
     /// Weights drawn from N(0, 0.02^2) (norm scales 1, biases 0) as the model asks for them,
@@ -63,26 +68,37 @@ impl Weights {
     pub fn random(device: Device, kind: Kind, lm_head: bool, seed: i64) -> Weights {
         tch::manual_seed(seed);
         let random = RandomWeights { device, kind, lm_head, parameters: std::cell::Cell::new(0) };
-        Weights { tensors: HashMap::new(), sources: HashMap::new(), random: Some(random) }
+        Weights { tensors: RefCell::default(), taken: Cell::new(0), sources: HashMap::new(), random: Some(random) }
     }
 
     pub fn parameter_count(&self) -> i64 {
         match &self.random {
             Some(r) => r.parameters.get(),
-            None => self.tensors.values().map(|t| t.numel() as i64).sum(),
+            None => self.tensors.borrow().values().map(|t| t.numel() as i64).sum::<i64>() + self.taken.get(),
         }
     }
 
     pub fn has(&self, name: &str) -> bool {
         match &self.random {
             Some(r) => name != "lm_head.weight" || r.lm_head,
-            None => self.tensors.contains_key(name),
+            None => self.tensors.borrow().contains_key(name),
         }
+    }
+
+    /// [`Weights::get`], and the tensor leaves these weights: a layer that copies it into a
+    /// larger one (a stack of experts) frees it when done, so loading never holds both.
+    pub fn take(&self, name: &str, shape: &[i64]) -> Result<Tensor, VlmError> {
+        let tensor = self.get(name, shape)?;
+        if self.random.is_none() {
+            self.tensors.borrow_mut().remove(name);
+            self.taken.set(self.taken.get() + tensor.numel() as i64);
+        }
+        Ok(tensor)
     }
 
     /// The stored shape of a tensor of the checkpoint (None for random weights, or no such tensor).
     pub fn shape(&self, name: &str) -> Option<Vec<i64>> {
-        self.tensors.get(name).map(Tensor::size)
+        self.tensors.borrow().get(name).map(Tensor::size)
     }
 
     pub fn get(&self, name: &str, shape: &[i64]) -> Result<Tensor, VlmError> {
@@ -99,7 +115,8 @@ impl Weights {
             r.parameters.set(r.parameters.get() + tensor.numel() as i64);
             return Ok(tensor.to_kind(r.kind));
         }
-        let Some(tensor) = self.tensors.get(name) else {
+        let tensors = self.tensors.borrow();
+        let Some(tensor) = tensors.get(name) else {
             let mut files: Vec<String> = self.sources.values().map(|p| p.display().to_string()).collect();
             files.sort();
             files.dedup();
