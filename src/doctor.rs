@@ -73,6 +73,9 @@ pub struct DoctorReport {
 pub struct ModelDirReport {
     pub path: PathBuf,
     pub family: crate::vlm::Family,
+    /// A mixture of experts' shape (experts, per token, sparse layers, shared expert).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experts: Option<crate::vlm::MoeConfig>,
     pub chat_template_from: &'static str,
     /// Every variable the template reads besides `messages` and `add_generation_prompt`.
     pub template_reads: Vec<String>,
@@ -109,6 +112,7 @@ pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport
     Ok(ModelDirReport {
         path: dir.into(),
         family: opened.config.family,
+        experts: opened.config.text.moe.clone(),
         chat_template_from: opened.chat_template_source.file(),
         template_reads: opened.template.reads().map(str::to_string).collect(),
         sets_for_scores: opened.template.variables(Thinking::Off),
@@ -332,6 +336,18 @@ impl std::fmt::Display for DoctorReport {
 impl std::fmt::Display for ModelDirReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "Model directory {}: {}, chat template from {}", self.path.display(), self.family.name(), self.chat_template_from)?;
+        if let Some(m) = &self.experts {
+            let sparse = m.sparse_layers.iter().filter(|&&s| s).count();
+            let shared = m.shared_expert_intermediate_size.map_or(String::new(), |s| format!(", a shared expert of {s}"));
+            writeln!(
+                f,
+                "  a mixture of experts: {} experts of {}, {} per token, in {sparse} of {} layers{shared}",
+                m.num_experts,
+                m.moe_intermediate_size,
+                m.num_experts_per_tok,
+                m.sparse_layers.len()
+            )?;
+        }
         let reads =
             if self.template_reads.is_empty() { "nothing but the conversation".to_string() } else { self.template_reads.join(", ") };
         writeln!(f, "  the template reads {reads}; the tool sets {} for scores", serde_json::Value::from(self.sets_for_scores.clone()))?;
