@@ -1,7 +1,9 @@
-//! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B) on the CPU, cut
-//! to two text layers and two vision blocks with every width kept (`bench scoring --layers 2`):
-//! the real shapes (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers) run on
-//! every machine, not only where a GPU is lent. About 25 s and 7 GB per model; one at a time.
+//! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B, and the mixtures of
+//! experts Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B) on the CPU, cut to two text layers and two
+//! vision blocks with every width kept (`bench scoring --layers 2`): the real shapes
+//! (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers, 128 and 256 experts) run on
+//! every machine, not only where a GPU is lent. About 25 s and 7 GB per dense model, up to 11 GB
+//! for the widest MoE slice; one at a time.
 #![cfg(feature = "vlm")]
 
 mod common;
@@ -10,8 +12,14 @@ use common::*;
 
 #[test]
 fn full_size_slices_score_on_the_cpu() {
-    // (config, image tokens of a 256 x 256 image, parameters of the slice in billions)
-    for (name, tokens, billions) in [("qwen3_vl_8b", 64, 1.7..1.9), ("qwen2_5_vl_7b", 81, 1.5..1.8)] {
+    // (config, image tokens of a 256 x 256 image, parameters of the slice and its active
+    // parameters, in billions)
+    for (name, tokens, billions, active) in [
+        ("qwen3_vl_8b", 64, 1.7..1.9, 1.7..1.9),
+        ("qwen2_5_vl_7b", 81, 1.5..1.8, 1.5..1.8),
+        ("qwen3_vl_30b_a3b", 64, 1.9..2.1, 0.8..0.95),
+        ("qwen3_6_35b_a3b", 64, 2.6..2.9, 1.1..1.3),
+    ] {
         let configs = repo().join("benches/configs");
         let a = bin()
             .args(["bench", "scoring"])
@@ -27,6 +35,8 @@ fn full_size_slices_score_on_the_cpu() {
         assert_eq!(r["image_tokens"], tokens, "{name}: {r}");
         let parameters = r["parameters"].as_f64().unwrap() / 1e9;
         assert!(billions.contains(&parameters), "{name}: {parameters}B parameters");
+        let active_parameters = r["active_parameters"].as_f64().unwrap() / 1e9;
+        assert!(active.contains(&active_parameters), "{name}: {active_parameters}B active parameters");
         assert!(r["tflop_per_image"].as_f64().unwrap() > 0.0 && r["images_per_second"].as_f64().unwrap() > 0.0, "{name}: {r}");
     }
 }
