@@ -40,7 +40,8 @@ def test_the_bundle_carries_its_references_and_what_it_runs(bundle):
     meta = json.loads((bundle / "bundle.json").read_text())
     assert meta["torch"] == TORCH and meta["format"] == "bpals-gpu-bundle/1"
     parity = json.loads((bundle / "refs" / "parity.json").read_text())
-    assert set(parity) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "trained/qwen2_vl"}
+    # The suite's Python has transformers, so the bundle makes its mixture-of-experts fixture too.
+    assert set(parity) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "trained/qwen2_vl", "moe/qwen3_5_moe"}
     for family in parity.values():
         assert len(family["f32"]) == 2 and all(len(questions) == 3 for questions in family["f32"].values())
         assert 0 < family["cpu_bf16_diff"]["logit"] < 1, "bf16 on the CPU is near f32, and not equal to it"
@@ -56,7 +57,7 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
     assert report["ok"] and list(report["steps"]) == ["parity", "demo", "throughput", "prep"]
     parity = report["steps"]["parity"]["results"]
     f32 = [r for r in parity if r["dtype"] == "f32"]
-    assert len(f32) == 5 and all(r["max_logit_diff"] <= 1e-5 for r in f32), "the same binary and libtorch on the same CPU"
+    assert len(f32) == 6 and all(r["max_logit_diff"] <= 1e-5 for r in f32), "the same binary and libtorch on the same CPU"
     assert all(0 < r["max_logit_diff"] <= r["logit_tolerance"] for r in parity if r["dtype"] == "bf16")
     demo = report["steps"]["demo"]
     assert demo["rows"] == demo["same_class"] == 776 and demo["max_abs_p_yes_change"] == 0.0, demo

@@ -133,7 +133,7 @@ def answer_ids():
     return vocab["Yes"], vocab["No"]
 
 
-def write_specs(path, endpoint, base="s1a.yaml", images=IMAGES):
+def write_specs(path, endpoint, base="s1a.yaml", images=IMAGES, timeout_s=120):
     """A native spec on `images` sample images, and the same served by vLLM at `endpoint`."""
     yes, no = answer_ids()
     native = path / f"native-{base}"
@@ -141,7 +141,7 @@ def write_specs(path, endpoint, base="s1a.yaml", images=IMAGES):
     served = path / f"served-{base}"
     served.write_text(f"extends: {native}\nmodel:\n  backend: openai\n  id: {SERVED_NAME}\n  revision: vllm-cpu-f32\n"
                       f"  weight_license: apache-2.0\n  demo_weights: synthetic\n  endpoint: {endpoint}\n  family: qwen2_vl\n"
-                      f"  server: vllm\n  answer_token_ids: [{yes}, {no}]\n  concurrency: 4\n  timeout_s: 120\n")
+                      f"  server: vllm\n  answer_token_ids: [{yes}, {no}]\n  concurrency: 4\n  timeout_s: {timeout_s}\n")
     return native, served
 
 
@@ -237,7 +237,9 @@ def test_a_server_stopped_mid_build_fails_it_clearly_and_the_rerun_completes(ser
     path.mkdir()
     stopped = Server(scratch)
     try:
-        _, spec = write_specs(path, stopped.url)
+        # A request in flight when a server goes down waits out its timeout before the retries
+        # find the port closed: a short one keeps the failure prompt.
+        _, spec = write_specs(path, stopped.url, timeout_s=10)
         run = subprocess.Popen([BIN, "build", str(spec), "--out", str(path / "out"), "--cache-dir", str(path / "cache"), "--no-progress"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Stop the server once some images are scored.
@@ -257,7 +259,7 @@ def test_a_server_stopped_mid_build_fails_it_clearly_and_the_rerun_completes(ser
         stopped.stop()
     back = Server(scratch)
     try:
-        _, spec = write_specs(path, back.url)
+        _, spec = write_specs(path, back.url, timeout_s=10)
         rerun = build(spec, path / "out", path / "cache")
     finally:
         back.stop()
