@@ -67,6 +67,10 @@ pub struct OpenAiScorer {
     client: reqwest::Client,
     api_key: Option<String>,
     limit: Arc<Semaphore>,
+    /// The first request that gave up on the server, retries spent: every later request fails
+    /// at once with it, so a build whose server went away stops in seconds, not after every
+    /// image in flight has spent its own retries.
+    first_give_up: Arc<std::sync::OnceLock<String>>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -114,6 +118,7 @@ impl OpenAiScorer {
         Ok(OpenAiScorer {
             identity,
             limit: Arc::new(Semaphore::new(served.concurrency)),
+            first_give_up: Arc::default(),
             served,
             model_id: model.id.clone(),
             family,
@@ -163,7 +168,14 @@ impl OpenAiScorer {
     async fn post(&self, body: &Value, what: &str) -> Result<Value, InferError> {
         let _permit = self.limit.acquire().await.map_err(|_| fail("the request limiter closed"))?;
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, MAX_BACKOFF * 6);
+        let give_up = |message: String| {
+            let first = self.first_give_up.get_or_init(|| message.clone());
+            fail(if *first == message { message } else { format!("{what}: not retried, as an earlier request gave up: {first}") })
+        };
         for attempt in 0..=RETRIES {
+            if let Some(first) = self.first_give_up.get() {
+                return Err(fail(format!("{what}: not sent, as an earlier request gave up: {first}")));
+            }
             let mut request = self.client.post(self.url()).json(body);
             if let Some(key) = &self.api_key {
                 request = request.bearer_auth(key);
@@ -178,16 +190,16 @@ impl OpenAiScorer {
                         }
                         Ok(text) if retry::is_transient(status) => {
                             if last {
-                                return Err(fail(format!("{what}: the server answered {status} {RETRIES} times over: {}", short(&text))));
+                                return Err(give_up(format!("{what}: the server answered {status} {RETRIES} times over: {}", short(&text))));
                             }
                             retry_after
                         }
                         Ok(text) => return Err(fail(format!("{what}: the server answered {status}: {}", short(&text)))),
-                        Err(e) if last => return Err(fail(format!("{what}: the answer broke off {}", gave_up(&e)))),
+                        Err(e) if last => return Err(give_up(format!("{what}: the answer broke off {}", gave_up(&e)))),
                         Err(_) => None,
                     }
                 }
-                Err(e) if last => return Err(fail(format!("{what}: {}", gave_up(&e)))),
+                Err(e) if last => return Err(give_up(format!("{what}: {}", gave_up(&e)))),
                 Err(_) => None,
             };
             tokio::time::sleep(backoff.pause(retry_after)).await;

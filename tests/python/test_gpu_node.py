@@ -23,7 +23,8 @@ TORCH = torch.__version__.split("+")[0]
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle")
-    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    # The bundle makes its MoE fixture with the project's Python (BPALS_VENV): this one.
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", BPALS_VENV=os.path.dirname(os.path.dirname(sys.executable)))
     run = subprocess.run([os.path.join(ROOT, "scripts", "gpu-bundle"), "--torch", TORCH, "--binary", BIN, "--unpacked", "--out", str(out)],
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr
