@@ -31,7 +31,8 @@ fn moe_fixture(family: &str) -> PathBuf {
         if let Some(dir) = std::env::var_os("BPALS_MOE_FIXTURES") {
             return PathBuf::from(dir);
         }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("moe-fixtures-{}", std::process::id()));
+        // One folder, written afresh each run: no copies pile up in the target folder.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("moe-fixtures");
         let _ = std::fs::remove_dir_all(&dir);
         let run = std::process::Command::new("python3")
             .arg(repo().join("fixtures/vlm/gen_tiny_moe.py"))

@@ -38,10 +38,8 @@ impl ModelConfig {
         let moe = family.moe(&text_scope, num_hidden_layers)?;
         // A model whose every layer is sparse (Qwen3.5-MoE) has no dense MLP width.
         let all_sparse = moe.as_ref().is_some_and(|m| m.sparse_layers.iter().all(|&s| s));
-        let intermediate_size = match usize_at(&text_scope, "intermediate_size") {
-            Err(e) if all_sparse && e.message == "missing" => 0,
-            other => other?,
-        };
+        let intermediate_size =
+            if all_sparse && get(&text_scope, "intermediate_size").is_none() { 0 } else { usize_at(&text_scope, "intermediate_size")? };
         let text = TextConfig {
             vocab_size: usize_at(&text_scope, "vocab_size")?,
             hidden_size,
