@@ -49,6 +49,43 @@ fn moe_fixture(family: &str) -> PathBuf {
     dir.join(family)
 }
 
+/// Gemma 4's published chat template as llama.cpp ships it, in the pinned llama-cpp-python sdist
+/// (`BPALS_LLAMA_CPP_SRC`, which scripts/test sets, or fetched into its cache by
+/// scripts/fetch-llama-cpp-sdist.sh).
+fn gemma4_template() -> PathBuf {
+    let src = match std::env::var_os("BPALS_LLAMA_CPP_SRC") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let run = std::process::Command::new("bash").arg(repo().join("scripts/fetch-llama-cpp-sdist.sh")).output().expect("bash");
+            assert!(run.status.success(), "scripts/fetch-llama-cpp-sdist.sh failed: {}", String::from_utf8_lossy(&run.stderr));
+            PathBuf::from(String::from_utf8(run.stdout).unwrap().trim())
+        }
+    };
+    src.join("models/templates/google-gemma-4-31B-it.jinja")
+}
+
+/// The Gemma 4 fixtures, written once per run of this test binary by gen_tiny_gemma4.py with the
+/// published template (or taken from `BPALS_GEMMA4_FIXTURES`).
+fn gemma4_fixture(name: &str) -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("BPALS_GEMMA4_FIXTURES") {
+            return PathBuf::from(dir);
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gemma4-fixtures");
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = std::process::Command::new("python3")
+            .arg(repo().join("fixtures/vlm/gen_tiny_gemma4.py"))
+            .arg(&dir)
+            .arg(gemma4_template())
+            .output()
+            .expect("python3 (run the suite through scripts/test, which puts its environment first on PATH)");
+        assert!(run.status.success(), "fixtures/vlm/gen_tiny_gemma4.py failed: {}", String::from_utf8_lossy(&run.stderr));
+        dir
+    });
+    dir.join(name)
+}
+
 fn goldens_at(model: &std::path::Path) -> (serde_json::Value, HashMap<String, Tensor>) {
     let dir = model.join("goldens");
     let json = serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
@@ -148,6 +185,27 @@ fn qwen3_5_moe_matches_transformers() {
     parity_at(&moe_fixture("qwen3_5_moe"));
 }
 
+/// Gemma 4, dense: sliding and full layers with their own head widths and rotary settings,
+/// keys as values on the full layers, a window shorter than the prompt, image tokens attending
+/// both ways on the sliding layers, soft-capped logits; clipped linears in the vision tower.
+#[test]
+fn gemma4_matches_transformers() {
+    parity_at(&gemma4_fixture("gemma4_dense"));
+}
+
+/// Gemma 4 as E2B/E4B: per-layer input embeddings, the last layers sharing earlier layers' keys
+/// and values, the double-wide MLP on those.
+#[test]
+fn gemma4_per_layer_inputs_and_shared_kv_match_transformers() {
+    parity_at(&gemma4_fixture("gemma4_ple"));
+}
+
+/// Gemma 4 as 26B-A4B: a routed mixture of experts beside every layer's dense MLP.
+#[test]
+fn gemma4_moe_matches_transformers() {
+    parity_at(&gemma4_fixture("gemma4_moe"));
+}
+
 /// Rows of different images and prompt lengths decode together as each would alone: their
 /// caches are padded to one length, and a hybrid model's linear states must skip the padding.
 #[test]
@@ -207,6 +265,8 @@ fn parity_at(path: &std::path::Path) {
         }
 
         let prompt = ids(&case["input_ids"]);
+        let question = case["question"].as_str().unwrap();
+        assert_eq!(dir.prompt(question, grid, Thinking::Off).unwrap().input_ids, prompt, "{name}: prompt ids");
         let logits = model.last_logits(&prompt, &features, grid).unwrap();
         let d = max_diff(&logits, &t[&format!("{name}.last_logits")]);
         eprintln!("{family} {name}: last-position logits within {d:.1e} of transformers");

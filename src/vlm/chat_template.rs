@@ -64,6 +64,10 @@ pub struct ChatTemplate {
     source_file: String,
     /// The variables the template reads besides the messages and the generation prompt flag.
     reads: BTreeSet<String>,
+    /// The tokenizer's `bos_token` and `eos_token`, which transformers passes to every template
+    /// (Gemma 4's starts with `{{ bos_token }}`); None where the tokenizer has none.
+    bos_token: Option<String>,
+    eos_token: Option<String>,
 }
 
 /// Variables every chat template reads that are not switches.
@@ -90,9 +94,16 @@ impl ChatTemplate {
             .into_iter()
             .filter(|v| !CONVERSATION.contains(&v.as_str()))
             .collect();
-        let template = ChatTemplate { env, source_file, reads };
+        let template = ChatTemplate { env, source_file, reads, bos_token: None, eos_token: None };
         template.check_switches()?;
         Ok(template)
+    }
+
+    /// The template with the tokenizer's special tokens to render (see `bos_token`).
+    pub fn with_special_tokens(mut self, bos_token: Option<String>, eos_token: Option<String>) -> ChatTemplate {
+        self.bos_token = bos_token;
+        self.eos_token = eos_token;
+        self
     }
 
     /// The variables the template reads (besides the conversation): what `doctor` shows.
@@ -122,7 +133,13 @@ impl ChatTemplate {
             content => vec![context! { type => "image" }, context! { type => "text", text => question }],
         }];
         let template = self.env.get_template("chat").map_err(|e| fail(&self.source_file, e))?;
-        let context = context! { messages, add_generation_prompt => true, enable_thinking => thinking == Thinking::On };
+        let context = context! {
+            messages,
+            add_generation_prompt => true,
+            enable_thinking => thinking == Thinking::On,
+            bos_token => self.bos_token.as_deref().unwrap_or_default(),
+            eos_token => self.eos_token.as_deref().unwrap_or_default(),
+        };
         let out_of_memory = format!(
             "chat template from {}: rendering one prompt took more than {} MiB of memory; the model is refused \
              (does the template grow a string without end?)",

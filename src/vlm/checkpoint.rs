@@ -22,6 +22,9 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
         let family = Family::of_config(root)?;
+        if family == Family::Gemma4 {
+            return Self::gemma4(root);
+        }
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
         let text_scope: Vec<&Value> = text_obj.into_iter().chain(std::iter::once(root)).collect();
@@ -61,6 +64,7 @@ impl ModelConfig {
             variant,
             max_position_embeddings: get(&text_scope, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
             moe,
+            gemma4: None,
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
         let vision = family.vision_config(vision_obj)?;
@@ -74,6 +78,26 @@ impl ModelConfig {
             vision_end_token_id: token("vision_end_token_id")?,
         };
         config.check()?;
+        Ok(config)
+    }
+
+    /// Gemma 4's config: its own text and vision sections; its image brackets are
+    /// `boi_token_id` and `eoi_token_id`.
+    fn gemma4(root: &Value) -> Result<ModelConfig, ConfigError> {
+        use super::families::gemma4;
+        let text = gemma4::text_config(root)?;
+        let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
+        let vision = gemma4::vision_config(vision_obj, text.hidden_size)?;
+        let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
+        let config = ModelConfig {
+            family: Family::Gemma4,
+            text,
+            vision,
+            image_token_id: token("image_token_id")?,
+            vision_start_token_id: token("boi_token_id")?,
+            vision_end_token_id: token("eoi_token_id")?,
+        };
+        config.check_tokens()?;
         Ok(config)
     }
 
@@ -147,15 +171,7 @@ impl ModelConfig {
         if v.num_heads == 0 || v.hidden_size % v.num_heads != 0 {
             return Err(err("vision_config.num_heads", format!("{} does not divide the vision width {}", v.num_heads, v.hidden_size)));
         }
-        for (key, id) in [
-            ("image_token_id", self.image_token_id),
-            ("vision_start_token_id", self.vision_start_token_id),
-            ("vision_end_token_id", self.vision_end_token_id),
-        ] {
-            if id as usize >= t.vocab_size {
-                return Err(err(key, format!("{id} is not a token of the model's vocabulary (vocab_size {})", t.vocab_size)));
-            }
-        }
+        self.check_tokens()?;
         if v.out_hidden_size != t.hidden_size {
             return Err(err(
                 "vision_config",
@@ -173,6 +189,20 @@ impl ModelConfig {
                 "vision_config.deepstack_visual_indexes",
                 format!("{} DeepStack features for {} decoder layers", v.deepstack_visual_indexes.len(), t.num_hidden_layers),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The image tokens are tokens of the vocabulary.
+    fn check_tokens(&self) -> Result<(), ConfigError> {
+        let (start, end) =
+            if self.family == Family::Gemma4 { ("boi_token_id", "eoi_token_id") } else { ("vision_start_token_id", "vision_end_token_id") };
+        for (key, id) in [("image_token_id", self.image_token_id), (start, self.vision_start_token_id), (end, self.vision_end_token_id)] {
+            if id as usize >= self.text.vocab_size {
+                return Err(err(key, format!("{id} is not a token of the model's vocabulary (vocab_size {})", self.text.vocab_size)));
+            }
         }
         Ok(())
     }

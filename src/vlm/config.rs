@@ -34,6 +34,8 @@ pub struct TextConfig {
     pub max_position_embeddings: Option<usize>,
     /// The mixture-of-experts MLPs of a sparse model, and which layers have them.
     pub moe: Option<MoeConfig>,
+    /// Gemma 4's own decoder settings; None for the Qwen families.
+    pub gemma4: Option<crate::vlm::families::gemma4::Gemma4Text>,
 }
 
 impl TextConfig {
@@ -164,6 +166,8 @@ pub struct VisionConfig {
     pub mlp_gelu: &'static str,
     /// Base of the vision tower's 2D rotary angles.
     pub rope_theta: f64,
+    /// Gemma 4's own tower settings; None for the Qwen families.
+    pub gemma4: Option<crate::vlm::families::gemma4::Gemma4Vision>,
 }
 
 impl Default for VisionConfig {
@@ -185,6 +189,7 @@ impl Default for VisionConfig {
             deepstack_visual_indexes: Vec::new(),
             mlp_gelu: "none",
             rope_theta: 10000.0,
+            gemma4: None,
         }
     }
 }
@@ -269,10 +274,32 @@ pub struct PreprocessorConfig {
     /// name the keys it uses.
     #[serde(skip)]
     pub bounds_in_size: bool,
+    /// How an image's size is chosen within the bounds.
+    pub sizing: ImageSizing,
 }
+
+/// The rule that picks the size an image is resized to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageSizing {
+    /// The Qwen processors' `smart_resize`: sides rounded to the nearest multiple of a token's
+    /// side, the area within [min_pixels, max_pixels].
+    SmartResize,
+    /// Gemma 4's: the largest size of the same aspect ratio whose sides are multiples of a
+    /// token's side and whose area is within max_pixels (`max_soft_tokens` tokens), rounding down;
+    /// no normalisation after the 1/255 rescale unless `do_normalize` says so.
+    AspectPreserving,
+}
+
+/// Gemma 4's processor settings (`Gemma4ImageProcessor`): the soft-token budgets it accepts.
+pub const GEMMA4_SOFT_TOKENS: [u64; 5] = [70, 140, 280, 560, 1120];
 
 impl PreprocessorConfig {
     pub fn from_json(root: &Value) -> Result<PreprocessorConfig, ConfigError> {
+        if root.get("image_processor_type").and_then(Value::as_str) == Some("Gemma4ImageProcessor") || root.get("max_soft_tokens").is_some()
+        {
+            return Self::gemma4(root);
+        }
         let r = [root];
         let size = root.get("size").filter(|v| v.is_object());
         let bound = |flat: &str, nested: &str| -> Result<u64, ConfigError> {
@@ -302,6 +329,7 @@ impl PreprocessorConfig {
                 Some(v) => v.as_f64().ok_or_else(|| err("rescale_factor", format!("{v}: expected a finite number above 0")))?,
             },
             bounds_in_size: root.get("min_pixels").and_then(Value::as_u64).is_none() && size.is_some(),
+            sizing: ImageSizing::SmartResize,
         };
         for (key, n) in
             [("patch_size", config.patch_size), ("temporal_patch_size", config.temporal_patch_size), ("merge_size", config.merge_size)]
@@ -313,6 +341,58 @@ impl PreprocessorConfig {
         if let Some(bad) = config.image_mean.iter().find(|m| !m.is_finite()) {
             return Err(err("image_mean", format!("{bad} is not a finite number")));
         }
+        if let Some(bad) = config.image_std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(err("image_std", format!("{bad}: expected a finite number above 0 (pixels are divided by it)")));
+        }
+        positive("rescale_factor", config.rescale_factor)?;
+        config.check_bounds()?;
+        Ok(config)
+    }
+
+    /// Gemma 4's image processor: 16-pixel patches pooled in 3 x 3 squares, at most
+    /// `max_soft_tokens` pooled tokens an image (the defaults where the file is silent, as
+    /// transformers has them).
+    fn gemma4(root: &Value) -> Result<PreprocessorConfig, ConfigError> {
+        let r = [root];
+        let or = |key: &str, default: usize| if root.get(key).is_some() { usize_at(&r, key) } else { Ok(default) };
+        let patch_size = or("patch_size", 16)?;
+        let pool = or("pooling_kernel_size", 3)?;
+        let soft = or("max_soft_tokens", 280)? as u64;
+        if !GEMMA4_SOFT_TOKENS.contains(&soft) {
+            return Err(err("max_soft_tokens", format!("{soft}: Gemma 4's processor takes one of {GEMMA4_SOFT_TOKENS:?}")));
+        }
+        for (key, n) in [("patch_size", patch_size), ("pooling_kernel_size", pool)] {
+            if n == 0 || n > 1024 {
+                return Err(err(key, format!("{n}: expected 1 to 1024")));
+            }
+        }
+        let normalize = root.get("do_normalize").and_then(Value::as_bool).unwrap_or(false);
+        let triple = |key: &str, default: f64| -> Result<[f64; 3], ConfigError> {
+            if !normalize {
+                return Ok([default; 3]);
+            }
+            let v = root.get(key).ok_or_else(|| err(key, "missing (do_normalize is true)"))?;
+            match v.as_array().and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<_>>>()).as_deref() {
+                Some([a, b, c]) => Ok([*a, *b, *c]),
+                _ => Err(err(key, format!("expected three numbers, got {v}"))),
+            }
+        };
+        let token = (patch_size * pool) as u64;
+        let config = PreprocessorConfig {
+            min_pixels: token * token,
+            max_pixels: soft * token * token,
+            patch_size,
+            temporal_patch_size: 1,
+            merge_size: pool,
+            image_mean: triple("image_mean", 0.0)?,
+            image_std: triple("image_std", 1.0)?,
+            rescale_factor: match root.get("rescale_factor") {
+                None | Some(Value::Null) => 1.0 / 255.0,
+                Some(v) => v.as_f64().ok_or_else(|| err("rescale_factor", format!("{v}: expected a finite number above 0")))?,
+            },
+            bounds_in_size: false,
+            sizing: ImageSizing::AspectPreserving,
+        };
         if let Some(bad) = config.image_std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
             return Err(err("image_std", format!("{bad}: expected a finite number above 0 (pixels are divided by it)")));
         }

@@ -1,5 +1,6 @@
-//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, and the
-//! mixture-of-experts Qwen3-VL-MoE and Qwen3.5-MoE, one folder per family under [`families`].
+//! The vision-language model engine: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5, the
+//! mixture-of-experts Qwen3-VL-MoE and Qwen3.5-MoE, and Google's Gemma 4 (dense, per-layer
+//! embeddings and mixture of experts), one folder per family under [`families`].
 //!
 //! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
 //! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the

@@ -6,10 +6,11 @@ use tch::{Device, Kind, Tensor};
 
 use super::checkpoint::ModelConfig;
 use super::error::VlmError;
+use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
-use super::text::{DecoderCache, Deepstack, TextModel};
+use super::text::{DecoderCache, Deepstack, Embedded, TextModel};
 use super::weights::Weights;
 use super::YesNo;
 
@@ -18,6 +19,8 @@ pub struct VlModel {
     pub text: TextModel,
     image_token_id: u32,
     merge: usize,
+    /// Positions are multimodal (M-RoPE, the Qwen families) or plain token indices (Gemma 4).
+    multimodal_positions: bool,
     parameter_count: i64,
     pub device: Device,
     pub kind: Kind,
@@ -38,9 +41,10 @@ impl VlModel {
     fn from_weights(weights: &Weights, config: &ModelConfig, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
         Ok(VlModel {
             vision: VisionTower::load(config.family, weights, &config.vision)?,
-            text: TextModel::load(weights, &config.text)?,
+            text: TextModel::load(weights, &config.text, config.image_token_id)?,
             image_token_id: config.image_token_id,
             merge: config.vision.spatial_merge_size,
+            multimodal_positions: config.family != Family::Gemma4,
             parameter_count: weights.parameter_count(),
             device,
             kind,
@@ -58,23 +62,30 @@ impl VlModel {
 
     /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
     /// the image embeddings.
-    fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Tensor, VlmError> {
+    fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Embedded, VlmError> {
         let t = Tensor::from_slice(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>()).to_device(self.device).unsqueeze(0);
-        let embeds = self.text.embed(&t);
-        let Some(start) = ids.iter().position(|&i| i == self.image_token_id) else { return Ok(embeds) };
+        let mut input = self.text.embed(&t);
+        let embeds = &input.embeds;
+        let Some(start) = ids.iter().position(|&i| i == self.image_token_id) else { return Ok(input) };
         let run = ids[start..].iter().take_while(|&&i| i == self.image_token_id).count();
         let image = image_embeds.ok_or_else(|| VlmError::Input("the prompt holds an image but no image was given".into()))?;
         if image.size()[0] != run as i64 {
             return Err(VlmError::Input(format!("the prompt has {run} image tokens, the image {} embeddings", image.size()[0])));
         }
         let end = (start + run) as i64;
-        Ok(Tensor::cat(
+        input.embeds = Tensor::cat(
             &[embeds.narrow(1, 0, start as i64), image.to_kind(embeds.kind()).unsqueeze(0), embeds.narrow(1, end, ids.len() as i64 - end)],
             1,
-        ))
+        );
+        input.image_span = Some((start as i64, end));
+        Ok(input)
     }
 
     pub(super) fn positions(&self, ids: &[u32], grid: (usize, usize, usize)) -> Result<([Vec<i64>; 3], i64), VlmError> {
+        if !self.multimodal_positions {
+            let plain: Vec<i64> = (0..ids.len() as i64).collect();
+            return Ok(([plain.clone(), plain.clone(), plain], 0));
+        }
         let grids = if ids.contains(&self.image_token_id) { vec![grid] } else { Vec::new() };
         rope::position_ids(ids, self.image_token_id, &grids, self.merge)
     }

@@ -13,7 +13,7 @@ use super::chat_template::{ChatTemplate, Thinking};
 use super::checkpoint::ModelConfig;
 use super::config::{ConfigError, PreprocessorConfig};
 use super::error::VlmError;
-use super::prompt::{Prompt, PromptParts, IMAGE_PAD};
+use super::prompt::{Prompt, PromptParts};
 
 /// Where the chat template was found, in the order they are looked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,9 +72,8 @@ impl ModelDir {
         }
         let config_path = require(dir, "config.json", "every checkpoint has one")?;
         let config = ModelConfig::from_json(&read_json(&config_path)?).map_err(|error| VlmError::Config { path: config_path, error })?;
-        let pre_path = require(dir, "preprocessor_config.json", "the image processor settings")?;
-        let preprocessor =
-            PreprocessorConfig::from_json(&read_json(&pre_path)?).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
+        let (pre_path, pre_json) = preprocessor_json(dir)?;
+        let preprocessor = PreprocessorConfig::from_json(&pre_json).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
         check_preprocessor(&preprocessor, &config).map_err(|error| VlmError::Config { path: pre_path.clone(), error })?;
         let tokenizer_path = require(dir, "tokenizer.json", "the fast tokenizer file")?;
         let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|source| VlmError::NotA {
@@ -91,19 +90,22 @@ impl ModelDir {
         }
         // Prompts repeat the placeholder's id once per merged patch (see `prompt`): it must be
         // one token, the one the model replaces with the image's embeddings.
-        let pad = tokenizer.token_to_id(IMAGE_PAD);
+        let placeholder = config.family.image_placeholder();
+        let pad = tokenizer.token_to_id(placeholder);
         if pad != Some(config.image_token_id) {
             return Err(VlmError::File {
                 path: tokenizer_path,
                 message: format!(
-                    "{IMAGE_PAD} is {}, expected config.json's image_token_id {}",
+                    "{placeholder} is {}, expected config.json's image_token_id {}",
                     pad.map_or("not a token".to_string(), |id| format!("token {id}")),
                     config.image_token_id
                 ),
             });
         }
         let (chat_template, chat_template_source) = chat_template(dir)?;
-        let template = ChatTemplate::compile(chat_template.clone(), dir.join(chat_template_source.file()).display().to_string())?;
+        let (bos, eos) = special_tokens(dir)?;
+        let template = ChatTemplate::compile(chat_template.clone(), dir.join(chat_template_source.file()).display().to_string())?
+            .with_special_tokens(bos, eos);
         let weights = weight_files(dir)?;
         let eos_token_ids = eos_ids(dir)?;
         Ok(ModelDir {
@@ -128,6 +130,21 @@ impl ModelDir {
         stop.dedup();
         stop
     }
+}
+
+/// The image processor's settings: `preprocessor_config.json`, or where a checkpoint keeps only
+/// the processor's file (transformers 5 writes Gemma 4's so), its `image_processor` object.
+fn preprocessor_json(dir: &Path) -> Result<(PathBuf, Value), VlmError> {
+    let processor = dir.join("processor_config.json");
+    if !dir.join("preprocessor_config.json").is_file() && processor.is_file() {
+        let json = read_json(&processor)?;
+        if let Some(image) = json.get("image_processor").filter(|v| v.is_object()) {
+            return Ok((processor, image.clone()));
+        }
+    }
+    let path = require(dir, "preprocessor_config.json", "the image processor settings (or processor_config.json's image_processor)")?;
+    let json = read_json(&path)?;
+    Ok((path, json))
 }
 
 /// Every field of the preprocessor config the model's own config also fixes must agree with it
@@ -176,6 +193,22 @@ fn eos_ids(dir: &Path) -> Result<Vec<u32>, VlmError> {
         }
     }
     Ok(Vec::new())
+}
+
+/// tokenizer_config.json's `bos_token` and `eos_token` (a string, or an added token's
+/// `content`), which templates may write; none where the file or the key is missing.
+fn special_tokens(dir: &Path) -> Result<(Option<String>, Option<String>), VlmError> {
+    let path = dir.join("tokenizer_config.json");
+    if !path.is_file() {
+        return Ok((None, None));
+    }
+    let json = read_json(&path)?;
+    let token = |key: &str| match json.get(key) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    };
+    Ok((token("bos_token"), token("eos_token")))
 }
 
 fn chat_template(dir: &Path) -> Result<(String, ChatTemplateSource), VlmError> {
@@ -261,10 +294,11 @@ impl ModelDir {
             return Ok(parts.clone());
         }
         let text = self.template.render(question, thinking)?;
-        if text.matches(IMAGE_PAD).count() != 1 {
+        let placeholder = self.config.family.image_placeholder();
+        if text.matches(placeholder).count() != 1 {
             return Err(VlmError::Template {
                 source_file: self.path.join(self.chat_template_source.file()).display().to_string(),
-                message: format!("rendered {} {IMAGE_PAD} placeholders for one image, expected 1", text.matches(IMAGE_PAD).count()),
+                message: format!("rendered {} {placeholder} placeholders for one image, expected 1", text.matches(placeholder).count()),
             });
         }
         let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| VlmError::Input(format!("tokenizing the prompt: {e}")))?;
@@ -275,13 +309,20 @@ impl ModelDir {
             return Err(VlmError::File {
                 path: self.path.join("tokenizer.json"),
                 message: format!(
-                    "the prompt's one {IMAGE_PAD} tokenizes to {} copies of config.json's image_token_id {pad}, expected exactly 1",
+                    "the prompt's one {placeholder} tokenizes to {} copies of config.json's image_token_id {pad}, expected exactly 1",
                     at.len()
                 ),
             });
         };
         let opens_reasoning = super::chat_template::ends_inside_reasoning(&text);
-        let parts = Arc::new(PromptParts { before: ids[..at].to_vec(), after: ids[at + 1..].to_vec(), opens_reasoning, text });
+        let (mut before, mut after) = (ids[..at].to_vec(), ids[at + 1..].to_vec());
+        // Gemma 4's processor writes the image's run between its own brackets, which the
+        // template leaves out.
+        if self.config.family == super::Family::Gemma4 {
+            before.push(self.config.vision_start_token_id);
+            after.insert(0, self.config.vision_end_token_id);
+        }
+        let parts = Arc::new(PromptParts { before, after, opens_reasoning, text });
         self.prompts.lock().expect("prompt cache lock").insert(key, parts.clone());
         Ok(parts)
     }

@@ -1,5 +1,5 @@
 //! The sparse mixture-of-experts MLP, as transformers 5.23 computes it for `qwen3_vl_moe` and
-//! `qwen3_5_moe`: a router scores every expert per token (softmax in f32), the top k are kept and
+//! `qwen3_5_moe` ([`Experts`], the experts without their router, also serve Gemma 4's block): a router scores every expert per token (softmax in f32), the top k are kept and
 //! their weights renormalised to sum to one, each chosen expert's gated MLP runs on its tokens,
 //! and the weighted outputs are summed. Qwen3.5's block adds a shared expert that every token
 //! takes, scaled by a sigmoid gate.
@@ -21,16 +21,59 @@ use super::weights::Weights;
 
 pub struct SparseMoe {
     router: Linear,
+    experts: Experts,
+    top_k: i64,
+    renormalize: bool,
+    /// Qwen3.5: an MLP every token takes, scaled by sigmoid(gate(x)).
+    shared: Option<(GatedMlp, Linear)>,
+}
+
+/// Every expert's gated MLP, run on the tokens routed to it: what the Qwen and Gemma 4 blocks
+/// share (their routers differ).
+pub struct Experts {
     /// Every expert's gate and up projections, (experts, hidden, 2 x intermediate): the gate's
     /// columns, then the up's. Often a transposed view of the stored tensor.
     gate_up: Tensor,
     /// (experts, intermediate, hidden).
     down: Tensor,
     experts: i64,
-    top_k: i64,
-    renormalize: bool,
-    /// Qwen3.5: an MLP every token takes, scaled by sigmoid(gate(x)).
-    shared: Option<(GatedMlp, Linear)>,
+    /// The gate's activation: SiLU (Qwen) or tanh-approximated GELU (Gemma 4).
+    gelu_tanh: bool,
+}
+
+impl Experts {
+    /// `{prefix}.gate_up_proj` and `{prefix}.down_proj` (fused) or one tensor per expert.
+    pub fn load(w: &Weights, prefix: &str, hidden: i64, cfg: &MoeConfig, gelu_tanh: bool) -> Result<Experts, VlmError> {
+        let (e, i) = (cfg.num_experts as i64, cfg.moe_intermediate_size as i64);
+        let (gate_up, down) = if w.has(&format!("{prefix}.gate_up_proj")) {
+            fused_experts(w, prefix, e, hidden, i, cfg.fused_layout)?
+        } else {
+            stacked_experts(w, prefix, e, hidden, i)?
+        };
+        Ok(Experts { gate_up, down, experts: e, gelu_tanh })
+    }
+
+    /// `x` (tokens, hidden), each token's k experts `chosen` (tokens, k) and their `weights`
+    /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden).
+    pub fn forward(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor) -> Tensor {
+        let (tokens, k) = (x.size()[0], chosen.size()[1]);
+        // Assignments (token, slot) in row-major order, grouped by expert; stable, so each
+        // expert's tokens keep their order. offsets[e] is where expert e's group ends.
+        let flat = chosen.flatten(0, -1);
+        let (_, order) = flat.sort_stable(true, 0, false);
+        let offsets = flat.bincount(None::<&Tensor>, self.experts).cumsum(0, Kind::Int);
+        let grouped = x.index_select(0, &order.divide_scalar_mode(k, "floor"));
+        let both = grouped.internal_grouped_mm(&self.gate_up, Some(&offsets), None::<&Tensor>, None::<Kind>);
+        let i = both.size()[1] / 2;
+        let gate = both.narrow(1, 0, i);
+        let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
+        let hidden = gate * both.narrow(1, i, i);
+        let grouped = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>);
+        // Back to (token, slot) order: the grouped row of assignment j is at inverse[j].
+        let inverse = order.argsort(0, false);
+        let routed = grouped.index_select(0, &inverse).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
+        routed.sum_dim_intlist(1, false, x.kind())
+    }
 }
 
 impl SparseMoe {
@@ -39,13 +82,8 @@ impl SparseMoe {
     /// no copy); per-expert tensors are copied into one stack each, every expert's own tensor
     /// freed as it is copied, so loading never holds both.
     pub fn load(w: &Weights, prefix: &str, hidden: i64, cfg: &MoeConfig) -> Result<SparseMoe, VlmError> {
-        let (e, i) = (cfg.num_experts as i64, cfg.moe_intermediate_size as i64);
         let at = |name: &str| format!("{prefix}.{name}");
-        let (gate_up, down) = if w.has(&at("experts.gate_up_proj")) {
-            fused_experts(w, &at("experts"), e, hidden, i, cfg.fused_layout)?
-        } else {
-            stacked_experts(w, &at("experts"), e, hidden, i)?
-        };
+        let experts = Experts::load(w, &at("experts"), hidden, cfg, false)?;
         let shared = match cfg.shared_expert_intermediate_size {
             Some(size) => Some((
                 GatedMlp::load(w, &at("shared_expert"), hidden, size as i64, false)?,
@@ -54,10 +92,8 @@ impl SparseMoe {
             None => None,
         };
         Ok(SparseMoe {
-            router: Linear::load(w, &at("gate"), hidden, e, false)?,
-            gate_up,
-            down,
-            experts: e,
+            router: Linear::load(w, &at("gate"), hidden, cfg.num_experts as i64, false)?,
+            experts,
             top_k: cfg.num_experts_per_tok as i64,
             renormalize: cfg.norm_topk_prob,
             shared,
@@ -68,28 +104,13 @@ impl SparseMoe {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let shape = x.size();
         let x = x.reshape([-1, shape[2]]);
-        let (tokens, k) = (x.size()[0], self.top_k);
+        let k = self.top_k;
         let probs = self.router.forward(&x).softmax(-1, Kind::Float);
         let (mut weights, chosen) = probs.topk(k, -1, true, true);
         if self.renormalize {
             weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
         }
-        let weights = weights.to_kind(x.kind());
-
-        // Assignments (token, slot) in row-major order, grouped by expert; stable, so each
-        // expert's tokens keep their order. offsets[e] is where expert e's group ends.
-        let flat = chosen.flatten(0, -1);
-        let (_, order) = flat.sort_stable(true, 0, false);
-        let offsets = flat.bincount(None::<&Tensor>, self.experts).cumsum(0, Kind::Int);
-        let grouped = x.index_select(0, &order.divide_scalar_mode(k, "floor"));
-        let both = grouped.internal_grouped_mm(&self.gate_up, Some(&offsets), None::<&Tensor>, None::<Kind>);
-        let i = both.size()[1] / 2;
-        let hidden = both.narrow(1, 0, i).silu() * both.narrow(1, i, i);
-        let grouped = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>);
-        // Back to (token, slot) order: the grouped row of assignment j is at inverse[j].
-        let inverse = order.argsort(0, false);
-        let routed = grouped.index_select(0, &inverse).view([tokens, k, -1]) * weights.unsqueeze(-1);
-        let mut out = routed.sum_dim_intlist(1, false, x.kind());
+        let mut out = self.experts.forward(&x, &weights.to_kind(x.kind()), &chosen);
         if let Some((mlp, gate)) = &self.shared {
             out = out + gate.forward(&x).sigmoid() * mlp.forward(&x);
         }
@@ -114,7 +135,9 @@ fn fused_experts(w: &Weights, prefix: &str, e: i64, hidden: i64, i: i64, layout:
             w.get(&format!("{prefix}.down_proj"), &[e, hidden, i])?.transpose(1, 2),
         ),
         // Qwen3-VL-MoE's published checkpoints: (E, H, 2I) and (E, I, H).
-        FusedLayout::Columns => (w.get(&format!("{prefix}.gate_up_proj"), &columns)?, w.get(&format!("{prefix}.down_proj"), &[e, i, hidden])?),
+        FusedLayout::Columns => {
+            (w.get(&format!("{prefix}.gate_up_proj"), &columns)?, w.get(&format!("{prefix}.down_proj"), &[e, i, hidden])?)
+        }
     })
 }
 

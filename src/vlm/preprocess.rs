@@ -1,4 +1,4 @@
-//! The image sizing rule of the Qwen2-VL processors. The pixel path itself (RGB conversion,
+//! The image sizing rules of the Qwen2-VL processors and of Gemma 4's. The pixel path itself (RGB conversion,
 //! bicubic antialiased resize, CLIP normalisation, patch flattening) runs on tensors.
 
 use super::error::VlmError;
@@ -34,6 +34,37 @@ pub fn smart_resize(height: usize, width: usize, factor: usize, min_pixels: u64,
     Ok((h_bar, w_bar))
 }
 
+/// Gemma 4's size for an image: the largest of the same aspect ratio within `max_pixels` whose
+/// sides are multiples of `factor` (patch x pooling), each side rounded down; a side that rounds
+/// to nothing takes one `factor` and the other its ratio's share, as transformers does
+/// (`get_aspect_ratio_preserving_size`).
+pub fn aspect_preserving_size(height: usize, width: usize, factor: usize, max_pixels: u64) -> Result<(usize, usize), VlmError> {
+    if height == 0 || width == 0 {
+        return Err(VlmError::Input(format!("the image is {width}x{height}: nothing to resize")));
+    }
+    let (h, w) = (height as f64, width as f64);
+    let scale = (max_pixels as f64 / (h * w)).sqrt();
+    let mut target_h = (scale * h / factor as f64).floor() as usize * factor;
+    let mut target_w = (scale * w / factor as f64).floor() as usize * factor;
+    if target_h == 0 && target_w == 0 {
+        return Err(VlmError::Input(format!("the image is {width}x{height}: it resizes to nothing within {max_pixels} pixels")));
+    }
+    let longest = (max_pixels / (factor * factor) as u64) as usize * factor;
+    if target_h == 0 {
+        target_h = factor;
+        target_w = ((w / h).floor() as usize * factor).min(longest);
+    } else if target_w == 0 {
+        target_w = factor;
+        target_h = ((h / w).floor() as usize * factor).min(longest);
+    }
+    if (target_h * target_w) as u64 > max_pixels {
+        return Err(VlmError::Input(format!(
+            "the image is {width}x{height}: its aspect ratio does not fit {max_pixels} pixels in sides that are multiples of {factor}"
+        )));
+    }
+    Ok((target_h, target_w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +83,17 @@ mod tests {
         assert!((h * w) as u64 >= 56 * 56);
         assert!(smart_resize(10, 2001, 28, 1, u64::MAX).is_err());
         assert!(smart_resize(0, 5, 28, 1, 100).is_err());
+    }
+
+    #[test]
+    fn gemma4_sizes_as_transformers() {
+        // transformers 5.23's Gemma4ImageProcessor, 280 soft tokens (max_pixels 280 x 48^2):
+        // 1024 x 1024 -> 768 x 768; 70 tokens -> 384 x 384; a 10:1 strip keeps a row of tokens.
+        let max = |tokens: u64| tokens * 48 * 48;
+        assert_eq!(aspect_preserving_size(1024, 1024, 48, max(280)).unwrap(), (768, 768));
+        assert_eq!(aspect_preserving_size(1024, 1024, 48, max(70)).unwrap(), (384, 384));
+        assert_eq!(aspect_preserving_size(59, 201, 48, max(70)).unwrap(), (192, 720));
+        assert_eq!(aspect_preserving_size(20, 2000, 48, max(70)).unwrap(), (48, 3360));
+        assert!(aspect_preserving_size(0, 10, 48, max(70)).is_err());
     }
 }

@@ -13,6 +13,7 @@ pub use super::cache::DecoderCache;
 use super::cache::LayerCache;
 use super::config::{LayerKind, TextConfig};
 use super::error::VlmError;
+use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
@@ -218,7 +219,82 @@ impl Rotary {
     }
 }
 
-pub struct TextModel {
+/// The input of a decoder pass: token embeddings (batch, seq, hidden), the image's among them.
+pub struct Embedded {
+    pub embeds: Tensor,
+    /// Gemma 4 E2B/E4B: each token's per-layer embeddings (batch, seq, layers, width).
+    pub per_layer: Option<Tensor>,
+    /// The image's run of positions in this pass, [start, end), where it has one.
+    pub image_span: Option<(i64, i64)>,
+}
+
+/// A family's text decoder: the shared one of the Qwen families, or Gemma 4's own.
+pub enum TextModel {
+    Shared(SharedDecoder),
+    Gemma4(Gemma4Decoder),
+}
+
+impl TextModel {
+    pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
+        Ok(match cfg.gemma4 {
+            Some(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
+            None => TextModel::Shared(SharedDecoder::load(w, cfg)?),
+        })
+    }
+
+    pub fn embed(&self, ids: &Tensor) -> Embedded {
+        match self {
+            TextModel::Shared(d) => Embedded { embeds: d.embed(ids), per_layer: None, image_span: None },
+            TextModel::Gemma4(d) => d.embed(ids),
+        }
+    }
+
+    /// Runs `input` at `positions` (3, batch, seq) after what `cache` holds, causally, and
+    /// returns the final hidden states (batch, seq, hidden).
+    pub fn forward(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) -> Tensor {
+        let embeds = &input.embeds;
+        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
+        self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
+    }
+
+    /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
+    /// batched decoder hides each row's padding with it. `valid` (batch, seq) marks the real new
+    /// tokens of right-padded rows, so linear layers keep each row's own state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_masked(
+        &self,
+        input: &Embedded,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        mask: &Tensor,
+        path: AttentionPath,
+        valid: Option<&Tensor>,
+        deepstack: Option<&Deepstack>,
+    ) -> Tensor {
+        match self {
+            TextModel::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
+            TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask, path),
+        }
+    }
+
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        match self {
+            TextModel::Shared(d) => d.logits(hidden),
+            TextModel::Gemma4(d) => d.logits(hidden),
+        }
+    }
+
+    /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
+    pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
+        match self {
+            TextModel::Shared(d) => d.answer_logits(hidden, answer),
+            TextModel::Gemma4(d) => d.answer_logits(hidden, answer),
+        }
+    }
+}
+
+/// The decoder the Qwen families share.
+pub struct SharedDecoder {
     embed_tokens: Tensor,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
@@ -235,8 +311,8 @@ pub struct Deepstack {
     pub layers: Vec<Tensor>,
 }
 
-impl TextModel {
-    pub fn load(w: &Weights, cfg: &TextConfig) -> Result<TextModel, VlmError> {
+impl SharedDecoder {
+    pub fn load(w: &Weights, cfg: &TextConfig) -> Result<SharedDecoder, VlmError> {
         let (h, v) = (cfg.hidden_size as i64, cfg.vocab_size as i64);
         let rotary_dim = cfg.rotary_dim as i64;
         let embed_tokens = w.get("model.embed_tokens.weight", &[v, h])?;
@@ -255,7 +331,7 @@ impl TextModel {
         let exponents = Tensor::arange_start_step(0, rotary_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / rotary_dim as f64;
         let inv_freq = Tensor::from(cfg.rope_theta as f32).to_device(device).pow(&exponents).reciprocal();
         let rope_axes = Tensor::from_slice(&mrope_axes(&cfg.mrope_section, cfg.variant.mrope_interleaved)).to_device(device);
-        Ok(TextModel { embed_tokens, layers, norm: norm(w, "model.norm", h, cfg)?, lm_head, inv_freq, rope_axes })
+        Ok(SharedDecoder { embed_tokens, layers, norm: norm(w, "model.norm", h, cfg)?, lm_head, inv_freq, rope_axes })
     }
 
     pub fn embed(&self, ids: &Tensor) -> Tensor {
@@ -273,18 +349,9 @@ impl TextModel {
         Rotary { cos: full.cos().to_kind(Kind::Float), sin: full.sin().to_kind(Kind::Float) }
     }
 
-    /// Runs `embeds` (batch, seq, hidden) at `positions` (3, batch, seq) after what `cache` holds,
-    /// causally, and returns the final hidden states (batch, seq, hidden).
-    pub fn forward(&self, embeds: &Tensor, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) -> Tensor {
-        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-        self.forward_masked(embeds, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
-    }
-
-    /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
-    /// batched decoder hides each row's padding with it. `valid` (batch, seq) marks the real new
-    /// tokens of right-padded rows, so linear layers keep each row's own state.
+    /// See [`TextModel::forward_masked`].
     #[allow(clippy::too_many_arguments)]
-    pub fn forward_masked(
+    fn forward_masked(
         &self,
         embeds: &Tensor,
         positions: &Tensor,

@@ -1,10 +1,12 @@
 //! The model families the native engine runs, one folder each.
 //!
 //! A family folder holds what is its own: `mod.rs` reads its part of `config.json` (no libtorch),
-//! `vision.rs` is its vision tower. What the families share stays shared: the text decoder
-//! ([`super::text`], whose per-family differences are the switches of [`TextConfig`]), the small
-//! layers, the KV cache, the prompt, M-RoPE positions and the batched decoder. The engine sees a
-//! family only through [`Family`], [`VisionTower`] and the [`ImageFeatures`] a tower returns.
+//! `vision.rs` is its vision tower. What the families share stays shared: the text decoder of
+//! the Qwen families ([`super::text`], whose per-family differences are the switches of
+//! [`TextConfig`]), the small layers, the KV cache, the prompt, M-RoPE positions and the batched
+//! decoder. Gemma 4, another lab's design, brings its own decoder (`gemma4/text.rs`) behind the
+//! same [`super::text::TextModel`], with plain positions. The engine sees a family only through
+//! [`Family`], [`VisionTower`], the text model and the [`ImageFeatures`] a tower returns.
 //!
 //! Adding a family: a folder here with `vision_config`, `text_variant` and a tower; an arm in
 //! [`Family`], [`VisionTower`] and the grounding parser; fixtures and goldens from a script
@@ -17,6 +19,7 @@ use serde_json::Value;
 
 use super::config::{ConfigError, LayerKind, LinearAttentionConfig, MoeConfig, TextVariant, VisionConfig};
 
+pub mod gemma4;
 pub mod qwen2_5_vl;
 pub mod qwen2_vl;
 pub mod qwen3_5;
@@ -44,10 +47,14 @@ pub enum Family {
     /// Qwen3.5 with a sparse mixture of experts and a shared expert (Qwen3.6-35B-A3B).
     #[serde(rename = "qwen3_5_moe")]
     Qwen35Moe,
+    /// Google's Gemma 4: a pooled 2D-RoPE vision tower and its own decoder (see
+    /// [`gemma4`]).
+    Gemma4,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35, Family::Qwen3VlMoe, Family::Qwen35Moe];
+    pub const ALL: [Family; 7] =
+        [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35, Family::Qwen3VlMoe, Family::Qwen35Moe, Family::Gemma4];
 
     /// The family's name: its `model_type` in config.json, and how specs write it
     /// (`prompts.location.ground`).
@@ -59,6 +66,16 @@ impl Family {
             Family::Qwen35 => "qwen3_5",
             Family::Qwen3VlMoe => "qwen3_vl_moe",
             Family::Qwen35Moe => "qwen3_5_moe",
+            Family::Gemma4 => "gemma4",
+        }
+    }
+
+    /// The token a chat template writes where the image goes: one id, which the prompt repeats
+    /// once per image token.
+    pub fn image_placeholder(self) -> &'static str {
+        match self {
+            Family::Gemma4 => "<|image|>",
+            _ => crate::vlm::prompt::IMAGE_PAD,
         }
     }
 
@@ -85,6 +102,7 @@ impl Family {
             Family::Qwen35 => "Qwen3_5ForConditionalGeneration",
             Family::Qwen3VlMoe => "Qwen3VLMoeForConditionalGeneration",
             Family::Qwen35Moe => "Qwen3_5MoeForConditionalGeneration",
+            Family::Gemma4 => "Gemma4ForConditionalGeneration",
         }
     }
 
@@ -123,6 +141,7 @@ impl Family {
             Family::Qwen3Vl => qwen3_vl::vision_config(vision),
             Family::Qwen35 => qwen3_5::vision_config(vision),
             Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
+            Family::Gemma4 => unreachable!("Gemma 4's config is read by gemma4::text_config and vision_config"),
         }
     }
 
@@ -133,6 +152,7 @@ impl Family {
             Family::Qwen3Vl => qwen3_vl::text_variant(text_scope),
             Family::Qwen35 => qwen3_5::text_variant(text_scope),
             Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
+            Family::Gemma4 => unreachable!("Gemma 4's config is read by gemma4::text_config and vision_config"),
         }
     }
 
@@ -184,6 +204,7 @@ mod tower {
         Qwen2(super::qwen2_vl::vision::VisionQwen2),
         Qwen25(super::qwen2_5_vl::vision::VisionQwen25),
         Qwen3(super::qwen3_vl::vision::VisionQwen3),
+        Gemma4(super::gemma4::vision::VisionGemma4),
     }
 
     impl VisionTower {
@@ -195,6 +216,7 @@ mod tower {
                 Family::Qwen3Vl | Family::Qwen35 | Family::Qwen3VlMoe | Family::Qwen35Moe => {
                     VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?)
                 }
+                Family::Gemma4 => VisionTower::Gemma4(super::gemma4::vision::VisionGemma4::load(w, cfg)?),
             })
         }
 
@@ -204,6 +226,7 @@ mod tower {
                 VisionTower::Qwen2(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
                 VisionTower::Qwen25(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
                 VisionTower::Qwen3(v) => v.forward(pixels, grid),
+                VisionTower::Gemma4(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
             }
         }
     }

@@ -1,0 +1,472 @@
+//! Gemma 4's text decoder, as transformers 5.23 computes it (`Gemma4TextModel`).
+//!
+//! A layer: RMSNorm, attention, RMSNorm, add; RMSNorm, MLP (beside a routed mixture of experts
+//! in 26B-A4B), RMSNorm, add; then, in E2B/E4B, its slice of the per-layer input embeddings
+//! gated in; the whole scaled by the layer's stored scalar. Attention has no 1/sqrt(d) scale:
+//! queries and keys are RMS-normalised per head instead (values too, without a weight). Sliding
+//! layers see the last `sliding_window` positions; full layers have their own head width and
+//! rotary settings, and with `attention_k_eq_v` their key projection serves as values. The last
+//! `num_kv_shared_layers` layers compute no keys or values: they attend over those of the last
+//! earlier layer of their type. Logits are soft-capped.
+
+use tch::{Kind, Tensor};
+
+use super::{Gemma4Layer, Gemma4Text, RopeSettings};
+use crate::vlm::cache::{DecoderCache, LayerCache};
+use crate::vlm::config::TextConfig;
+use crate::vlm::error::VlmError;
+use crate::vlm::layers::{apply_rotary, attention, Linear};
+use crate::vlm::moe::Experts;
+use crate::vlm::text::{AttentionPath, Embedded};
+use crate::vlm::weights::Weights;
+
+/// Gemma 4's RMSNorm: x * (mean(x^2) + eps)^-0.5, times the weight in f32 (or no weight).
+pub(crate) struct Norm {
+    weight: Option<Tensor>,
+    eps: f64,
+}
+
+impl Norm {
+    pub(crate) fn load(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<Norm, VlmError> {
+        Ok(Norm { weight: Some(w.get(&format!("{prefix}.weight"), &[dim])?.to_kind(Kind::Float)), eps })
+    }
+
+    pub(crate) fn unscaled(eps: f64) -> Norm {
+        Norm { weight: None, eps }
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let mean_square = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float) + self.eps;
+        let normed = xf * mean_square.pow_tensor_scalar(-0.5);
+        match &self.weight {
+            Some(w) => (normed * w).to_kind(x.kind()),
+            None => normed.to_kind(x.kind()),
+        }
+    }
+}
+
+/// cos and sin (batch, 1, seq, head_dim) of one layer type's rotary angles, f32.
+struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// A layer type's inverse frequencies (head_dim / 2). `proportional` turns the first
+/// partial x head_dim / 2 frequencies, with exponents over the whole head, the rest at zero.
+fn inverse_frequencies(rope: RopeSettings, head_dim: i64, device: tch::Device) -> Tensor {
+    let turned = (rope.partial * head_dim as f64 / 2.0).floor() as i64;
+    let exponents = Tensor::arange_start_step(0, 2 * turned, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
+    let inv = Tensor::from(rope.theta as f32).to_device(device).pow(&exponents).reciprocal();
+    let still = head_dim / 2 - turned;
+    if still == 0 {
+        inv
+    } else {
+        Tensor::cat(&[inv, Tensor::zeros([still], (Kind::Float, device))], 0)
+    }
+}
+
+fn rotary(inv_freq: &Tensor, positions: &Tensor) -> Rotary {
+    let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq; // (b, s, d/2)
+    let full = Tensor::cat(&[&angles, &angles], -1).unsqueeze(1);
+    Rotary { cos: full.cos(), sin: full.sin() }
+}
+
+struct Attention {
+    q: Linear,
+    q_norm: Norm,
+    /// None on a KV-shared layer.
+    kv: Option<KeyValue>,
+    o: Linear,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+struct KeyValue {
+    k: Linear,
+    /// None with `attention_k_eq_v`: the key projection's output is the values'.
+    v: Option<Linear>,
+    k_norm: Norm,
+    v_norm: Norm,
+}
+
+impl Attention {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, layer: &Gemma4Layer) -> Result<Attention, VlmError> {
+        let h = cfg.hidden_size as i64;
+        let (heads, kv_heads, d) = (cfg.num_attention_heads as i64, layer.kv_heads as i64, layer.head_dim as i64);
+        let eps = cfg.rms_norm_eps;
+        let at = |name: &str| format!("{prefix}.{name}");
+        let kv = if layer.kv_from.is_some() {
+            None
+        } else {
+            Some(KeyValue {
+                k: Linear::load(w, &at("k_proj"), h, kv_heads * d, false)?,
+                v: if layer.k_eq_v { None } else { Some(Linear::load(w, &at("v_proj"), h, kv_heads * d, false)?) },
+                k_norm: Norm::load(w, &at("k_norm"), d, eps)?,
+                v_norm: Norm::unscaled(eps),
+            })
+        };
+        Ok(Attention {
+            q: Linear::load(w, &at("q_proj"), h, heads * d, false)?,
+            q_norm: Norm::load(w, &at("q_norm"), d, eps)?,
+            kv,
+            o: Linear::load(w, &at("o_proj"), heads * d, h, false)?,
+            heads,
+            kv_heads,
+            head_dim: d,
+        })
+    }
+
+    /// `x` (batch, seq, hidden) -> (batch, seq, hidden). An own layer appends its keys and values
+    /// to `slot`; a shared one reads `shared` (the source layer's, already updated).
+    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, shared: Option<(Tensor, Tensor)>) -> Tensor {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let heads_of = |t: Tensor, n: i64| t.view([b, s, n, self.head_dim]);
+        let q = self.q_norm.forward(&heads_of(self.q.forward(x), self.heads)).transpose(1, 2);
+        let q = apply_rotary(&q, &rotary.cos, &rotary.sin);
+        let (k, v) = match (&self.kv, shared) {
+            (_, Some(kv)) => kv,
+            (Some(p), None) => {
+                let raw_k = heads_of(p.k.forward(x), self.kv_heads);
+                let raw_v = match &p.v {
+                    Some(v) => heads_of(v.forward(x), self.kv_heads),
+                    None => raw_k.shallow_clone(),
+                };
+                let k = apply_rotary(&p.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
+                let v = p.v_norm.forward(&raw_v).transpose(1, 2);
+                let (k, v) = match std::mem::take(slot) {
+                    LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
+                    _ => (k, v),
+                };
+                *slot = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
+                (k, v)
+            }
+            (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
+        };
+        let groups = self.heads / self.kv_heads;
+        let k = k.repeat_interleave_self_int(groups, 1, None);
+        let v = v.repeat_interleave_self_int(groups, 1, None);
+        let out = attention(&q, &k, &v, Some(mask), 1.0);
+        self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
+    }
+}
+
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    fn load(w: &Weights, prefix: &str, h: i64, i: i64) -> Result<Mlp, VlmError> {
+        let at = |name: &str| format!("{prefix}.{name}");
+        Ok(Mlp {
+            gate: Linear::load(w, &at("gate_proj"), h, i, false)?,
+            up: Linear::load(w, &at("up_proj"), h, i, false)?,
+            down: Linear::load(w, &at("down_proj"), i, h, false)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.down.forward(&(self.gate.forward(x).gelu("tanh") * self.up.forward(x)))
+    }
+}
+
+/// 26B-A4B's routed experts beside the dense MLP: the router reads the layer's input (the
+/// residual stream, not the MLP's normed input), RMS-normalised without a weight, scaled per
+/// channel and by hidden^-1/2; softmax in f32, top k renormalised, then each expert's own scale.
+struct Routed {
+    norm: Norm,
+    scale: Tensor,
+    proj: Linear,
+    per_expert_scale: Tensor,
+    top_k: i64,
+    root: f64,
+    experts: Experts,
+    pre_norm: Norm,
+    post_norm: Norm,
+    post_mlp_norm: Norm,
+}
+
+impl Routed {
+    fn forward(&self, residual: &Tensor, mlp_out: &Tensor) -> Tensor {
+        let shape = residual.size();
+        let flat = residual.reshape([-1, shape[2]]);
+        let scaled = self.norm.forward(&flat) * &self.scale * self.root;
+        let probs = self.proj.forward(&scaled).softmax(-1, Kind::Float);
+        let (weights, chosen) = probs.topk(self.top_k, -1, true, true);
+        let weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+        let weights = weights * self.per_expert_scale.index_select(0, &chosen.flatten(0, -1)).view_as(&chosen);
+        let routed = self.experts.forward(&self.pre_norm.forward(&flat), &weights, &chosen).view(shape.as_slice());
+        self.post_mlp_norm.forward(mlp_out) + self.post_norm.forward(&routed)
+    }
+}
+
+struct DecoderLayer {
+    attn: Attention,
+    input_norm: Norm,
+    post_attention_norm: Norm,
+    pre_mlp_norm: Norm,
+    post_mlp_norm: Norm,
+    mlp: Mlp,
+    routed: Option<Routed>,
+    /// E2B/E4B: the gate and projection of this layer's per-layer input, and their norm.
+    per_layer: Option<(Linear, Linear, Norm)>,
+    scalar: Option<Tensor>,
+    sliding: bool,
+    kv_from: Option<usize>,
+}
+
+impl DecoderLayer {
+    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, g: &Gemma4Text, index: usize) -> Result<DecoderLayer, VlmError> {
+        let layer = &g.layers[index];
+        let (h, eps) = (cfg.hidden_size as i64, cfg.rms_norm_eps);
+        let at = |name: &str| format!("{prefix}.{name}");
+        let width = cfg.intermediate_size as i64 * if layer.double_wide { 2 } else { 1 };
+        let routed = match &cfg.moe {
+            Some(moe) => Some(Routed {
+                norm: Norm::unscaled(eps),
+                scale: w.get(&at("router.scale"), &[h])?,
+                proj: Linear::load(w, &at("router.proj"), h, moe.num_experts as i64, false)?,
+                per_expert_scale: w.get(&at("router.per_expert_scale"), &[moe.num_experts as i64])?,
+                top_k: moe.num_experts_per_tok as i64,
+                root: (h as f64).powf(-0.5),
+                experts: Experts::load(w, &at("experts"), h, moe, true)?,
+                pre_norm: Norm::load(w, &at("pre_feedforward_layernorm_2"), h, eps)?,
+                post_norm: Norm::load(w, &at("post_feedforward_layernorm_2"), h, eps)?,
+                post_mlp_norm: Norm::load(w, &at("post_feedforward_layernorm_1"), h, eps)?,
+            }),
+            None => None,
+        };
+        let per_layer = match g.per_layer_input {
+            Some((p, _)) => Some((
+                Linear::load(w, &at("per_layer_input_gate"), h, p as i64, false)?,
+                Linear::load(w, &at("per_layer_projection"), p as i64, h, false)?,
+                Norm::load(w, &at("post_per_layer_input_norm"), h, eps)?,
+            )),
+            None => None,
+        };
+        Ok(DecoderLayer {
+            attn: Attention::load(w, &at("self_attn"), cfg, layer)?,
+            input_norm: Norm::load(w, &at("input_layernorm"), h, eps)?,
+            post_attention_norm: Norm::load(w, &at("post_attention_layernorm"), h, eps)?,
+            pre_mlp_norm: Norm::load(w, &at("pre_feedforward_layernorm"), h, eps)?,
+            post_mlp_norm: Norm::load(w, &at("post_feedforward_layernorm"), h, eps)?,
+            mlp: Mlp::load(w, &at("mlp"), h, width)?,
+            routed,
+            per_layer,
+            // A buffer transformers saves with the weights; one where a file leaves it out.
+            scalar: if w.has(&at("layer_scalar")) { Some(w.get(&at("layer_scalar"), &[1])?) } else { None },
+            sliding: layer.sliding,
+            kv_from: layer.kv_from,
+        })
+    }
+
+    fn forward(
+        &self,
+        x: &Tensor,
+        rotary: &Rotary,
+        mask: &Tensor,
+        slot: &mut LayerCache,
+        shared: Option<(Tensor, Tensor)>,
+        per_layer_input: Option<&Tensor>,
+    ) -> Tensor {
+        let attended = self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot, shared);
+        let x = x + self.post_attention_norm.forward(&attended);
+        let mlp = self.mlp.forward(&self.pre_mlp_norm.forward(&x));
+        let mlp = match &self.routed {
+            Some(routed) => routed.forward(&x, &mlp),
+            None => mlp,
+        };
+        let mut x = &x + self.post_mlp_norm.forward(&mlp);
+        if let (Some((gate, projection, norm)), Some(input)) = (&self.per_layer, per_layer_input) {
+            let gated = gate.forward(&x).gelu("tanh") * input;
+            x = &x + norm.forward(&projection.forward(&gated));
+        }
+        match &self.scalar {
+            Some(scalar) => x * scalar,
+            None => x,
+        }
+    }
+}
+
+/// The per-layer input embeddings of E2B/E4B: a token's own slice per layer, plus a projection
+/// of its input embedding, normed, the two averaged (times 2^-1/2).
+struct PerLayerInputs {
+    embed: Tensor,
+    scale: f64,
+    projection: Linear,
+    norm: Norm,
+    layers: i64,
+    width: i64,
+}
+
+pub struct Gemma4Decoder {
+    embed_tokens: Tensor,
+    embed_scale: f64,
+    per_layer: Option<PerLayerInputs>,
+    layers: Vec<DecoderLayer>,
+    norm: Norm,
+    lm_head: Tensor,
+    softcap: Option<f64>,
+    sliding_freq: Tensor,
+    full_freq: Tensor,
+    window: i64,
+    bidirectional_vision: bool,
+    /// Image placeholders take the padding token's per-layer embeddings, as transformers does.
+    image_token_id: i64,
+    pad_token_id: i64,
+}
+
+impl Gemma4Decoder {
+    pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<Gemma4Decoder, VlmError> {
+        let g = cfg.gemma4.as_ref().ok_or_else(|| VlmError::Input("Gemma 4's decoder needs its text config".into()))?;
+        let (h, v, eps) = (cfg.hidden_size as i64, cfg.vocab_size as i64, cfg.rms_norm_eps);
+        // Weights names "model.language_model.*" as "model.*" (see `weights::normalize`).
+        let p = "model";
+        let embed_tokens = w.get(&format!("{p}.embed_tokens.weight"), &[v, h])?;
+        let per_layer = match g.per_layer_input {
+            Some((width, vocab)) => {
+                let (width, layers) = (width as i64, cfg.num_hidden_layers as i64);
+                Some(PerLayerInputs {
+                    embed: w.get(&format!("{p}.embed_tokens_per_layer.weight"), &[vocab as i64, layers * width])?,
+                    scale: round_to(embed_tokens.kind(), (width as f64).sqrt()),
+                    projection: Linear::load(w, &format!("{p}.per_layer_model_projection"), h, layers * width, false)?,
+                    norm: Norm::load(w, &format!("{p}.per_layer_projection_norm"), width, eps)?,
+                    layers,
+                    width,
+                })
+            }
+            None => None,
+        };
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|l| DecoderLayer::load(w, &format!("{p}.layers.{l}"), cfg, g, l))
+            .collect::<Result<Vec<_>, VlmError>>()?;
+        let lm_head = if w.has("lm_head.weight") && !cfg.tie_word_embeddings {
+            w.get("lm_head.weight", &[v, h])?
+        } else {
+            embed_tokens.shallow_clone()
+        };
+        let device = embed_tokens.device();
+        let head_of = |sliding: bool| g.layers.iter().find(|l| l.sliding == sliding).map_or(cfg.head_dim, |l| l.head_dim) as i64;
+        Ok(Gemma4Decoder {
+            embed_scale: round_to(embed_tokens.kind(), (h as f64).sqrt()),
+            embed_tokens,
+            per_layer,
+            layers,
+            norm: Norm::load(w, &format!("{p}.norm"), h, eps)?,
+            lm_head,
+            softcap: g.final_logit_softcapping,
+            sliding_freq: inverse_frequencies(g.sliding_rope, head_of(true), device),
+            full_freq: inverse_frequencies(g.full_rope, head_of(false), device),
+            window: g.sliding_window as i64,
+            bidirectional_vision: g.bidirectional_vision,
+            image_token_id: i64::from(image_token_id),
+            pad_token_id: i64::from(g.pad_token_id),
+        })
+    }
+
+    /// Token embeddings times sqrt(hidden) (rounded to the weights' type, as transformers does),
+    /// and each token's per-layer embeddings where the model has them.
+    pub fn embed(&self, ids: &Tensor) -> Embedded {
+        let (b, s) = (ids.size()[0], ids.size()[1]);
+        let embeds = self.embed_tokens.index_select(0, &ids.flatten(0, -1)).view([b, s, -1]) * self.embed_scale;
+        let per_layer = self.per_layer.as_ref().map(|p| {
+            let ids = ids.where_scalarother(&ids.ne(self.image_token_id), self.pad_token_id);
+            p.embed.index_select(0, &ids.flatten(0, -1)).view([b, s, p.layers, p.width]) * p.scale
+        });
+        Embedded { embeds, per_layer, image_span: None }
+    }
+
+    fn per_layer_inputs(&self, input: &Embedded) -> Option<Tensor> {
+        let p = self.per_layer.as_ref()?;
+        let (b, s) = (input.embeds.size()[0], input.embeds.size()[1]);
+        let h = input.embeds.size()[2] as f64;
+        let projected = p.projection.forward(&input.embeds) * h.powf(-0.5);
+        let projected = p.norm.forward(&projected.view([b, s, p.layers, p.width]));
+        let own = input.per_layer.as_ref().expect("Gemma 4's embed gives per-layer embeddings");
+        Some((projected + own) * 2f64.powf(-0.5))
+    }
+
+    /// The sliding layers' mask: `mask` (the causal one, with any padding) with all but the
+    /// last `sliding_window` keys each query sees hidden. The keys a query sees are its row's
+    /// real tokens up to itself, one position apart whatever padding lies between them in the
+    /// cache, so the window counts them from the end. With bidirectional vision and an image in
+    /// this chunk (a prefix, one row, no padding), the image's tokens also see each other both
+    /// ways, the window still applying.
+    fn sliding_mask(&self, mask: &Tensor, past: i64, seq: i64, image_span: Option<(i64, i64)>) -> Tensor {
+        let device = mask.device();
+        let hidden = f64::from(f32::MIN);
+        if let Some((start, end)) = image_span.filter(|_| self.bidirectional_vision) {
+            let q = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([seq, 1]);
+            let k = Tensor::arange(past + seq, (Kind::Int64, device)).view([1, past + seq]);
+            let (start, end) = (past + start, past + end);
+            let in_image = |t: &Tensor| t.ge(start).logical_and(&t.lt(end));
+            let within = k.gt_tensor(&(&q - self.window));
+            let visible = k.le_tensor(&q).logical_or(&in_image(&q).logical_and(&in_image(&k))).logical_and(&within);
+            return Tensor::zeros([1, 1, seq, past + seq], (mask.kind(), device))
+                .masked_fill(&visible.logical_not().view([1, 1, seq, past + seq]), hidden);
+        }
+        let sees = mask.to_kind(Kind::Float).gt(hidden / 2.0);
+        // For each key, how many keys the query sees from it to the end.
+        let from_end = sees.flip([-1]).cumsum(-1, Kind::Int64).flip([-1]);
+        mask.masked_fill(&from_end.gt(self.window), hidden)
+    }
+
+    /// Runs `input` at `positions` (3, batch, seq; the first axis is the position) after what
+    /// `cache` holds, under `mask` (batch or 1, 1, seq, cached + seq), and returns the final
+    /// hidden states (batch, seq, hidden).
+    pub fn forward_masked(
+        &self,
+        input: &Embedded,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        mask: &Tensor,
+        _path: AttentionPath,
+    ) -> Tensor {
+        let seq = input.embeds.size()[1];
+        let past = cache.len();
+        let positions = positions.get(0);
+        let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
+        let sliding_mask = self.sliding_mask(mask, past, seq, input.image_span);
+        let per_layer = self.per_layer_inputs(input);
+        if cache.layers.len() < self.layers.len() {
+            cache.layers.resize_with(self.layers.len(), LayerCache::default);
+        }
+        let mut x = input.embeds.shallow_clone();
+        for (index, layer) in self.layers.iter().enumerate() {
+            let (rotary, mask) = if layer.sliding { (&sliding_rotary, &sliding_mask) } else { (&full_rotary, mask) };
+            let shared = layer.kv_from.map(|source| match &cache.layers[source] {
+                LayerCache::Attention(k, v) => (k.shallow_clone(), v.shallow_clone()),
+                _ => unreachable!("the source layer ran before this one"),
+            });
+            let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
+            x = layer.forward(&x, rotary, mask, &mut cache.layers[index], shared, own.as_ref());
+        }
+        self.norm.forward(&x)
+    }
+
+    fn softcap(&self, logits: Tensor) -> Tensor {
+        match self.softcap {
+            Some(cap) => (logits / cap).tanh() * cap,
+            None => logits,
+        }
+    }
+
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        self.softcap(hidden.linear(&self.lm_head, None::<&Tensor>))
+    }
+
+    /// The soft-capped logits of two tokens only, (rows, 2).
+    pub fn answer_logits(&self, hidden: &Tensor, (yes, no): (u32, u32)) -> Tensor {
+        let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(self.lm_head.device());
+        self.softcap(hidden.linear(&self.lm_head.index_select(0, &ids), None::<&Tensor>))
+    }
+}
+
+/// `value` as the weights' type holds it (transformers multiplies by sqrt(hidden) cast to it:
+/// 55.4256 becomes 55.5 in bf16).
+fn round_to(kind: Kind, value: f64) -> f64 {
+    Tensor::from(value as f32).to_kind(kind).to_kind(Kind::Double).double_value(&[])
+}
