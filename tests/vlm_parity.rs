@@ -267,6 +267,11 @@ fn parity_at(path: &std::path::Path) {
         let prompt = ids(&case["input_ids"]);
         let question = case["question"].as_str().unwrap();
         assert_eq!(dir.prompt(question, grid, Thinking::Off).unwrap().input_ids, prompt, "{name}: prompt ids");
+        // The template renders as transformers renders it, thinking off and on.
+        assert_eq!(dir.template.render(question, Thinking::Off).unwrap(), case["prompt"].as_str().unwrap(), "{name}: prompt");
+        if let Some(thinking) = case["prompt_thinking"].as_str() {
+            assert_eq!(dir.template.render(question, Thinking::On).unwrap(), thinking, "{name}: prompt, thinking on");
+        }
         let logits = model.last_logits(&prompt, &features, grid).unwrap();
         let d = max_diff(&logits, &t[&format!("{name}.last_logits")]);
         eprintln!("{family} {name}: last-position logits within {d:.1e} of transformers");

@@ -12,7 +12,7 @@ use crate::release_spec::narrative::ReasoningPrompts;
 use crate::reports::{Assertion, Labeler};
 use crate::select::Selection;
 use crate::signal::text_trace::{TextTrace, TextTuple};
-use crate::vlm::chat_template::{opened_block, THINK_CLOSE};
+use crate::vlm::chat_template::opened_block;
 use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
 
@@ -77,15 +77,15 @@ pub fn parse(text: &str) -> ParsedAnswer {
     ParsedAnswer { think: section(text, "think"), answer: section(text, "answer"), unclosed: false }
 }
 
-/// Reads the model's turn as `thinking` produced it. With thinking on, a turn that opens with the
-/// chat template's `<think>` block has its reasoning there and its answer after the block (the
+/// Reads the model's turn as `thinking` produced it. With thinking on, a turn that opens with its
+/// family's reasoning block (Qwen's `<think>`, Gemma 4's thought channel) has its reasoning there and its answer after the block (the
 /// `<answer>` section when it writes one, else the text); a block that never closes gives no
 /// answer. A turn without the block, or thinking off, is read by [`parse`].
 pub fn parse_turn(text: &str, thinking: Thinking) -> ParsedAnswer {
-    let Some(rest) = opened_block(text, thinking) else {
+    let Some((rest, close)) = opened_block(text, thinking) else {
         return parse(text);
     };
-    let Some((think, after)) = rest.split_once(THINK_CLOSE) else {
+    let Some((think, after)) = rest.split_once(close) else {
         return ParsedAnswer { think: Some(rest.trim().to_string()), answer: None, unclosed: true };
     };
     let answer = section(after, "answer").or_else(|| Some(after.trim().to_string()).filter(|a| !a.is_empty()));
@@ -253,6 +253,9 @@ mod tests {
         let open = parse_turn("<think>\nStill looking at the <answer>Yes", Thinking::On);
         assert!(open.unclosed && open.answer.is_none() && !open.parsed(), "an unclosed block is never an answer");
         assert_eq!(parse_turn("<think>x</think> Yes", Thinking::Off).answer, None, "thinking off: the tagged format only");
+        // Gemma 4's thought channel is its reasoning.
+        let gemma = parse_turn("<|channel>thought\nThe angle is blunted.<channel|>Yes, an effusion.", Thinking::On);
+        assert_eq!((gemma.think.as_deref(), gemma.answer.as_deref()), (Some("The angle is blunted."), Some("Yes, an effusion.")));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! A model's chat template, rendered the way transformers renders it, with the variables the tool
 //! means.
 //!
-//! Qwen3 and Qwen3.5 templates have a reasoning switch, `enable_thinking`: left unset, Qwen3.5's
-//! generation prompt opens a `<think>` block, and a yes/no score read there is read mid-thought.
+//! Qwen3, Qwen3.5 and Gemma 4 templates have a reasoning switch, `enable_thinking`: left unset,
+//! Qwen3.5's generation prompt opens a `<think>` block, and a yes/no score read there is read
+//! mid-thought. Each family marks its reasoning its own way ([`ReasoningBlock`]): Qwen's
+//! `<think>` block, Gemma 4's thought channel (`<|channel>thought` ... `<channel|>`).
 //! So every render passes `enable_thinking` explicitly ([`Thinking`]); when the template opens a
 //! block anyway, or reads a reasoning switch under another name, the model is refused when its
 //! directory is opened, before any image is read.
@@ -22,6 +24,24 @@ pub const THINKING_SWITCH: &str = "enable_thinking";
 /// The reasoning block's markers in the Qwen families.
 pub const THINK_OPEN: &str = "<think>";
 pub const THINK_CLOSE: &str = "</think>";
+
+/// How a family's turn marks its reasoning: the block opens with `open` and ends at `close`; a
+/// turn starts at `turn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasoningBlock {
+    pub open: &'static str,
+    pub close: &'static str,
+    pub turn: &'static str,
+}
+
+/// The reasoning blocks of the families the engine runs. A model's turn opens with its own
+/// family's marker, so a turn is read by whichever block it opens.
+pub const REASONING_BLOCKS: [ReasoningBlock; 2] = [
+    // Qwen3, Qwen3.5 and their MoE models.
+    ReasoningBlock { open: THINK_OPEN, close: THINK_CLOSE, turn: "<|im_start|>" },
+    // Gemma 4: the thought channel (llama.cpp's published google-gemma-4-31B-it.jinja).
+    ReasoningBlock { open: "<|channel>thought", close: "<channel|>", turn: "<|turn>" },
+];
 /// A question used to try the template when it is compiled.
 const TRIAL_QUESTION: &str = "Is there a finding?";
 
@@ -76,7 +96,7 @@ const CONVERSATION: [&str; 2] = ["messages", "add_generation_prompt"];
 impl ChatTemplate {
     /// Compiles `template` and checks that the tool can close its reasoning block: it reads no
     /// reasoning switch but `enable_thinking`, and with thinking off its generation prompt does
-    /// not end inside an open `<think>` block.
+    /// not end inside an open reasoning block.
     pub fn compile(template: String, source_file: String) -> Result<ChatTemplate, VlmError> {
         let mut env = Environment::new();
         env.set_fuel(Some(TemplateLimits::FUEL));
@@ -183,7 +203,7 @@ impl ChatTemplate {
             });
         }
         let trial = self.render(TRIAL_QUESTION, Thinking::Off)?;
-        if ends_inside_reasoning(&trial) {
+        if let Some(block) = block_left_open(&trial) {
             let why = if self.has_thinking_switch() {
                 format!("even with {THINKING_SWITCH}=false")
             } else {
@@ -192,9 +212,10 @@ impl ChatTemplate {
             return Err(VlmError::Template {
                 source_file: self.source_file.clone(),
                 message: format!(
-                    "its generation prompt ends inside an open {THINK_OPEN} block {why}: every yes/no score would be read at \
+                    "its generation prompt ends inside an open {} block {why}: every yes/no score would be read at \
                      the first token of the model's reasoning, not of its answer; choose a checkpoint (spec key model.id or \
-                     model.path) whose template can close the block"
+                     model.path) whose template can close the block",
+                    block.open
                 ),
             });
         }
@@ -202,28 +223,40 @@ impl ChatTemplate {
     }
 }
 
-/// Whether `prompt`'s last turn (the generation prompt) leaves a `<think>` block open: the model's
-/// next token is then reasoning.
+/// Whether `prompt`'s last turn (the generation prompt) leaves a reasoning block open: the
+/// model's next token is then reasoning.
 pub fn ends_inside_reasoning(prompt: &str) -> bool {
-    let last_turn = prompt.rfind("<|im_start|>").map_or(prompt, |at| &prompt[at..]);
-    match (last_turn.rfind(THINK_OPEN), last_turn.rfind(THINK_CLOSE)) {
-        (Some(open), Some(close)) => open > close,
-        (Some(_), None) => true,
-        _ => false,
-    }
+    block_left_open(prompt).is_some()
 }
 
-/// With thinking on, the model's turn after the `<think>` it opens with (written by the chat
-/// template or by the model); None with thinking off or a turn that opens no block.
-pub fn opened_block(turn: &str, thinking: Thinking) -> Option<&str> {
-    turn.trim_start().strip_prefix(THINK_OPEN).filter(|_| thinking == Thinking::On)
+/// The reasoning block `prompt`'s last turn opens and does not close, if any.
+pub fn block_left_open(prompt: &str) -> Option<ReasoningBlock> {
+    REASONING_BLOCKS.into_iter().find(|b| {
+        let last_turn = prompt.rfind(b.turn).map_or(prompt, |at| &prompt[at..]);
+        match (last_turn.rfind(b.open), last_turn.rfind(b.close)) {
+            (Some(open), Some(close)) => open > close,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    })
+}
+
+/// With thinking on, the model's turn after the reasoning marker it opens with (written by the
+/// chat template or by the model), and the block's close marker; None with thinking off or a
+/// turn that opens no block.
+pub fn opened_block(turn: &str, thinking: Thinking) -> Option<(&str, &'static str)> {
+    if thinking == Thinking::Off {
+        return None;
+    }
+    let turn = turn.trim_start();
+    REASONING_BLOCKS.iter().find_map(|b| turn.strip_prefix(b.open).map(|rest| (rest, b.close)))
 }
 
 /// The model's turn without its reasoning block (thinking on, the block closed), or the whole
 /// turn (thinking off, or no block); None when the block never closed.
 pub fn after_reasoning(turn: &str, thinking: Thinking) -> Option<&str> {
     match opened_block(turn, thinking) {
-        Some(rest) => rest.split_once(THINK_CLOSE).map(|(_, after)| after),
+        Some((rest, close)) => rest.split_once(close).map(|(_, after)| after),
         None => Some(turn),
     }
 }
@@ -308,5 +341,19 @@ mod tests {
         assert!(ends_inside_reasoning("<|im_start|>assistant\n<think>\n"));
         assert!(!ends_inside_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
         assert!(!ends_inside_reasoning("<|im_start|>user\n<think>\n<|im_end|>\n<|im_start|>assistant\n"));
+    }
+
+    #[test]
+    fn gemma4s_thought_channel_is_its_reasoning_block() {
+        // Gemma 4's generation prompts (llama.cpp's google-gemma-4-31B-it.jinja): thinking off
+        // closes an empty channel; a prompt left inside one would be refused.
+        assert!(!ends_inside_reasoning("<|turn>user\nQ?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"));
+        assert!(!ends_inside_reasoning("<|turn>system\n<|think|>\n<turn|>\n<|turn>user\nQ?<turn|>\n<|turn>model\n"));
+        assert!(ends_inside_reasoning("<|turn>user\nQ?<turn|>\n<|turn>model\n<|channel>thought\n"));
+        let turn = "<|channel>thought\nThe angle is blunted.<channel|>Yes.";
+        assert_eq!(opened_block(turn, Thinking::On), Some(("\nThe angle is blunted.<channel|>Yes.", "<channel|>")));
+        assert_eq!(after_reasoning(turn, Thinking::On), Some("Yes."));
+        assert_eq!(after_reasoning(turn, Thinking::Off), Some(turn));
+        assert_eq!(after_reasoning("<|channel>thought\nstill thinking", Thinking::On), None);
     }
 }

@@ -334,7 +334,11 @@ impl ModelDir {
         let stop = self.stop_token_ids();
         let content: Vec<u32> = tokens.iter().copied().filter(|t| !stop.contains(t)).collect();
         let text = self.tokenizer.decode(&content, false).map_err(|e| VlmError::Input(format!("decoding the answer: {e}")))?;
-        Ok(if prompt.opens_reasoning { format!("{}{text}", super::chat_template::THINK_OPEN) } else { text })
+        // The block the prompt left open starts the turn, so the turn reads whole.
+        Ok(match super::chat_template::block_left_open(&prompt.text).filter(|_| prompt.opens_reasoning) {
+            Some(block) => format!("{}{text}", block.open),
+            None => text,
+        })
     }
 
     /// The ids whose logits answer a yes/no question: the first token of "Yes" and of "No".
