@@ -1,5 +1,5 @@
-//! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B, and the mixtures of
-//! experts Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B) on the CPU, cut to two text layers and two
+//! The full-size architectures of benches/configs (Qwen2.5-VL-7B, Qwen3-VL-8B, the mixtures of
+//! experts Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B, and Gemma 4 E4B, 26B-A4B and 31B) on the CPU, cut to two text layers and two
 //! vision blocks with every width kept (`bench scoring --layers 2`): the real shapes
 //! (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers, 128 and 256 experts) run on
 //! every machine, not only where a GPU is lent. About 25 s and 7 GB per dense model, up to 11 GB
@@ -19,6 +19,10 @@ fn full_size_slices_score_on_the_cpu() {
         ("qwen2_5_vl_7b", 81, 1.5..1.8, 1.5..1.8),
         ("qwen3_vl_30b_a3b", 64, 1.9..2.1, 0.8..0.95),
         ("qwen3_6_35b_a3b", 64, 2.6..2.9, 1.1..1.3),
+        // Gemma 4 resizes the 256-pixel image up to its 280-token budget: 768 x 768, 256 tokens.
+        ("gemma4_e4b", 256, 1.0..1.1, 1.0..1.1),
+        ("gemma4_26b_a4b", 256, 2.4..2.5, 1.0..1.05),
+        ("gemma4_31b", 256, 2.45..2.55, 2.45..2.55),
     ] {
         let configs = repo().join("benches/configs");
         let a = bin()

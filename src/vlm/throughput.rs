@@ -114,6 +114,18 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
     if let Some(moe) = &mut c.text.moe {
         moe.sparse_layers.truncate(c.text.num_hidden_layers);
     }
+    // Gemma 4's slice: its first layers, the last made a full-attention layer (with the full
+    // layers' shape) if none is, each computing its own keys and values.
+    if let (Some(g), Some(full)) = (&mut c.text.gemma4, config.text.gemma4.as_ref().and_then(|g| g.layers.iter().find(|l| !l.sliding))) {
+        g.layers.truncate(c.text.num_hidden_layers);
+        if !g.layers.iter().any(|l| !l.sliding) {
+            *g.layers.last_mut().expect("one or more layers") = full.clone();
+        }
+        for layer in &mut g.layers {
+            layer.kv_from = None;
+            layer.double_wide = false;
+        }
+    }
     c
 }
 
@@ -148,6 +160,9 @@ fn prompts(config: &ModelConfig, image_tokens: usize, questions: usize, question
 /// Dense FLOPs of scoring one image: the vision tower over `patches`, the text prefix of
 /// `prefix` tokens once, then `questions` suffixes of `suffix` tokens and their answer logits.
 pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> f64 {
+    if config.family == Family::Gemma4 {
+        return gemma4_flops_per_image(config, patches, prefix, questions, suffix);
+    }
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
     let mlp = match config.family {
@@ -210,6 +225,67 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
     let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));
+    let logits = n * 2.0 * h * t.vocab_size as f64;
+    vision + prefix_flops + suffix_flops + logits
+}
+
+/// [`flops_per_image`] for Gemma 4: its tower (q/k/v/o and a gated MLP per block, no merger but
+/// the projection of the pooled tokens) and its decoder (per layer its own head width and key
+/// and value heads, none on a KV-shared layer; the dense MLP, doubled where wide, and the routed
+/// experts; the per-layer inputs; attention over at most the sliding window on sliding layers).
+fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> f64 {
+    let v = &config.vision;
+    let gv = v.gemma4.as_ref().expect("a Gemma 4 vision config");
+    let (d, i, p) = (v.hidden_size as f64, v.intermediate_size as f64, patches as f64);
+    let attn_width = (v.num_heads * gv.head_dim) as f64;
+    let kv_width = (gv.kv_heads * gv.head_dim) as f64;
+    let block = 2.0 * (2.0 * d * attn_width + 2.0 * d * kv_width + 3.0 * d * i);
+    let tokens = p / (v.spatial_merge_size * v.spatial_merge_size) as f64;
+    let vision = 2.0 * p * 3.0 * (v.patch_size * v.patch_size) as f64 * d
+        + v.depth as f64 * (p * block + 4.0 * p * p * attn_width)
+        + 2.0 * tokens * d * v.out_hidden_size as f64;
+
+    let t = &config.text;
+    let g = t.gemma4.as_ref().expect("a Gemma 4 text config");
+    let h = t.hidden_size as f64;
+    let heads = t.num_attention_heads as f64;
+    let window = g.sliding_window as f64;
+    // Per token: each layer's projections and MLPs; per (query, key) pair: 4 x the query width.
+    let mut per_token = 0.0;
+    let mut pair_width = (0.0, 0.0); // (sliding layers, full layers): summed query widths
+    for layer in &g.layers {
+        let q = heads * layer.head_dim as f64;
+        let kv = (layer.kv_heads * layer.head_dim) as f64;
+        let kv_projections = match (layer.kv_from, layer.k_eq_v) {
+            (Some(_), _) => 0.0,
+            (None, true) => 1.0,
+            (None, false) => 2.0,
+        };
+        let mlp = 3.0 * h * t.intermediate_size as f64 * if layer.double_wide { 2.0 } else { 1.0 };
+        let experts = t.moe.as_ref().map_or(0.0, |m| h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 3.0 * h * m.moe_intermediate_size as f64);
+        let per_layer = g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * width as f64);
+        per_token += 2.0 * (2.0 * h * q + kv_projections * h * kv + mlp + experts + per_layer);
+        if layer.sliding {
+            pair_width.0 += q;
+        } else {
+            pair_width.1 += q;
+        }
+    }
+    per_token += g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * (g.layers.len() * width) as f64);
+    // Keys seen by queries at positions from..to (0-based), summed; capped at the window.
+    let seen = |from: f64, to: f64, cap: f64| -> f64 {
+        let mut total = 0.0;
+        let mut k = from;
+        while k < to {
+            total += (k + 1.0).min(cap);
+            k += 1.0;
+        }
+        total
+    };
+    let (pf, s, n) = (prefix as f64, suffix as f64, questions as f64);
+    let attention = |from: f64, to: f64| 4.0 * (pair_width.0 * seen(from, to, window) + pair_width.1 * seen(from, to, f64::INFINITY));
+    let prefix_flops = pf * per_token + attention(0.0, pf);
+    let suffix_flops = n * (s * per_token + attention(pf, pf + s));
     let logits = n * 2.0 * h * t.vocab_size as f64;
     vision + prefix_flops + suffix_flops + logits
 }

@@ -106,7 +106,7 @@ impl Weights {
             let options = (Kind::Float, r.device);
             let tensor = if name.ends_with(".bias") {
                 Tensor::zeros(shape, options)
-            } else if name.contains("norm") || name.ends_with("ln_q.weight") || name.contains("scale") {
+            } else if name.contains("norm") || name.ends_with("ln_q.weight") || name.contains("scale") || name.ends_with("layer_scalar") {
                 Tensor::ones(shape, options)
             } else {
                 // In place: no second full-size temporary (the 8B's embedding is 2.5 GB in f32).
