@@ -42,7 +42,7 @@ def test_the_bundle_carries_its_references_and_what_it_runs(bundle):
     assert meta["torch"] == TORCH and meta["format"] == "bpals-gpu-bundle/1"
     parity = json.loads((bundle / "refs" / "parity.json").read_text())
     # The suite's Python has transformers, so the bundle makes its mixture-of-experts fixture too.
-    assert set(parity) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "trained/qwen2_vl", "moe/qwen3_5_moe"}
+    assert set(parity) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "trained/qwen2_vl", "gemma4/gemma4_moe"}
     for family in parity.values():
         assert len(family["f32"]) == 2 and all(len(questions) == 3 for questions in family["f32"].values())
         assert 0 < family["cpu_bf16_diff"]["logit"] < 1, "bf16 on the CPU is near f32, and not equal to it"
