@@ -206,6 +206,30 @@ fn gemma4_moe_matches_transformers() {
     parity_at(&gemma4_fixture("gemma4_moe"));
 }
 
+/// Gemma 4 in bf16 and f16 (as on a GPU): its masks are filled in f32 and converted (the most
+/// negative f32 overflows a half-precision fill); the yes/no logits stay near the f32 goldens.
+#[test]
+fn gemma4_scores_in_half_precision() {
+    for name in ["gemma4_dense", "gemma4_ple", "gemma4_moe"] {
+        let path = gemma4_fixture(name);
+        let dir = ModelDir::open(&path).unwrap();
+        let (g, _) = goldens_at(&path);
+        let case = &g["cases"][0];
+        let image = image::open(path.join("goldens").join(case["image"].as_str().unwrap())).unwrap();
+        let answer = dir.answer_token_ids().unwrap();
+        for kind in [Kind::BFloat16, Kind::Half] {
+            let model = VlModel::load(&dir, Device::Cpu, kind).unwrap();
+            let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
+            let features = model.encode_image(&pixels.to_kind(kind), grid);
+            let prompt = dir.prompt(case["question"].as_str().unwrap(), grid, Thinking::Off).unwrap().input_ids;
+            let s = model.score(&[prompt], &features, grid, answer).unwrap().remove(0);
+            let golden = &case["yes_no_logits"];
+            let d = (f64::from(s.logit_yes) - golden[0].as_f64().unwrap()).abs().max((f64::from(s.logit_no) - golden[1].as_f64().unwrap()).abs());
+            assert!(d < 0.25, "{name} {kind:?}: yes/no logits {s:?} are {d} from the f32 goldens {golden}");
+        }
+    }
+}
+
 /// Rows of different images and prompt lengths decode together as each would alone: their
 /// caches are padded to one length, and a hybrid model's linear states must skip the padding.
 #[test]

@@ -405,13 +405,14 @@ impl Gemma4Decoder {
             let in_image = |t: &Tensor| t.ge(start).logical_and(&t.lt(end));
             let within = k.gt_tensor(&(&q - self.window));
             let visible = k.le_tensor(&q).logical_or(&in_image(&q).logical_and(&in_image(&k))).logical_and(&within);
-            return Tensor::zeros([1, 1, seq, past + seq], (mask.kind(), device))
-                .masked_fill(&visible.logical_not().view([1, 1, seq, past + seq]), hidden);
+            // Filled in f32 (the most negative f32 overflows a bf16 fill), then converted: -inf.
+            let shape = [1, 1, seq, past + seq];
+            return Tensor::zeros(shape, (Kind::Float, device)).masked_fill(&visible.logical_not().view(shape), hidden).to_kind(mask.kind());
         }
         let sees = mask.to_kind(Kind::Float).gt(hidden / 2.0);
         // For each key, how many keys the query sees from it to the end.
         let from_end = sees.flip([-1]).cumsum(-1, Kind::Int64).flip([-1]);
-        mask.masked_fill(&from_end.gt(self.window), hidden)
+        mask.to_kind(Kind::Float).masked_fill(&from_end.gt(self.window), hidden).to_kind(mask.kind())
     }
 
     /// Runs `input` at `positions` (3, batch, seq; the first axis is the position) after what
