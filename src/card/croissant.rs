@@ -89,7 +89,7 @@ pub fn render(input: &CardInput<'_>, files: &[ManifestFile], images_sha256_file:
         let f = files.iter().find(|f| f.path == path).expect("every shard and images.sha256 are hashed before croissant.json");
         (f.sha256.as_str(), f.bytes)
     };
-    let set = ColumnSet::of(&spec.prompts);
+    let set = ColumnSet::of(spec);
     let tables = table_configs(set);
     let mut distribution = Vec::new();
     for table in &tables {

@@ -89,7 +89,7 @@ impl FrontMatter {
         };
         let total_rows: u64 = input.splits.iter().map(|s| s.pairs.rows).max().unwrap_or(0);
         let gated = spec.publish.visibility == Visibility::Gated;
-        let tables = super::table_configs(ColumnSet::of(&spec.prompts));
+        let tables = super::table_configs(ColumnSet::of(spec));
         FrontMatter {
             pretty_name: spec.release.title.clone(),
             license,

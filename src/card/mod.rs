@@ -120,6 +120,29 @@ pub struct CardInput<'a> {
     pub narrative: Option<narrative::NarrativeCard>,
     /// How much of the curated set experts have looked at.
     pub coverage: Coverage,
+    /// A two-family release: the second model and each family's figures.
+    pub second_opinion: Option<SecondOpinionCard>,
+}
+
+/// The card's account of a second opinion: who the two models are, and on the main split each
+/// family's classes alone beside the joint ones.
+#[derive(Debug, Clone, Serialize)]
+pub struct SecondOpinionCard {
+    pub primary_family: String,
+    pub second: ScorerIdentity,
+    pub second_family: String,
+    pub second_weight_license: String,
+    /// What the second model's weights are, when they are a demo's.
+    pub second_demo_weights: Option<&'static str>,
+    pub split: String,
+    pub rows: usize,
+    /// Per trust class (in [`crate::vocab::TrustClass::ALL`] order): (name, primary alone,
+    /// second alone, joint).
+    pub classes: Vec<(String, usize, usize, usize)>,
+    /// Rows whose families give opposite answers (`families_disagree`).
+    pub disagree: usize,
+    /// The mean of `family_agreement` over the split's rows.
+    pub mean_family_agreement: f64,
 }
 
 /// Curated images with an expert reference: NIH's boxes, and the gold labels the build
@@ -227,8 +250,8 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
             t.render(minijinja::context! {
                 card => input,
                 front_matter => front,
-                columns => describe(&pair_columns(ColumnSet::of(&input.spec.prompts))),
-                image_columns => describe(&image_columns(ColumnSet::of(&input.spec.prompts))),
+                columns => describe(&pair_columns(ColumnSet::of(input.spec))),
+                image_columns => describe(&image_columns(ColumnSet::of(input.spec))),
                 anatomy => ANATOMY,
                 categories => CATEGORIES,
                 questions => questions,

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
+pub use release_rows::FamilyViews;
 pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
 pub use report::to_markdown;
 pub use review_lift::{review_lift, ArmYield, PlannedReview, ReviewArm, ReviewLift};
@@ -109,6 +110,25 @@ pub struct EvalReport {
     /// the spec's `evaluation.review_plan`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review: Option<ReviewLift>,
+    /// A two-family release: the headline figures of each family alone and of the joint signal
+    /// (left out of a one-model release's report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub families: Option<FamilyComparison>,
+}
+
+/// Each family alone and both together, on the same gold judgements.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyComparison {
+    pub primary: FamilyMetrics,
+    pub second: FamilyMetrics,
+    pub joint: FamilyMetrics,
+}
+
+/// Confidence against gold (pooled AUROC) and mislabel detection, for one view of the rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyMetrics {
+    pub auroc: Option<f64>,
+    pub mislabel: MislabelMetrics,
 }
 
 /// How much of the release the gold judges, in images.
@@ -281,6 +301,36 @@ pub fn evaluate_rows(
         },
         strata,
         review: None,
+        families: family_comparison(rows, gold, options),
+    })
+}
+
+/// The figures of each family alone, and the joint ones, where every row carries both views.
+fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions) -> Option<FamilyComparison> {
+    if rows.is_empty() || rows.iter().any(|r| r.families.is_none()) {
+        return None;
+    }
+    let view = |pick: fn(&FamilyViews) -> (f64, &str)| -> Vec<ReleaseRow> {
+        rows.iter()
+            .map(|r| {
+                let (confidence, class) = pick(r.families.as_ref().expect("checked"));
+                let agreement = if r.nih_label { confidence } else { 1.0 - confidence };
+                ReleaseRow { confidence, agreement, trust_class: class.to_string(), ..r.clone() }
+            })
+            .collect()
+    };
+    let metrics = |rows: &[ReleaseRow]| -> FamilyMetrics {
+        let composite_rows = composites(rows, gold);
+        let mut judged = join(rows, &gold.labels);
+        judged.extend(join(&composite_rows, &gold.labels));
+        let all: Vec<&Judged<'_>> = judged.iter().collect();
+        let (conf, truth) = columns(&all, |j| j.row.confidence);
+        FamilyMetrics { auroc: auroc(&conf, &truth), mislabel: mislabel_metrics(&all, options) }
+    };
+    Some(FamilyComparison {
+        primary: metrics(&view(|f| (f.primary_confidence, f.primary_trust_class.as_str()))),
+        second: metrics(&view(|f| (f.second_confidence, f.second_trust_class.as_str()))),
+        joint: metrics(rows),
     })
 }
 
@@ -353,6 +403,7 @@ fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
                 flags: Vec::new(),
                 logit_yes: Vec::new(),
                 logit_no: Vec::new(),
+                families: None,
             });
         }
     }

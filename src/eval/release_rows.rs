@@ -26,6 +26,17 @@ pub struct ReleaseRow {
     /// The label questions' raw logits, as shipped.
     pub logit_yes: Vec<f32>,
     pub logit_no: Vec<f32>,
+    /// Each family's own view of the row, in a two-family release.
+    pub families: Option<FamilyViews>,
+}
+
+/// A row as each family of a two-family release sees it alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyViews {
+    pub primary_confidence: f64,
+    pub primary_trust_class: String,
+    pub second_confidence: f64,
+    pub second_trust_class: String,
 }
 
 /// The pair shards of `split`, or by default of the `full` split if the release has one, else
@@ -107,6 +118,16 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
         let (images, labels, views) = (images.as_string::<i32>(), labels.as_string::<i32>(), views.as_string::<i32>());
         let (confidence, agreement) = (confidence.as_primitive::<Float64Type>(), agreement.as_primitive::<Float64Type>());
         let (nih, devices) = (nih.as_boolean(), devices.as_list::<i32>());
+        // A two-family release's own views, read where the columns are.
+        let families = match batch.column_by_name("second_confidence") {
+            None => None,
+            Some(_) => Some((
+                column("primary_confidence")?,
+                column("primary_trust_class")?,
+                column("second_confidence")?,
+                column("second_trust_class")?,
+            )),
+        };
         for i in 0..batch.num_rows() {
             rows.push(ReleaseRow {
                 image_index: images.value(i).to_string(),
@@ -120,6 +141,12 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
                 flags: flags.value(i).as_string::<i32>().iter().flatten().map(str::to_string).collect(),
                 logit_yes: floats(&yes.value(i)),
                 logit_no: floats(&no.value(i)),
+                families: families.as_ref().map(|(pc, pt, sc, st)| FamilyViews {
+                    primary_confidence: pc.as_primitive::<Float64Type>().value(i),
+                    primary_trust_class: pt.as_string::<i32>().value(i).to_string(),
+                    second_confidence: sc.as_primitive::<Float64Type>().value(i),
+                    second_trust_class: st.as_string::<i32>().value(i).to_string(),
+                }),
             });
         }
         Ok(())

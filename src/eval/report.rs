@@ -59,6 +59,9 @@ pub fn to_markdown(r: &EvalReport) -> String {
     for c in &d.by_class {
         md.push_str(&format!("| `{}` | {} | {} | {} |\n", c.classes, c.flagged, num(c.precision), num(c.recall)));
     }
+    if let Some(f) = &r.families {
+        md.push_str(&families_table(f));
+    }
     md.push_str(&format!(
         "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {}",
         num(r.calibration.ece),
@@ -146,5 +149,31 @@ fn label_mapping(r: &EvalReport) -> String {
         "\nA composite label is scored on a derived row per image: NIH asserts it when it asserts any member label, \
 and its confidence is the highest member confidence. Images without a row for every member are left out.\n\n",
     );
+    md
+}
+
+/// A two-family release: each family alone and the joint signal, on the same judgements and at
+/// the same review budgets.
+fn families_table(f: &super::FamilyComparison) -> String {
+    let mut md = String::from(
+        "\n**Each family alone and both together**, on the same gold judgements: AUROC of `confidence`, mislabel AP, the \
+         `likely_mislabeled` class as a verdict, and the lift of reviewing the 10% of rows each view doubts most.\n\n\
+         | view | AUROC | mislabel AP | `likely_mislabeled` rows | precision | recall | Lift@10% |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (name, m) in [("primary model", &f.primary), ("second opinion", &f.second), ("both (the release)", &f.joint)] {
+        let d = &m.mislabel;
+        let likely = d.by_class.iter().find(|c| c.classes == "likely_mislabeled");
+        let tenth = d.n.div_ceil(10);
+        let lift = d.at_k.iter().find(|(k, _, _)| *k == tenth).and_then(|(_, _, l)| *l);
+        md.push_str(&format!(
+            "| {name} | {} | {} | {} | {} | {} | {} |\n",
+            num(m.auroc),
+            num(d.ap),
+            likely.map_or(0, |c| c.flagged),
+            num(likely.and_then(|c| c.precision)),
+            num(likely.and_then(|c| c.recall)),
+            num(lift)
+        ));
+    }
     md
 }

@@ -154,6 +154,7 @@ mod tests {
             flags: Vec::new(),
             logit_yes: Vec::new(),
             logit_no: Vec::new(),
+            families: None,
         }
     }
 

@@ -238,17 +238,28 @@ impl ResolvedSpec {
 /// The model directory a spec names (`model.path`) must exist; a Hub model is looked up in the
 /// Hugging Face cache, which is read but never written here.
 fn locate_local_model(spec: &mut ReleaseSpec) -> Result<(), InputsError> {
-    if spec.model.backend == Backend::Fixture {
+    let at = spec.locate("model.path");
+    locate_one(&mut spec.model, at)?;
+    if spec.second_opinion.is_some() {
+        let at = spec.locate("second_opinion.path");
+        locate_one(spec.second_opinion.as_mut().expect("checked"), at)?;
+    }
+    Ok(())
+}
+
+/// One model of the spec (`model` or `second_opinion`, whose `path` is at `at`).
+fn locate_one(model: &mut crate::release_spec::ModelSpec, at: crate::release_spec::KeyLocation) -> Result<(), InputsError> {
+    if model.backend == Backend::Fixture {
         return Ok(());
     }
-    match &spec.model.dir {
-        Some(dir) if !dir.is_dir() => Err(InputsError::ModelDir { at: spec.locate("model.path"), dir: dir.clone() }),
+    match &model.dir {
+        Some(dir) if !dir.is_dir() => Err(InputsError::ModelDir { at, dir: dir.clone() }),
         Some(_) => Ok(()),
         None => {
             let cache = crate::hub::model::cache_dir();
-            if let Some(snapshot) = crate::hub::model::cached_snapshot(&cache, &spec.model.id, &spec.model.revision) {
-                spec.model.dir = Some(snapshot.dir);
-                spec.model.commit = Some(snapshot.commit);
+            if let Some(snapshot) = crate::hub::model::cached_snapshot(&cache, &model.id, &model.revision) {
+                model.dir = Some(snapshot.dir);
+                model.commit = Some(snapshot.commit);
             }
             Ok(())
         }

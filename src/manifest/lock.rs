@@ -38,6 +38,12 @@ pub struct BuildLock {
     pub images: ImageHashesFile,
     pub scorer: serde_json::Value,
     pub scorer_sha256: String,
+    /// The second opinion's scorer and its identity's hash, where the spec names one (left out
+    /// otherwise, so a one-scorer lock reads as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_scorer: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_scorer_sha256: Option<String>,
     pub prompt_set_sha256: String,
     pub seed: u64,
     /// Key of each stage's output: a hash of its inputs, so a rebuild can tell what changed.

@@ -34,12 +34,16 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let inferred = infer_all(spec, options, &prepared, log)?;
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
-    let derived = derive_signal(spec, &prepared, inferred.answers_and_narrative, &inferred.scores, &pool, &mut notes)?;
+    let derived =
+        derive_signal(spec, &prepared, inferred.answers_and_narrative, &inferred.scores, inferred.second_scores.as_deref(), &pool, &mut notes)?;
     let staging = output::Staging::create(&claimed).map_err(io_err(&options.out))?;
     let dir = staging.dir.clone();
     let table_rows = records::RecordTable::new(&prepared.selection, &derived.signal, &inferred.scores, &prepared.questions)
         .with_diagnosis(derived.diagnosis.as_ref())
-        .with_narrative(derived.reasoning.as_ref(), derived.reports.as_deref());
+        .with_narrative(derived.reasoning.as_ref(), derived.reports.as_deref())
+        .with_second_opinion(derived.families.as_ref().zip(inferred.second_scores.as_deref()).map(|(f, scores)| {
+            records::SecondOpinion { primary: &f.primary, second: &f.second, scores, family_agreement: &f.family_agreement }
+        }));
     let splits = write_shards(spec, &prepared.selection, &derived, &table_rows, &dir, &pool, &mut notes)?;
     let series = load_series_lenient(spec, &mut notes);
     let card_input = write_card(spec, &prepared, &derived, &table_rows, splits, &series, &dir, log)?;
@@ -101,6 +105,8 @@ fn log_inputs(spec: &ResolvedSpec, prepared: &Prepared, log: &dyn Fn(&str)) {
 /// S3/S4's generated texts, each from the cache or computed.
 struct Inferred {
     scores: Vec<ImageScores>,
+    /// The second opinion's scores, where the spec asks for one.
+    second_scores: Option<Vec<ImageScores>>,
     answers_and_narrative: (Vec<ImageAnswers>, NarrativeAnswers),
     cached: usize,
     computed: usize,
@@ -117,6 +123,23 @@ fn infer_all(spec: &ResolvedSpec, options: &BuildOptions, prepared: &Prepared, l
     }
     log(&format!("infer: {} images from the cache, {} scored by {backend}", report.cached, report.computed));
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
+    let second_scores = match &prepared.second_scorer {
+        None => None,
+        Some(second) => {
+            let report = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+            for problem in &report.cache_problems {
+                log(&format!("infer (second opinion): {problem}"));
+            }
+            log(&format!(
+                "infer (second opinion): {} images from the cache, {} scored by {} {}",
+                report.cached,
+                report.computed,
+                second.identity().backend,
+                second.identity().model_id
+            ));
+            Some(report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect())
+        }
+    };
 
     let grounding = &prepared.grounding;
     let answered = generate(spec, grounding, scorer, options, None)?;
@@ -137,12 +160,15 @@ fn infer_all(spec: &ResolvedSpec, options: &BuildOptions, prepared: &Prepared, l
         let what = if *stage == "reason" { "reasoning for the rows of" } else { "a report for each of" };
         log(&format!("generate: {what} {} images, {cached} from the cache, {computed} decoded by {backend}", cached + computed));
     }
-    Ok(Inferred { scores, answers_and_narrative: (answers, narrated), cached: report.cached, computed: report.computed })
+    Ok(Inferred { scores, second_scores, answers_and_narrative: (answers, narrated), cached: report.cached, computed: report.computed })
 }
 
 /// What the release says about each row and image, derived from the model's outputs.
 struct Derived {
+    /// The release's signal: the primary model's, or with a second opinion the joint one.
     signal: Signal,
+    /// Each family's own signal, where a second opinion was asked.
+    families: Option<Families>,
     /// Image sizes, read only when the prompts ask for locations.
     sizes: HashMap<String, (u32, u32)>,
     diagnosis: Option<Diagnosis>,
@@ -151,17 +177,33 @@ struct Derived {
     trial: Option<TrialSample>,
 }
 
+/// Each family's own signal of every row in a two-family release, and how far they agree.
+struct Families {
+    primary: Signal,
+    second: Signal,
+    family_agreement: Vec<f64>,
+}
+
 fn derive_signal(
     spec: &ResolvedSpec,
     prepared: &Prepared,
     (answers, narrated): (Vec<ImageAnswers>, NarrativeAnswers),
     scores: &[ImageScores],
+    second_scores: Option<&[ImageScores]>,
     pool: &rayon::ThreadPool,
     notes: &mut Vec<String>,
 ) -> Result<Derived, BuildError> {
     let (selection, questions) = (&prepared.selection, &prepared.questions);
     let rules = signal::Rules::new(&spec.signal, spec.calibration_table());
-    let mut sig = pool.install(|| signal::derive(selection, scores, questions, &rules));
+    let primary = pool.install(|| signal::derive(selection, scores, questions, &rules));
+    let (mut sig, families) = match second_scores {
+        None => (primary, None),
+        Some(second_scores) => {
+            let second = pool.install(|| signal::derive(selection, second_scores, questions, &rules));
+            let j = signal::joint::combine(primary, second, &spec.signal);
+            (j.joint, Some(Families { primary: j.primary, second: j.second, family_agreement: j.family_agreement }))
+        }
+    };
     let sizes = if spec.prompts.location.is_some() {
         source::image_sizes(&spec.source.images_dir(), &prepared.table.boxes)?
     } else {
@@ -190,7 +232,7 @@ fn derive_signal(
         ));
     }
     let trial = spec.selection.trial.as_ref().map(|t| trial::sample(selection, &sig, t, spec.selection.seed));
-    Ok(Derived { signal: sig, sizes, diagnosis, reasoning, reports, trial })
+    Ok(Derived { signal: sig, families, sizes, diagnosis, reasoning, reports, trial })
 }
 
 /// The pair and image shards of every split the spec asks for.
@@ -208,7 +250,7 @@ fn write_shards(
         release_version: spec.release.version.clone(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let columns = shard::ColumnSet::of(&spec.prompts);
+    let columns = shard::ColumnSet::of(spec);
     let (pair_layout, image_layout) = (shard::pairs::layout(columns), shard::images::layout(columns));
     let mut splits = Vec::new();
     for split in &spec.output.splits {
@@ -222,7 +264,10 @@ fn write_shards(
             name: split.name().to_string(),
             pairs: TableFacts::new(dir, rows.len(), files),
             images: TableFacts::new(dir, images.len(), image_files),
-            stats: signal::stats(selection, &derived.signal.pairs, &rows),
+            stats: match derived.families {
+                None => signal::stats(selection, &derived.signal.pairs, &rows),
+                Some(_) => signal::stats_of_flags(selection, &derived.signal.pairs, &rows, &signal::joint::JOINT_FLAGS),
+            },
             trace: signal::trace::stats(&derived.signal.traces, &images),
         });
     }
@@ -298,11 +343,43 @@ fn write_card<'a>(
             &table_rows.images_of(&main_rows),
         ),
         coverage: coverage(spec, selection, &prepared.table),
+        second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows),
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;
     write(&dir.join("LICENSE.md"), license.as_bytes())?;
     Ok(card_input)
+}
+
+/// The card's figures of a two-family release on its main split: each family's classes alone and
+/// the joint ones, the rows the families disagree on, their mean agreement.
+fn second_opinion_card(
+    spec: &ResolvedSpec,
+    prepared: &Prepared,
+    derived: &Derived,
+    split: Split,
+    rows: &[usize],
+) -> Option<card::SecondOpinionCard> {
+    let (families, second, model) = (derived.families.as_ref()?, prepared.second_scorer.as_ref()?, spec.second_opinion.as_ref()?);
+    let count = |signal: &Signal, class: crate::vocab::TrustClass| rows.iter().filter(|&&i| signal.pairs[i].trust_class == class).count();
+    let classes = crate::vocab::TrustClass::ALL
+        .iter()
+        .map(|&c| (c.name().to_string(), count(&families.primary, c), count(&families.second, c), count(&derived.signal, c)))
+        .collect();
+    let disagree = rows.iter().filter(|&&i| derived.signal.pairs[i].flags.contains(&signal::joint::FLAG_FAMILIES_DISAGREE)).count();
+    let agreement: f64 = rows.iter().map(|&i| families.family_agreement[i]).sum();
+    Some(card::SecondOpinionCard {
+        primary_family: prepared.scorer.family().to_string(),
+        second: second.identity().clone(),
+        second_family: second.family().to_string(),
+        second_weight_license: model.weight_license.clone(),
+        second_demo_weights: model.demo_weights.map(|w| w.describe()),
+        split: split.name().to_string(),
+        rows: rows.len(),
+        classes,
+        disagree,
+        mean_family_agreement: if rows.is_empty() { 0.0 } else { agreement / rows.len() as f64 },
+    })
 }
 
 /// eval.json, when the spec names a gold file; returns the card's Markdown section of it.
@@ -352,6 +429,8 @@ fn write_lock(
         images: image_hashes,
         scorer: serde_json::to_value(identity).expect("plain data"),
         scorer_sha256: identity.hash(),
+        second_scorer: prepared.second_scorer.as_ref().map(|s| serde_json::to_value(s.identity()).expect("plain data")),
+        second_scorer_sha256: prepared.second_scorer.as_ref().map(|s| s.identity().hash()),
         prompt_set_sha256: prepared.prompt_set_hash.clone(),
         seed: spec.selection.seed,
         stage_keys: prepared.stage_keys.clone(),

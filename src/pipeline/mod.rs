@@ -108,6 +108,8 @@ pub struct Prepared {
     pub selection: Selection,
     pub jobs: Vec<ImageJob>,
     pub scorer: Box<dyn Scorer>,
+    /// The spec's `second_opinion`, when it names one: every row is scored by both.
+    pub second_scorer: Option<Box<dyn Scorer>>,
     pub questions: Vec<crate::release_spec::Question>,
     pub prompt_set_hash: String,
     /// S2's grounding prompts per image (empty before S2).
@@ -144,11 +146,26 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         }
     }
     let jobs = image_jobs(spec, &selection)?;
-    let model = infer::locate_model(&spec.model, &infer::ModelAccess { offline: options.offline, progress: options.progress })?;
+    let access = infer::ModelAccess { offline: options.offline, progress: options.progress };
     // A publishable build (or --verify-cache) hashes the weights whatever the digest cache says.
     let rehash = options.verify_cache || options.publishable;
-    let scorer = infer::scorer_for(&model, &options.cache_dir.local_dir(), rehash, options.jobs)?;
+    let scorer = infer::scorer_for(&infer::locate_model(&spec.model, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs)?;
     notes.extend(scorer.notes());
+    let second_scorer = match &spec.second_opinion {
+        Some(second) => {
+            let s = infer::scorer_for(&infer::locate_model(second, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs)?;
+            notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
+            if s.family() == scorer.family() {
+                notes.push(format!(
+                    "the second opinion is a {} model like the primary one: one lineage's errors are correlated, so its \
+                     agreement is weaker evidence than another family's",
+                    s.family()
+                ));
+            }
+            Some(s)
+        }
+        None => None,
+    };
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
 
@@ -157,7 +174,13 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let ingest = sha256_parts(&["ingest", &tool.version, &sha256_json(&spec.source), &sha256_json(&table.inputs)]);
     let select_key = sha256_parts(&["select", &ingest, &sha256_json(&spec.selection)]);
     let infer_key = sha256_parts(&["infer", &select_key, &scorer.identity().hash(), &prompt_set_hash]);
-    let signal_key = sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal_json())]);
+    // A second opinion's scores are an input of the signal: its key joins the chain there.
+    let second_infer_key =
+        second_scorer.as_ref().map(|s| sha256_parts(&["infer", &select_key, &s.identity().hash(), &prompt_set_hash]));
+    let signal_key = match &second_infer_key {
+        None => sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal_json())]),
+        Some(second) => sha256_parts(&["signal", &infer_key, second, &sha256_json(&spec.signal_json())]),
+    };
     let shard_key = sha256_parts(&["shard", &signal_key, &sha256_json(&spec.output), &sha256_json(&spec.release)]);
     // The card also carries the evaluation when the spec names a gold file.
     let card_key =
@@ -166,6 +189,9 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         [("ingest", ingest), ("select", select_key), ("infer", infer_key), ("signal", signal_key), ("shard", shard_key), ("card", card_key)]
     {
         stage_keys.insert(name.to_string(), key);
+    }
+    if let Some(key) = second_infer_key {
+        stage_keys.insert("infer_second_opinion".to_string(), key);
     }
     let grounding = diagnose::grounding_plan(&selection, &spec.prompts, scorer.family(), &jobs)?;
     if !grounding.jobs.is_empty() {
@@ -179,7 +205,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         let key = sha256_parts(&[stage, &stage_keys["select"], &scorer.identity().generation_hash(), &prompt_set_hash]);
         stage_keys.insert(stage.to_string(), key);
     }
-    Ok(Prepared { table, selection, jobs, scorer, questions, prompt_set_hash, grounding, narrative, demo_reasons, notes, stage_keys })
+    Ok(Prepared { table, selection, jobs, scorer, second_scorer, questions, prompt_set_hash, grounding, narrative, demo_reasons, notes, stage_keys })
 }
 
 /// The image file of every curated image; the folder must exist and stay inside the source root.
@@ -198,7 +224,14 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let prepared = prepare(spec, options)?;
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    let report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    let mut report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    // A second opinion's scores go into the same cache, under its own scorer's keys.
+    if let Some(second) = &prepared.second_scorer {
+        let more = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+        report.computed += more.computed;
+        report.cached += more.cached;
+        report.cache_problems.extend(more.cache_problems);
+    }
     let answered = generate(spec, &prepared.grounding, prepared.scorer.as_ref(), options, shard)?;
     let narrated = narrative::generate(spec, &prepared.narrative, prepared.scorer.as_ref(), options, shard)?;
     Ok(InferShardReport {

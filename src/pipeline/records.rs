@@ -23,6 +23,17 @@ pub struct RecordTable<'a> {
     reasoning: Option<&'a Reasoning>,
     /// S4: one report per selected image.
     reports: Option<&'a [ImageReport]>,
+    second: Option<SecondOpinion<'a>>,
+}
+
+/// A second opinion's inputs to the records: each family's own signal, the second model's
+/// scores, and the families' agreement per row.
+#[derive(Clone, Copy)]
+pub struct SecondOpinion<'a> {
+    pub primary: &'a Signal,
+    pub second: &'a Signal,
+    pub scores: &'a [ImageScores],
+    pub family_agreement: &'a [f64],
 }
 
 impl<'a> RecordTable<'a> {
@@ -51,7 +62,13 @@ impl<'a> RecordTable<'a> {
             diagnosis: None,
             reasoning: None,
             reports: None,
+            second: None,
         }
+    }
+
+    /// Adds each family's own view of every row (a two-family release).
+    pub fn with_second_opinion(self, second: Option<SecondOpinion<'a>>) -> Self {
+        RecordTable { second, ..self }
     }
 
     /// Adds S2's per-row location and signs to the records.
@@ -89,6 +106,14 @@ impl<'a> RecordTable<'a> {
                     positions: &self.label_questions[row.label],
                     diagnosis: self.diagnosis.map(|d| &d.rows[i]),
                     reasoning: self.reasoning.map(|r| &r.rows[i]),
+                    second: self.second.map(|s| crate::shard::pairs::SecondOpinionRow {
+                        primary_confidence: s.primary.pairs[i].confidence,
+                        primary_trust_class: s.primary.pairs[i].trust_class.name(),
+                        second_confidence: s.second.pairs[i].confidence,
+                        second_trust_class: s.second.pairs[i].trust_class.name(),
+                        second_scores: &s.scores[row.image].scores,
+                        family_agreement: s.family_agreement[i],
+                    }),
                 }
             })
             .collect()
@@ -160,6 +185,12 @@ impl<'a> RecordTable<'a> {
                     flags: self.signal.pairs[i].flags.iter().map(|f| f.to_string()).collect(),
                     logit_yes: questions.iter().map(|&q| scores[q].logit_yes).collect(),
                     logit_no: questions.iter().map(|&q| scores[q].logit_no).collect(),
+                    families: self.second.map(|s| crate::eval::FamilyViews {
+                        primary_confidence: s.primary.pairs[i].confidence,
+                        primary_trust_class: s.primary.pairs[i].trust_class.name().to_string(),
+                        second_confidence: s.second.pairs[i].confidence,
+                        second_trust_class: s.second.pairs[i].trust_class.name().to_string(),
+                    }),
                 }
             })
             .collect()

@@ -72,17 +72,20 @@ pub fn demo_reasons(spec: &ReleaseSpec) -> Vec<String> {
     if spec.source.embedded_sample {
         reasons.push(format!("source is the embedded synthetic sample ({})", spec.source.root_as_written));
     }
-    if spec.model.backend == Backend::Fixture {
-        reasons.push("scores come from the fixture scorer, not a vision-language model".into());
-    }
-    if let Some(weights) = spec.model.demo_weights {
-        reasons.push(format!("model {} {}", spec.model.id, weights.demo_reason()));
-    }
-    if spec.model.backend.is_native() && spec.model.path.is_none() && !crate::hashing::is_commit(&spec.model.revision) {
-        reasons.push(format!(
-            "model {} revision {:?} is a branch or tag, which can move: pin model.revision to a 40-hex commit",
-            spec.model.id, spec.model.revision
-        ));
+    for (section, model) in std::iter::once(("model", &spec.model)).chain(spec.second_opinion.iter().map(|m| ("second_opinion", m))) {
+        if model.backend == Backend::Fixture {
+            let whose = if section == "model" { String::new() } else { format!("{section}: ") };
+            reasons.push(format!("{whose}scores come from the fixture scorer, not a vision-language model"));
+        }
+        if let Some(weights) = model.demo_weights {
+            reasons.push(format!("{section} {} {}", model.id, weights.demo_reason()));
+        }
+        if model.backend.is_native() && model.path.is_none() && !crate::hashing::is_commit(&model.revision) {
+            reasons.push(format!(
+                "{section} {} revision {:?} is a branch or tag, which can move: pin {section}.revision to a 40-hex commit",
+                model.id, model.revision
+            ));
+        }
     }
     for (name, _) in spec.source.metadata_files() {
         if !spec.source.expected_sha256.contains_key(&name) {

@@ -18,6 +18,8 @@ pub struct SpecLayer {
     pub source: Option<SourceLayer>,
     pub selection: Option<SelectionLayer>,
     pub model: Option<ModelLayer>,
+    /// A second scorer, from another family: the same keys as `model`.
+    pub second_opinion: Option<ModelLayer>,
     pub prompts: Option<PromptsLayer>,
     pub signal: Option<SignalLayer>,
     pub output: Option<OutputLayer>,
@@ -37,6 +39,7 @@ impl Merge for SpecLayer {
         merge_section(&mut self.source, child.source, nulls, "source");
         merge_section(&mut self.selection, child.selection, nulls, "selection");
         merge_section(&mut self.model, child.model, nulls, "model");
+        merge_section(&mut self.second_opinion, child.second_opinion, nulls, "second_opinion");
         merge_section(&mut self.prompts, child.prompts, nulls, "prompts");
         merge_section(&mut self.signal, child.signal, nulls, "signal");
         merge_section(&mut self.output, child.output, nulls, "output");

@@ -95,7 +95,8 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let release = resolve_release(&r, merged.release)?;
     let source = resolve_source(&r, merged.source, env)?;
     let selection = resolve_selection(&r, merged.selection)?;
-    let model = resolve_model(&r, merged.model)?;
+    let model = resolve_model(&r, merged.model, "model")?;
+    let second_opinion = merged.second_opinion.map(|layer| resolve_model(&r, Some(layer), "second_opinion")).transpose()?;
     let prompts = resolve_prompts(&r, merged.prompts)?;
     let signal = resolve_signal(&r, merged.signal)?;
     let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
@@ -132,6 +133,7 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
         source,
         selection,
         model,
+        second_opinion,
         prompts,
         signal,
         output,
@@ -284,19 +286,21 @@ fn resolve_selection(r: &Resolver<'_>, layer: Option<SelectionLayer>) -> Result<
     Ok(selection)
 }
 
-fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpec, SpecError> {
-    let m = r.req(layer, "model")?;
-    let backend = r.req(m.backend, "model.backend")?;
-    let id: String = r.req(m.id.clone(), "model.id")?;
-    let revision: String = r.req(m.revision.clone(), "model.revision")?;
+/// `model:`, or `second_opinion:` (the same keys, `section` naming which in errors).
+fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>, section: &str) -> Result<ModelSpec, SpecError> {
+    let key = |name: &str| format!("{section}.{name}");
+    let m = r.req(layer, section)?;
+    let backend = r.req(m.backend, &key("backend"))?;
+    let id: String = r.req(m.id.clone(), &key("id"))?;
+    let revision: String = r.req(m.revision.clone(), &key("revision"))?;
     // A local directory is resolved against the spec's folder; `inputs` checks that it exists
     // and looks for a Hub model in the Hugging Face cache.
     let dir = match &m.path {
-        Some(path) if backend.is_native() => Some(r.base_dir("model.path").join(path)),
+        Some(path) if backend.is_native() => Some(r.base_dir(&key("path")).join(path)),
         _ => None,
     };
     let commit = None;
-    let served = resolve_served(r, backend, &m)?;
+    let served = resolve_served(r, backend, &m, section)?;
     let model = ModelSpec {
         backend,
         path: m.path.clone(),
@@ -304,7 +308,7 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
         commit,
         id,
         revision,
-        weight_license: r.req(m.weight_license, "model.weight_license")?,
+        weight_license: r.req(m.weight_license, &key("weight_license"))?,
         demo_weights: m.demo_weights,
         dtype: m.dtype.unwrap_or(Dtype::Auto),
         device: m.device.unwrap_or(DevicePolicy::Auto),
@@ -317,37 +321,38 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>) -> Result<ModelSpe
 }
 
 /// The `openai` backend's keys: required with it, refused without it.
-fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer) -> Result<Option<ServedModel>, SpecError> {
+fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer, section: &str) -> Result<Option<ServedModel>, SpecError> {
+    let key = |name: &str| format!("{section}.{name}");
     if backend != Backend::Openai {
-        for (set, key) in [
-            (m.endpoint.is_some(), "model.endpoint"),
-            (m.family.is_some(), "model.family"),
-            (m.server.is_some(), "model.server"),
-            (m.answer_token_ids.is_some(), "model.answer_token_ids"),
-            (m.concurrency.is_some(), "model.concurrency"),
-            (m.timeout_s.is_some(), "model.timeout_s"),
+        for (set, name) in [
+            (m.endpoint.is_some(), key("endpoint")),
+            (m.family.is_some(), key("family")),
+            (m.server.is_some(), key("server")),
+            (m.answer_token_ids.is_some(), key("answer_token_ids")),
+            (m.concurrency.is_some(), key("concurrency")),
+            (m.timeout_s.is_some(), key("timeout_s")),
         ] {
             if set {
-                return Err(r.invalid(key, "is for model.backend openai only"));
+                return Err(r.invalid(&name, format!("is for {section}.backend openai only")));
             }
         }
         return Ok(None);
     }
     if m.path.is_some() {
-        return Err(r.invalid("model.path", "backend openai scores through model.endpoint: the model is not loaded here"));
+        return Err(r.invalid(&key("path"), "backend openai scores through model.endpoint: the model is not loaded here"));
     }
-    let endpoint = r.req(m.endpoint.clone(), "model.endpoint")?;
+    let endpoint = r.req(m.endpoint.clone(), &key("endpoint"))?;
     let endpoint = endpoint.trim_end_matches('/').to_string();
     if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) || !endpoint.ends_with("/v1") {
-        return Err(r.invalid("model.endpoint", format!("{endpoint:?}: expected the server's base URL, http(s)://HOST[:PORT]/v1")));
+        return Err(r.invalid(&key("endpoint"), format!("{endpoint:?}: expected the server's base URL, http(s)://HOST[:PORT]/v1")));
     }
-    let family = r.req(m.family.clone(), "model.family")?;
+    let family = r.req(m.family.clone(), &key("family"))?;
     if crate::vlm::Family::from_name(&family).is_none() {
-        return Err(r.invalid("model.family", format!("{family:?}: expected one of {}", crate::vlm::Family::supported())));
+        return Err(r.invalid(&key("family"), format!("{family:?}: expected one of {}", crate::vlm::Family::supported())));
     }
     let concurrency = m.concurrency.unwrap_or(16);
     if concurrency == 0 {
-        return Err(r.invalid("model.concurrency", "must be at least 1"));
+        return Err(r.invalid(&key("concurrency"), "must be at least 1"));
     }
     Ok(Some(ServedModel {
         endpoint,

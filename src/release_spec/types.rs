@@ -25,6 +25,11 @@ pub struct ReleaseSpec {
     pub source: SourceSpec,
     pub selection: SelectionSpec,
     pub model: ModelSpec,
+    /// A second scorer whose family is not the model's: every row is scored by both, and the
+    /// trust classes use both (see [`crate::signal::joint`]). Left out of the spec's hash when
+    /// unset, so a one-scorer spec hashes as it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_opinion: Option<ModelSpec>,
     pub prompts: PromptSet,
     pub signal: SignalSpec,
     pub output: OutputSpec,

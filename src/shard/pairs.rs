@@ -34,6 +34,20 @@ pub struct PairRecord<'a> {
     pub diagnosis: Option<&'a RowDiagnosis>,
     /// S3's reasoning; None before S3.
     pub reasoning: Option<&'a RowReasoning>,
+    /// Each family's own view of the row, where a second opinion was asked.
+    pub second: Option<SecondOpinionRow<'a>>,
+}
+
+/// A row as each family sees it alone, in a two-family release.
+#[derive(Debug, Clone)]
+pub struct SecondOpinionRow<'a> {
+    pub primary_confidence: f64,
+    pub primary_trust_class: &'a str,
+    pub second_confidence: f64,
+    pub second_trust_class: &'a str,
+    /// The second model's scores of the image's whole prompt set (read at `positions`).
+    pub second_scores: &'a [YesNo],
+    pub family_agreement: f64,
 }
 
 /// The pair table with the columns of the series `set` names.
@@ -58,6 +72,19 @@ fn to_batch(schema: &arrow_schema::SchemaRef, rows: &[PairRecord<'_>]) -> Result
             bools(&r, |r| r.disagrees()),
             u32s(&r, |r| r.new_tokens as u32),
             bools(&r, |r| r.truncated),
+        ]);
+    }
+    if has_column(schema, "second_confidence") {
+        let s: Vec<(&SecondOpinionRow, &[usize])> =
+            rows.iter().map(|r| (r.second.as_ref().expect("a two-family release's rows have both views"), r.positions)).collect();
+        columns.extend([
+            floats(&s, |(s, _)| s.primary_confidence),
+            strings(&s, |(s, _)| s.primary_trust_class),
+            floats(&s, |(s, _)| s.second_confidence),
+            strings(&s, |(s, _)| s.second_trust_class),
+            float_lists(&s, |(s, p)| p.iter().map(|&q| s.second_scores[q].logit_yes)),
+            float_lists(&s, |(s, p)| p.iter().map(|&q| s.second_scores[q].logit_no)),
+            floats(&s, |(s, _)| s.family_agreement),
         ]);
     }
     RecordBatch::try_new(schema.clone(), columns)

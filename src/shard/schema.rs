@@ -230,26 +230,46 @@ pub const REPORT_COLUMNS: [ColumnDoc; 20] = {
     out
 };
 
+/// A second opinion (`second_opinion:` in the spec): appended to the pair table after every other
+/// column. The release's `confidence` ... `flags` are then the two families' joint row.
+pub const SECOND_OPINION_COLUMNS: [ColumnDoc; 7] = [
+    column("primary_confidence", ColumnType::Float64, "The primary model's own confidence (the spec's `model`), as a release of it alone would give it."),
+    column("primary_trust_class", ColumnType::Utf8, "The primary model's own trust class, from its own agreement and the thresholds."),
+    column("second_confidence", ColumnType::Float64, "The second model's confidence (`second_opinion`, another family): the mean of its `p_yes` over the same questions."),
+    column("second_trust_class", ColumnType::Utf8, "The second model's own trust class, from its own agreement and the thresholds."),
+    column("second_question_logit_yes", ColumnType::ListFloat32, "The second model's raw \"Yes\" logit per question, aligned with `question_ids`."),
+    column("second_question_logit_no", ColumnType::ListFloat32, "The second model's raw \"No\" logit per question."),
+    column("family_agreement", ColumnType::Float64, "How far the two families agree: 1 - |primary_confidence - second_confidence|."),
+];
+
 /// Which later series' columns a release carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ColumnSet {
     pub diagnose: bool,
     pub reason: bool,
     pub report: bool,
+    pub second_opinion: bool,
 }
 
 impl ColumnSet {
-    pub fn of(prompts: &crate::release_spec::PromptSet) -> ColumnSet {
-        ColumnSet { diagnose: prompts.diagnoses(), reason: prompts.reasoning.is_some(), report: prompts.report.is_some() }
+    pub fn of(spec: &crate::release_spec::ReleaseSpec) -> ColumnSet {
+        let prompts = &spec.prompts;
+        ColumnSet {
+            diagnose: prompts.diagnoses(),
+            reason: prompts.reasoning.is_some(),
+            report: prompts.report.is_some(),
+            second_opinion: spec.second_opinion.is_some(),
+        }
     }
 }
 
 /// The pair table's columns: S1's, then S2's when the release diagnoses (and in every S3 release,
-/// null where it does not), then S3's.
+/// null where it does not), then S3's, then a second opinion's.
 pub fn pair_columns(set: ColumnSet) -> Vec<ColumnDoc> {
     let diagnose: &[ColumnDoc] = if set.diagnose || set.reason { &DIAGNOSE_COLUMNS } else { &[] };
     let reason: &[ColumnDoc] = if set.reason { &REASON_COLUMNS } else { &[] };
-    PAIR_COLUMNS.iter().chain(diagnose).chain(reason).copied().collect()
+    let second: &[ColumnDoc] = if set.second_opinion { &SECOND_OPINION_COLUMNS } else { &[] };
+    PAIR_COLUMNS.iter().chain(diagnose).chain(reason).chain(second).copied().collect()
 }
 
 /// The image table's columns: S1's, then S3's trace, then S4's report.

@@ -2,6 +2,7 @@
 //! holding the shipped scores can re-derive every column exactly.
 
 pub mod calibration;
+pub mod joint;
 pub mod text_trace;
 pub mod trace;
 
@@ -228,10 +229,16 @@ pub struct LabelStats {
     pub mean_confidence: f64,
 }
 
-/// Statistics over the rows picked by `rows` (indices into the selection's rows).
+/// Statistics over the rows picked by `rows` (indices into the selection's rows), counting the
+/// flags [`FLAGS`] (a two-family release: [`joint::JOINT_FLAGS`]).
 pub fn stats(selection: &Selection, signals: &[PairSignal], rows: &[usize]) -> SignalStats {
+    stats_of_flags(selection, signals, rows, &FLAGS)
+}
+
+/// [`stats`] counting the flags `names`.
+pub fn stats_of_flags(selection: &Selection, signals: &[PairSignal], rows: &[usize], names: &[&str]) -> SignalStats {
     let mut classes = [0usize; 4];
-    let mut flags = [0usize; FLAGS.len()];
+    let mut flags = vec![0usize; names.len()];
     let mut per_label: Vec<LabelStats> = LABELS
         .iter()
         .map(|l| LabelStats { label: l.to_string(), rows: 0, nih_positive: 0, classes: vec![0; 4], mean_confidence: 0.0 })
@@ -240,7 +247,7 @@ pub fn stats(selection: &Selection, signals: &[PairSignal], rows: &[usize]) -> S
         let (row, sig) = (&selection.rows[i], &signals[i]);
         classes[sig.trust_class as usize] += 1;
         for f in &sig.flags {
-            flags[FLAGS.iter().position(|x| x == f).expect("known flag")] += 1;
+            flags[names.iter().position(|x| x == f).expect("known flag")] += 1;
         }
         let l = &mut per_label[row.label];
         l.rows += 1;
@@ -256,7 +263,7 @@ pub fn stats(selection: &Selection, signals: &[PairSignal], rows: &[usize]) -> S
     SignalStats {
         rows: rows.len(),
         classes: TrustClass::ALL.iter().map(|c| (c.name().to_string(), classes[*c as usize])).collect(),
-        flags: FLAGS.iter().zip(flags).map(|(f, n)| (f.to_string(), n)).collect(),
+        flags: names.iter().zip(flags).map(|(f, n)| (f.to_string(), n)).collect(),
         per_label: per_label.into_iter().filter(|l| l.rows > 0).collect(),
     }
 }
