@@ -65,6 +65,12 @@ pub struct DiffReport {
     pub changed_rows: usize,
     /// The rows that changed class, largest confidence change first.
     pub top_changed: Vec<ChangedRow>,
+    /// A two-family release's own families against each other (primary down, second across),
+    /// for A and for B; left out for a one-model release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub families_a: Option<Agreement>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub families_b: Option<Agreement>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +128,10 @@ pub fn diff(a_dir: &Path, b_dir: &Path, top: usize) -> Result<DiffReport, DiffEr
         dq.total_cmp(&dp).then_with(|| (&p.image_index, &p.label).cmp(&(&q.image_index, &q.label)))
     });
     changed.truncate(top);
+    let (families_a, families_b) = (cross_family(&a_rows), cross_family(&b_rows));
     Ok(DiffReport {
+        families_a,
+        families_b,
         only_in_a: a_rows.len() - pairs.len(),
         only_in_b: b_rows.len() - pairs.len(),
         a,
@@ -154,6 +163,30 @@ fn agreement(pairs: &[(&ReleaseRow, &ReleaseRow)]) -> Agreement {
             d(x.logit_yes[i], y.logit_yes[i]).max(d(x.logit_no[i], y.logit_no[i]))
         }),
     }
+}
+
+/// How far a two-family release's primary and second models agree with each other, as if they
+/// were two releases: their classes and confidences row by row. None for a one-model release.
+fn cross_family(rows: &[ReleaseRow]) -> Option<Agreement> {
+    let views: Vec<(ReleaseRow, ReleaseRow)> = rows
+        .iter()
+        .map(|r| {
+            let f = r.families.as_ref()?;
+            let view = |confidence: f64, class: &str| ReleaseRow {
+                confidence,
+                trust_class: class.to_string(),
+                logit_yes: Vec::new(),
+                logit_no: Vec::new(),
+                ..r.clone()
+            };
+            Some((view(f.primary_confidence, &f.primary_trust_class), view(f.second_confidence, &f.second_trust_class)))
+        })
+        .collect::<Option<_>>()?;
+    if views.is_empty() {
+        return None;
+    }
+    let pairs: Vec<(&ReleaseRow, &ReleaseRow)> = views.iter().map(|(p, s)| (p, s)).collect();
+    Some(agreement(&pairs))
 }
 
 /// A row's i-th question's p_yes, from its shipped logits.

@@ -43,6 +43,20 @@ pub fn to_markdown(d: &DiffReport) -> String {
     for (label, a) in &d.per_label {
         md.push_str(&row(label, a));
     }
+    for (side, f) in [("A", &d.families_a), ("B", &d.families_b)] {
+        if let Some(f) = f {
+            md.push_str(&format!(
+                "\n{side} is a two-family release; its primary model against its second opinion: {} of {} rows in another class \
+                 (class agreement {}, Cohen's kappa {}, confidence r {}, mean abs confidence difference {}).\n",
+                f.n - f.same_class,
+                f.n,
+                num(f.agreement),
+                num(f.kappa),
+                num(f.confidence_pearson),
+                num(f.mean_abs_confidence_change)
+            ));
+        }
+    }
     let small = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.2e}"));
     md.push_str(&format!(
         "\nLargest change of one question: {} in p_yes, {} in a raw logit.\n",

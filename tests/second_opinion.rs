@@ -1,0 +1,124 @@
+//! A second opinion (`second_opinion:` in the spec), built with the fixture scorer on both sides:
+//! the release's columns, classes, lock, card, evaluation and diff; its bytes across --jobs and
+//! shards; the spec's errors. The real two-family demo (tiny Qwen2-VL and tiny Gemma 4) is built
+//! in tests/vlm_build.rs.
+
+mod common;
+
+use common::*;
+
+fn second_opinion_spec() -> std::path::PathBuf {
+    repo().join("tests/specs/s1a-fixture-second-opinion.yaml")
+}
+
+fn pair_shard(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("data/trial-00000-of-00001.parquet")
+}
+
+#[test]
+fn a_two_scorer_release_carries_both_families_and_the_joint_signal() {
+    let s = Scratch::new();
+    let (one, two) = (s.path("one"), s.path("two"));
+    build(&fixture_s1a(), &one, &s.cache(), &[]).success();
+    let out = build(&second_opinion_spec(), &two, &s.cache(), &[]).success();
+    let text = stderr(&out);
+    assert!(text.contains("second_opinion: scores come from the fixture scorer"), "a demo reason of its own: {text}");
+    bin().arg("verify").arg(&two).assert().success();
+
+    // The second opinion's columns come after every other, whose names stay in place.
+    let schema = |dir: &std::path::Path| -> Vec<String> {
+        let file = std::fs::File::open(pair_shard(dir)).unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
+        use parquet::file::reader::FileReader;
+        reader.metadata().file_metadata().schema_descr().root_schema().get_fields().iter().map(|f| f.name().to_string()).collect()
+    };
+    let (a, b) = (schema(&one), schema(&two));
+    assert_eq!(&b[..a.len()], &a[..]);
+    assert_eq!(
+        &b[a.len()..],
+        [
+            "primary_confidence",
+            "primary_trust_class",
+            "second_confidence",
+            "second_trust_class",
+            "second_question_logit_yes",
+            "second_question_logit_no",
+            "family_agreement"
+        ]
+    );
+
+    // Identical scorers: each family's view is the one-model release's, and so is the joint row.
+    let (_, rows_one) = bpals_release::eval::read_release_rows(&one).unwrap();
+    let (_, rows_two) = bpals_release::eval::read_release_rows(&two).unwrap();
+    for (x, y) in rows_one.iter().zip(&rows_two) {
+        let f = y.families.as_ref().expect("both views");
+        assert_eq!((f.primary_confidence, f.second_confidence), (x.confidence, x.confidence));
+        assert_eq!((&f.primary_trust_class, &y.trust_class), (&x.trust_class, &x.trust_class));
+        assert!((y.confidence - x.confidence).abs() < 1e-12 && !y.flags.iter().any(|f| f == "families_disagree"));
+    }
+
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(two.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["second_scorer"]["model_id"], "bpals/fixture-scorer-second");
+    assert!(lock["stage_keys"]["infer_second_opinion"].is_string());
+    let lock_one: serde_json::Value = serde_json::from_slice(&std::fs::read(one.join("build.lock")).unwrap()).unwrap();
+    assert!(lock_one.get("second_scorer").is_none() && lock_one["stage_keys"].get("infer_second_opinion").is_none());
+
+    let card = std::fs::read_to_string(two.join("README.md")).unwrap();
+    assert!(card.contains("| Second opinion | `bpals/fixture-scorer-second`"), "{card}");
+    assert!(card.contains("a row is `likely_mislabeled` only when both") && card.contains("| `families_disagree` |"), "{card}");
+    assert!(card.contains("### Each family alone and together: `trial` split"), "{card}");
+    assert!(card.contains("| primary model |") && card.contains("| both (the release) |"), "the evaluation compares the views: {card}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(two.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(eval["families"]["primary"]["auroc"], eval["families"]["joint"]["auroc"]);
+    let eval_one: serde_json::Value = serde_json::from_slice(&std::fs::read(one.join("eval.json")).unwrap()).unwrap();
+    assert!(eval_one.get("families").is_none());
+
+    // diff sees each side's families against each other.
+    let out = bin().arg("diff").arg(&one).arg(&two).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(report.get("families_a").is_none());
+    assert_eq!(report["families_b"]["kappa"], 1.0);
+    assert_eq!(report["changed_rows"], 0);
+}
+
+#[test]
+fn a_two_scorer_release_is_the_same_bytes_across_jobs_and_shards() {
+    let s = Scratch::new();
+    let spec = second_opinion_spec();
+    let one = s.path("one");
+    build(&spec, &one, &s.path("cache-one"), &["--jobs", "1"]).success();
+    let sharded = s.path("cache-sharded");
+    for k in ["0/2", "1/2"] {
+        bin().arg("infer").arg(&spec).args(["--shard", k, "--cache-dir"]).arg(&sharded).arg("--no-progress").assert().success();
+    }
+    let two = s.path("two");
+    let out = build(&spec, &two, &sharded, &["--jobs", "2"]).success();
+    assert!(stderr(&out).contains("infer (second opinion): 640 images from the cache, 0 scored"), "{}", stderr(&out));
+    let digest = |d: &std::path::Path| {
+        let mut t = tree_digest(d);
+        t.remove("build.lock");
+        t.remove("manifest.json");
+        t
+    };
+    assert_eq!(digest(&one), digest(&two));
+}
+
+#[test]
+fn second_opinion_keys_are_checked_like_the_models() {
+    let s = Scratch::new();
+    let unknown = s.write(
+        "unknown.yaml",
+        &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  colour: red\n", fixture_s1a().display()),
+    );
+    let err = stderr(&bin().arg("build").arg(&unknown).arg("--dry-run").assert().failure());
+    assert!(err.contains("colour") && err.contains("unknown.yaml"), "{err}");
+    let missing = s.write("missing.yaml", &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n", fixture_s1a().display()));
+    let err = stderr(&bin().arg("build").arg(&missing).arg("--dry-run").assert().failure());
+    assert!(err.contains("second_opinion.weight_license"), "{err}");
+    let served = s.write(
+        "served.yaml",
+        &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  endpoint: http://x/v1\n", fixture_s1a().display()),
+    );
+    let err = stderr(&bin().arg("build").arg(&served).arg("--dry-run").assert().failure());
+    assert!(err.contains("second_opinion.endpoint") && err.contains("is for second_opinion.backend openai only"), "{err}");
+}
