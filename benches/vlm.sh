@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of the native VLM engine, printed as ratios measured in the same run, for "mid"
-# random Qwen2-VL, Qwen3-VL, Qwen3.5, Qwen3-VL-MoE and Qwen3.5-MoE models (text 512 x 8, vision
+# random Qwen2-VL, Qwen3-VL, Qwen3.5, Qwen3-VL-MoE, Qwen3.5-MoE and Gemma 4 models (text 512 x 8, vision
 # 512 x 8, a 448x448 image, 2 CPU threads; Qwen3.5's linear layers run torch code on both sides;
 # the MoE mids have the dense mids' active MLP size, see vlm_reference.py):
 #   (a) this engine against transformers scoring one question; target <= 1.0;
@@ -48,7 +48,7 @@ best() { # MODEL ARGS...: best total of preprocess + vision + text over three ru
     | "$venv/bin/python" -c 'import json,sys; t=json.load(sys.stdin)["timing_ms"]; print(t["preprocess"]+t["vision"]+t["text"])'
 }
 declare -A engine_45
-for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5 qwen3_vl_moe qwen3_5_moe}; do
+for family in ${BENCH_FAMILIES:-qwen2_vl qwen3_vl qwen3_5 qwen3_vl_moe qwen3_5_moe gemma4}; do
   reference="$("$venv/bin/python" benches/vlm_reference.py "$work/$family" "$family")"
   one="$(best "$work/$family" --question "Is there a pleural effusion in this chest X-ray?")"
   many="$(best "$work/$family" "${questions[@]}")"
@@ -81,7 +81,7 @@ print(f"  decoding {r['sequences']} sequences x {r['new_tokens']} new tokens: ba
 print(f"  ratio {r['ratio']:.3f} (target <= 0.3); same tokens: {r['same_tokens']}")
 PY
 # (d) the full-size architectures, two layers each, real widths, on the CPU.
-for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b qwen3_vl_30b_a3b qwen3_6_35b_a3b; do
+for model in qwen2_5_vl_7b qwen3_vl_8b qwen3_5_9b qwen3_vl_30b_a3b qwen3_6_35b_a3b gemma4_e4b gemma4_26b_a4b gemma4_31b; do
   report="$("$bin" bench scoring --config "benches/configs/$model.config.json" --preprocessor "benches/configs/$model.preprocessor.json" \
     --device cpu --layers 2 --images 1 --warmup 0 --size 1024 --questions 57)"
   "$venv/bin/python" - "$model" "$report" <<'PY'

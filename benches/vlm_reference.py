@@ -9,7 +9,12 @@ writes a 448x448 test image, and times transformers on 2 CPU threads, best of 3:
 yes/no question (processor + forward to the last-position logits), and 45 questions about the
 image as one padded batch (how transformers scores many prompts).
 
-Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl, qwen3_vl, qwen3_5, qwen3_vl_moe or qwen3_5_moe;
+Gemma 4's mid (`gemma4`) has the same widths: 8 layers, three sliding to one full (keys as values
+on the full ones), a 512-wide tower of 8 blocks pooling 3 x 3, at most 140 image tokens (a
+448 x 448 image is 528 x 528, 1,089 patches, 121 tokens), the trained tiny Gemma 4's tokenizer
+and template.
+
+Usage: vlm_reference.py WORKDIR FAMILY   (qwen2_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe or gemma4;
 prints JSON; needs
 fixtures/vlm/requirements.txt)
 """
@@ -93,7 +98,31 @@ def build_qwen3_5(out: Path, moe: bool = False) -> None:
     copy_tokenizer_and_processor(tiny, out)
 
 
+def build_gemma4(out: Path) -> None:
+    tiny = FIXTURES / "trained" / "gemma4"
+    config = json.loads((tiny / "config.json").read_text())
+    text = dict(
+        config["text_config"], hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=64, global_head_dim=128, num_global_key_value_heads=1, attention_k_eq_v=True,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3 + ["full_attention"], sliding_window=512,
+    )
+    text.pop("per_layer_config", None)
+    vision = dict(config["vision_config"], hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=8, head_dim=64, pooling_kernel_size=3, position_embedding_size=128)
+    ids = {k: config[k] for k in ["image_token_id", "boi_token_id", "eoi_token_id", "audio_token_id", "boa_token_id", "eoa_token_index", "video_token_id"]}
+    mid = transformers.Gemma4Config(text_config=text, vision_config=vision, audio_config=None, tie_word_embeddings=True, **ids)
+    torch.manual_seed(0)
+    transformers.Gemma4ForConditionalGeneration(mid).eval().save_pretrained(out, safe_serialization=True)
+    for name in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"]:
+        shutil.copy(tiny / name, out / name)
+    processor = json.loads((tiny / "processor_config.json").read_text())
+    processor["image_processor"].update(max_soft_tokens=140, pooling_kernel_size=3)
+    processor["image_seq_length"] = 140
+    (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
+
+
 MODEL_CLASSES = {
+    "gemma4": "Gemma4ForConditionalGeneration",
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
@@ -106,6 +135,10 @@ def build(out: Path, family: str) -> None:
     if (out / "image-448.png").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
+    if family == "gemma4":
+        build_gemma4(out)
+        image(out)
+        return
     if family.startswith(("qwen3_vl", "qwen3_5")):
         moe = family.endswith("_moe")
         build_qwen3_vl(out, moe) if family.startswith("qwen3_vl") else build_qwen3_5(out, moe)
@@ -132,7 +165,8 @@ def build(out: Path, family: str) -> None:
 def best_ms(processor, model, picture, questions) -> float:
     """Best of 3: the processor and one forward to the last-position logits, all prompts batched."""
     prompts = [
-        processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}], add_generation_prompt=True, tokenize=False)
+        processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}], add_generation_prompt=True,
+                                      tokenize=False, enable_thinking=False)
         for q in questions
     ]
     best = float("inf")

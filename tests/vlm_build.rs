@@ -221,6 +221,65 @@ fn the_sample_build_finds_the_planted_errors_and_is_refused_by_publish() {
     );
 }
 
+/// The two-family demo (specs/second-opinion/s1a-gemma4.yaml): the tiny Qwen2-VL and the tiny
+/// Gemma 4 score the whole sample; the release builds, verifies, carries both families and the
+/// joint classes, and its evaluation compares each family alone with both on the planted errors.
+/// On forty images, it is the same bytes across --jobs and shards, and `rebuild --audit` passes.
+#[test]
+fn the_two_family_demo_builds_compares_its_families_and_audits() {
+    let s = Scratch::new();
+    let spec = repo().join("specs/second-opinion/s1a-gemma4.yaml");
+    let out = s.path("two-families");
+    let a = build(&spec, &out, &s.cache(), &[]).success();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("infer (second opinion): 0 images from the cache, 640 scored by the native engine bpals/tiny-gemma4-synthetic"), "{text}");
+    assert!(!text.contains("one lineage's errors are correlated"), "two families: {text}");
+    bin().arg("verify").arg(&out).assert().success();
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["second_scorer"]["preprocessing"]["family"], "gemma4");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains("| Second opinion | `bpals/tiny-gemma4-synthetic`") && card.contains("gemma4 alone"), "{card}");
+
+    // Each family alone and both, on the sample's planted errors (the build's own evaluation).
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    let view = |name: &str| {
+        let m = &eval["families"][name];
+        let likely = m["mislabel"]["by_class"].as_array().unwrap().iter().find(|c| c["classes"] == "likely_mislabeled").unwrap().clone();
+        let n = m["mislabel"]["n"].as_u64().unwrap() as usize;
+        let lift = m["mislabel"]["at_k"].as_array().unwrap().iter().find(|k| k[0].as_u64() == Some(n.div_ceil(10) as u64)).map(|k| k[2].clone());
+        eprintln!(
+            "{name}: AUROC {:.3}, mislabel AP {:.3}, likely_mislabeled {} rows, precision {}, recall {}, Lift@10% {}",
+            m["auroc"].as_f64().unwrap(),
+            m["mislabel"]["ap"].as_f64().unwrap(),
+            likely["flagged"],
+            likely["precision"],
+            likely["recall"],
+            lift.unwrap_or_default()
+        );
+        (m["auroc"].as_f64().unwrap(), likely["precision"].as_f64().unwrap_or(0.0))
+    };
+    let (primary, second, joint) = (view("primary"), view("second"), view("joint"));
+    // Both families learned the sample: each ranks its findings well above chance.
+    assert!(primary.0 >= 0.85 && second.0 >= 0.75, "AUROC: Qwen2-VL {}, Gemma 4 {}", primary.0, second.0);
+    // Requiring both families to doubt NIH makes likely_mislabeled at least as precise as the
+    // weaker family's alone.
+    assert!(joint.1 >= primary.1.min(second.1), "likely_mislabeled precision: joint {} against {primary:?} {second:?}", joint.1);
+
+    // Forty images: the same bytes from one process, from shards on two, and on an audit's rerun.
+    let small = s.write("small.yaml", &format!("extends: {}\nselection:\n  curated_images: 40\n  expected_rows: null\n", spec.display()));
+    let plain = s.path("plain");
+    build(&small, &plain, &s.path("cache-plain"), &["--jobs", "2"]).success();
+    for k in 0..2 {
+        bin().arg("infer").arg(&small).args(["--shard", &format!("{k}/2"), "--no-progress", "--cache-dir"]).arg(s.path("cache-shared")).assert().success();
+    }
+    let merged = s.path("merged");
+    let a = build(&small, &merged, &s.path("cache-shared"), &["--jobs", "1"]).success();
+    assert!(stderr(&a).contains("infer (second opinion): 40 images from the cache, 0 scored"), "{}", stderr(&a));
+    assert_eq!(tree_digest(&plain), tree_digest(&merged));
+    let a = bin().args(["rebuild", "--audit", "--spec"]).arg(&small).arg(&plain).arg("--scratch").arg(s.path("audit")).assert().success();
+    assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
+}
+
 /// Rows per trust class and flag in the card's signal summary of one split.
 fn signal_summary(card: &str, split: &str) -> std::collections::BTreeMap<String, usize> {
     let section = card.split(&format!("### Signal summary: `{split}` split")).nth(1).expect("the split's summary");

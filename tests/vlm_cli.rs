@@ -164,7 +164,7 @@ fn doctor_reports_the_machine_and_never_the_token() {
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));
     assert_eq!(r["model"]["backend"], "qwen2vl");
-    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe"]));
+    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "gemma4"]));
     assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/trained/qwen2_vl"), "{r}");
     assert!(r["next_step"].as_str().unwrap().len() > 10);
 }
@@ -186,7 +186,7 @@ fn unsupported_and_broken_qwen3_vl_checkpoints_are_named() {
     let omni = broken("omni", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_omni_moe".into()));
     let err = probe(&omni);
     assert!(err.contains("config.json: key `model_type`: \"qwen3_omni_moe\""), "{err}");
-    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe"), "{err}");
+    assert!(err.contains("it runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe, gemma4"), "{err}");
     // A dense config relabelled as the mixture of experts names the key it lacks.
     let moe = broken("moe", &|d| edit_config(d, &|v| v["model_type"] = "qwen3_vl_moe".into()));
     let err = probe(&moe);

@@ -101,8 +101,12 @@ impl NativeScorer {
             // Every other file the engine reads for a score, whole: an edited rope_theta or
             // rms_norm_eps changes every score, and an edited resize bound changes what the model sees.
             "config_sha256": digest("config.json")?,
-            "preprocessor_config_sha256": digest("preprocessor_config.json")?,
+            "preprocessor_config_sha256": file_sha256(&engine.dir.preprocessor_file)?,
         });
+        // Gemma 4's processor sizes images its own way (the Qwen identities stay as they were).
+        if p.sizing != crate::vlm::config::ImageSizing::SmartResize {
+            preprocessing["image_sizing"] = serde_json::to_value(p.sizing).expect("plain data");
+        }
         // The variables the scores' prompts were rendered with, where the template reads any (a
         // template without a switch keeps the identity it always had).
         let variables = engine.dir.template.variables(Thinking::Off);

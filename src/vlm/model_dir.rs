@@ -38,6 +38,9 @@ pub struct ModelDir {
     pub path: PathBuf,
     pub config: ModelConfig,
     pub preprocessor: PreprocessorConfig,
+    /// The file the preprocessor settings came from: `preprocessor_config.json`, or Gemma 4's
+    /// `processor_config.json`.
+    pub preprocessor_file: PathBuf,
     pub tokenizer: tokenizers::Tokenizer,
     pub chat_template: String,
     pub chat_template_source: ChatTemplateSource,
@@ -112,6 +115,7 @@ impl ModelDir {
             path: dir.into(),
             config,
             preprocessor,
+            preprocessor_file: pre_path,
             tokenizer,
             chat_template,
             chat_template_source,
