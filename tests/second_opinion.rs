@@ -104,6 +104,14 @@ fn a_two_scorer_release_is_the_same_bytes_across_jobs_and_shards() {
 }
 
 #[test]
+fn the_dry_run_plans_the_second_opinion() {
+    let s = Scratch::new();
+    let out = bin().arg("build").arg(second_opinion_spec()).arg("--dry-run").arg("--cache-dir").arg(s.cache()).assert().success();
+    let text = stdout(&out);
+    assert!(text.contains("infer_second_opinion") && text.contains("0/640 images cached, 640 to score with the fixture scorer"), "{text}");
+}
+
+#[test]
 fn second_opinion_keys_are_checked_like_the_models() {
     let s = Scratch::new();
     let unknown = s.write(

@@ -38,6 +38,10 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
     let cache = ScoreCache::open(&options.cache_dir)?;
     let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
     let total = prepared.jobs.len();
+    let second_cached = match &prepared.second_scorer {
+        Some(second) => count_cached(&prepared.jobs, second.as_ref(), &prepared.prompt_set_hash, &cache)?,
+        None => 0,
+    };
     let grounding = &prepared.grounding.jobs;
     let answered = infer::count_cached_answers(
         grounding,
@@ -50,6 +54,10 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
             "ingest" => format!("{} metadata files, sha256 checked", prepared.table.inputs.len()),
             "select" => format!("{} images, {} rows", prepared.selection.images.len(), prepared.selection.rows.len()),
             "infer" => format!("{cached}/{total} images cached, {} to score with {}", total - cached, spec.model.backend),
+            "infer_second_opinion" => match &spec.second_opinion {
+                Some(second) => format!("{second_cached}/{total} images cached, {} to score with {}", total - second_cached, second.backend),
+                None => String::new(),
+            },
             "generate" => format!(
                 "{answered}/{} images' grounding answers cached, {} to decode with {}",
                 grounding.len(),
@@ -61,7 +69,7 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
             _ => "rendered from templates".into(),
         }
     };
-    let order = ["ingest", "select", "infer", "generate", "signal", "shard", "card"];
+    let order = ["ingest", "select", "infer", "infer_second_opinion", "generate", "signal", "shard", "card"];
     let stages = order
         .iter()
         .filter_map(|s| Some(PlanStage { stage: s.to_string(), key: prepared.stage_keys.get(*s)?.clone(), status: status(s) }))

@@ -101,10 +101,13 @@ mod tests {
         let both = joint_row(&row(0.05, true), &row(0.1, true), &s);
         assert_eq!(both.trust_class, TrustClass::LikelyMislabeled);
         assert!(both.flags.is_empty());
-        // One doubts it hard, the other only mildly (agreement 0.5): the mean is below the suspect
-        // threshold, but one family does not doubt it, so the row is suspect.
-        let one = joint_row(&row(0.0, true), &row(0.35, true), &s);
-        assert!((one.agreement - 0.175).abs() < 1e-12);
+        // With a suspect threshold above half the review one, a mean can fall below it while one
+        // family does not doubt NIH (agreement 0.5): the row is then suspect, not likely
+        // mislabeled. (With the defaults, 0.2 and 0.45, a mean below 0.2 already needs both.)
+        let high = SignalSpec { suspect_min_agreement: 0.3, ..spec() };
+        let one = joint_row(&row(0.0, true), &row(0.5, true), &high);
+        assert!((one.agreement - 0.25).abs() < 1e-12);
+        assert_eq!(trust_class(0.25, &high), TrustClass::LikelyMislabeled);
         assert_eq!(one.trust_class, TrustClass::Suspect);
         // Opposite answers: flagged, and the class is the mean's.
         let split = joint_row(&row(0.9, false), &row(0.2, false), &s);
