@@ -116,16 +116,25 @@ fn second_opinion_keys_are_checked_like_the_models() {
     let s = Scratch::new();
     let unknown = s.write(
         "unknown.yaml",
-        &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  colour: red\n", fixture_s1a().display()),
+        &format!(
+            "extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  colour: red\n",
+            fixture_s1a().display()
+        ),
     );
     let err = stderr(&bin().arg("build").arg(&unknown).arg("--dry-run").assert().failure());
     assert!(err.contains("colour") && err.contains("unknown.yaml"), "{err}");
-    let missing = s.write("missing.yaml", &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n", fixture_s1a().display()));
+    let missing = s.write(
+        "missing.yaml",
+        &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n", fixture_s1a().display()),
+    );
     let err = stderr(&bin().arg("build").arg(&missing).arg("--dry-run").assert().failure());
     assert!(err.contains("second_opinion.weight_license"), "{err}");
     let served = s.write(
         "served.yaml",
-        &format!("extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  endpoint: http://x/v1\n", fixture_s1a().display()),
+        &format!(
+            "extends: {}\nsecond_opinion:\n  backend: fixture\n  id: x\n  revision: v1\n  weight_license: none\n  endpoint: http://x/v1\n",
+            fixture_s1a().display()
+        ),
     );
     let err = stderr(&bin().arg("build").arg(&served).arg("--dry-run").assert().failure());
     assert!(err.contains("second_opinion.endpoint") && err.contains("is for second_opinion.backend openai only"), "{err}");

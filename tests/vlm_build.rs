@@ -260,7 +260,7 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     };
     let (primary, second, joint) = (view("primary"), view("second"), view("joint"));
     // Both families learned the sample: each ranks its findings well above chance.
-    assert!(primary.0 >= 0.85 && second.0 >= 0.75, "AUROC: Qwen2-VL {}, Gemma 4 {}", primary.0, second.0);
+    assert!(primary.0 >= 0.85 && second.0 >= 0.7, "AUROC: Qwen2-VL {}, Gemma 4 {}", primary.0, second.0);
     // Requiring both families to doubt NIH makes likely_mislabeled at least as precise as the
     // weaker family's alone.
     assert!(joint.1 >= primary.1.min(second.1), "likely_mislabeled precision: joint {} against {primary:?} {second:?}", joint.1);

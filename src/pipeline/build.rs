@@ -34,16 +34,24 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let inferred = infer_all(spec, options, &prepared, log)?;
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
-    let derived =
-        derive_signal(spec, &prepared, inferred.answers_and_narrative, &inferred.scores, inferred.second_scores.as_deref(), &pool, &mut notes)?;
+    let derived = derive_signal(
+        spec,
+        &prepared,
+        inferred.answers_and_narrative,
+        &inferred.scores,
+        inferred.second_scores.as_deref(),
+        &pool,
+        &mut notes,
+    )?;
     let staging = output::Staging::create(&claimed).map_err(io_err(&options.out))?;
     let dir = staging.dir.clone();
-    let table_rows = records::RecordTable::new(&prepared.selection, &derived.signal, &inferred.scores, &prepared.questions)
-        .with_diagnosis(derived.diagnosis.as_ref())
-        .with_narrative(derived.reasoning.as_ref(), derived.reports.as_deref())
-        .with_second_opinion(derived.families.as_ref().zip(inferred.second_scores.as_deref()).map(|(f, scores)| {
-            records::SecondOpinion { primary: &f.primary, second: &f.second, scores, family_agreement: &f.family_agreement }
-        }));
+    let table_rows =
+        records::RecordTable::new(&prepared.selection, &derived.signal, &inferred.scores, &prepared.questions)
+            .with_diagnosis(derived.diagnosis.as_ref())
+            .with_narrative(derived.reasoning.as_ref(), derived.reports.as_deref())
+            .with_second_opinion(derived.families.as_ref().zip(inferred.second_scores.as_deref()).map(|(f, scores)| {
+                records::SecondOpinion { primary: &f.primary, second: &f.second, scores, family_agreement: &f.family_agreement }
+            }));
     let splits = write_shards(spec, &prepared.selection, &derived, &table_rows, &dir, &pool, &mut notes)?;
     let series = load_series_lenient(spec, &mut notes);
     let card_input = write_card(spec, &prepared, &derived, &table_rows, splits, &series, &dir, log)?;

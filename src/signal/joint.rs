@@ -110,9 +110,11 @@ mod tests {
         assert_eq!(trust_class(0.25, &high), TrustClass::LikelyMislabeled);
         assert_eq!(one.trust_class, TrustClass::Suspect);
         // Opposite answers: flagged, and the class is the mean's.
-        let split = joint_row(&row(0.9, false), &row(0.2, false), &s);
+        let split = joint_row(&row(0.95, false), &row(0.3, false), &s);
         assert_eq!(split.flags, vec![FLAG_FAMILIES_DISAGREE]);
-        assert_eq!(split.trust_class, trust_class(0.45, &s));
+        assert_eq!(split.trust_class, trust_class(0.375, &s));
+        // Near the margin on the mean: a hard case too.
+        assert_eq!(joint_row(&row(0.9, false), &row(0.2, false), &s).flags, vec![FLAG_HARD_CASE, FLAG_FAMILIES_DISAGREE]);
         let agreeing = combine(
             Signal { pairs: vec![row(0.9, true)], devices: vec![], traces: vec![] },
             Signal { pairs: vec![row(0.7, true)], devices: vec![], traces: vec![] },

@@ -242,6 +242,8 @@ pub struct Gemma4Vision {
     pub position_embedding_size: usize,
     pub clipped_linears: bool,
     pub standardize: bool,
+    /// The tower's RMSNorm epsilon (and the multimodal embedder's).
+    pub rms_norm_eps: f64,
 }
 
 /// A config error: the key and what was wrong (the caller adds the file).

@@ -7,7 +7,7 @@
 //! with one placeholder and repeating its id gives the same ids; a question's text and ids are
 //! then computed once per run, not once per image (a 1024-pixel NIH image is over 1,000 tokens).
 
-pub const IMAGE_PAD: &str = "<|image_pad|>";
+pub use super::families::QWEN_IMAGE_PAD as IMAGE_PAD;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prompt {

@@ -27,6 +27,9 @@ pub mod qwen3_5_moe;
 pub mod qwen3_vl;
 pub mod qwen3_vl_moe;
 
+/// The Qwen families' image placeholder (Gemma 4's is `<|image|>`).
+pub const QWEN_IMAGE_PAD: &str = "<|image_pad|>";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
@@ -75,7 +78,7 @@ impl Family {
     pub fn image_placeholder(self) -> &'static str {
         match self {
             Family::Gemma4 => "<|image|>",
-            _ => crate::vlm::prompt::IMAGE_PAD,
+            _ => QWEN_IMAGE_PAD,
         }
     }
 

@@ -15,10 +15,10 @@
 
 use serde_json::Value;
 
-pub use crate::vlm::config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
 use crate::vlm::config::{
     err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, TextConfig, TextVariant, VisionConfig,
 };
+pub use crate::vlm::config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
 
 #[cfg(feature = "vlm")]
 pub(crate) mod text;
@@ -286,6 +286,14 @@ pub fn vision_config(vision: &Value, text_hidden: usize) -> Result<VisionConfig,
             position_embedding_size: at("position_embedding_size")?,
             clipped_linears: bool_at("use_clipped_linears")?,
             standardize: bool_at("standardize")?,
+            rms_norm_eps: match vision.get("rms_norm_eps") {
+                None | Some(Value::Null) => 1e-6,
+                Some(_) => {
+                    let eps = crate::vlm::config::f64_at(&v, "rms_norm_eps").map_err(|e| err("vision_config.rms_norm_eps", e.message))?;
+                    positive("vision_config.rms_norm_eps", eps)?;
+                    eps
+                }
+            },
         }),
         ..VisionConfig::default()
     })

@@ -407,7 +407,9 @@ impl Gemma4Decoder {
             let visible = k.le_tensor(&q).logical_or(&in_image(&q).logical_and(&in_image(&k))).logical_and(&within);
             // Filled in f32 (the most negative f32 overflows a bf16 fill), then converted: -inf.
             let shape = [1, 1, seq, past + seq];
-            return Tensor::zeros(shape, (Kind::Float, device)).masked_fill(&visible.logical_not().view(shape), hidden).to_kind(mask.kind());
+            return Tensor::zeros(shape, (Kind::Float, device))
+                .masked_fill(&visible.logical_not().view(shape), hidden)
+                .to_kind(mask.kind());
         }
         let sees = mask.to_kind(Kind::Float).gt(hidden / 2.0);
         // For each key, how many keys the query sees from it to the end.

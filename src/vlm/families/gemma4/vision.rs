@@ -72,7 +72,7 @@ struct Block {
 impl Block {
     fn load(w: &Weights, prefix: &str, cfg: &VisionConfig) -> Result<Block, VlmError> {
         let g = cfg.gemma4.as_ref().expect("a Gemma 4 vision config");
-        let (d, i, eps) = (cfg.hidden_size as i64, cfg.intermediate_size as i64, 1e-6);
+        let (d, i, eps) = (cfg.hidden_size as i64, cfg.intermediate_size as i64, g.rms_norm_eps);
         let (heads, kv_heads, hd) = (cfg.num_heads as i64, g.kv_heads as i64, g.head_dim as i64);
         let c = g.clipped_linears;
         let at = |name: &str| format!("{prefix}.{name}");
@@ -132,6 +132,8 @@ pub struct VisionGemma4 {
     inv_freq: Tensor,
     pool: i64,
     width: i64,
+    /// The multimodal embedder's RMSNorm (no weight) before the projection.
+    embed_norm: Norm,
 }
 
 impl VisionGemma4 {
@@ -163,6 +165,7 @@ impl VisionGemma4 {
             inv_freq,
             pool: cfg.spatial_merge_size as i64,
             width: d,
+            embed_norm: Norm::unscaled(g.rms_norm_eps),
         })
     }
 
@@ -198,6 +201,6 @@ impl VisionGemma4 {
             None => pooled,
         };
         let pooled = pooled.to_kind(x.kind());
-        Norm::unscaled(1e-6).forward(&pooled).linear(&self.projection, None::<&Tensor>)
+        self.embed_norm.forward(&pooled).linear(&self.projection, None::<&Tensor>)
     }
 }
