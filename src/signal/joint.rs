@@ -74,20 +74,7 @@ pub fn joint_row(a: &PairSignal, b: &PairSignal, spec: &SignalSpec) -> PairSigna
 mod tests {
     use super::*;
 
-    fn spec() -> SignalSpec {
-        SignalSpec {
-            trusted_min_agreement: 0.7,
-            review_min_agreement: 0.45,
-            suspect_min_agreement: 0.2,
-            hard_case_margin: 0.1,
-            low_consistency_below: 0.67,
-            device_present_min: 0.5,
-            finding_present_min: 0.5,
-            device_confounded_labels: vec![],
-            tau: 3.0,
-            calibration: None,
-        }
-    }
+    use crate::signal::tests::spec;
 
     fn row(confidence: f64, nih: bool) -> PairSignal {
         let agreement = if nih { confidence } else { 1.0 - confidence };

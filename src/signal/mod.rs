@@ -176,7 +176,7 @@ pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: boo
 mod tests {
     use super::*;
 
-    fn spec() -> SignalSpec {
+    pub(super) fn spec() -> SignalSpec {
         SignalSpec {
             trusted_min_agreement: 0.7,
             review_min_agreement: 0.45,
