@@ -168,20 +168,9 @@ fn agreement(pairs: &[(&ReleaseRow, &ReleaseRow)]) -> Agreement {
 /// How far a two-family release's primary and second models agree with each other, as if they
 /// were two releases: their classes and confidences row by row. None for a one-model release.
 fn cross_family(rows: &[ReleaseRow]) -> Option<Agreement> {
-    let views: Vec<(ReleaseRow, ReleaseRow)> = rows
-        .iter()
-        .map(|r| {
-            let f = r.families.as_ref()?;
-            let view = |confidence: f64, class: &str| ReleaseRow {
-                confidence,
-                trust_class: class.to_string(),
-                logit_yes: Vec::new(),
-                logit_no: Vec::new(),
-                ..r.clone()
-            };
-            Some((view(f.primary_confidence, &f.primary_trust_class), view(f.second_confidence, &f.second_trust_class)))
-        })
-        .collect::<Option<_>>()?;
+    use crate::eval::FamilyView;
+    let views: Vec<(ReleaseRow, ReleaseRow)> =
+        rows.iter().map(|r| Some((r.family_view(FamilyView::Primary)?, r.family_view(FamilyView::Second)?))).collect::<Option<_>>()?;
     if views.is_empty() {
         return None;
     }

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
-pub use release_rows::FamilyViews;
+pub use release_rows::{Family as FamilyView, FamilyViews};
 pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
 pub use report::to_markdown;
 pub use review_lift::{review_lift, ArmYield, PlannedReview, ReviewArm, ReviewLift};
@@ -307,18 +307,11 @@ pub fn evaluate_rows(
 
 /// The figures of each family alone, and the joint ones, where every row carries both views.
 fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions) -> Option<FamilyComparison> {
-    if rows.is_empty() || rows.iter().any(|r| r.families.is_none()) {
+    if rows.is_empty() {
         return None;
     }
-    let view = |pick: fn(&FamilyViews) -> (f64, &str)| -> Vec<ReleaseRow> {
-        rows.iter()
-            .map(|r| {
-                let (confidence, class) = pick(r.families.as_ref().expect("checked"));
-                let agreement = if r.nih_label { confidence } else { 1.0 - confidence };
-                ReleaseRow { confidence, agreement, trust_class: class.to_string(), ..r.clone() }
-            })
-            .collect()
-    };
+    let view = |family| rows.iter().map(|r| r.family_view(family)).collect::<Option<Vec<ReleaseRow>>>();
+    let (primary, second) = (view(release_rows::Family::Primary)?, view(release_rows::Family::Second)?);
     let metrics = |rows: &[ReleaseRow]| -> FamilyMetrics {
         let composite_rows = composites(rows, gold);
         let mut judged = join(rows, &gold.labels);
@@ -328,8 +321,8 @@ fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions)
         FamilyMetrics { auroc: auroc(&conf, &truth), mislabel: mislabel_metrics(&all, options) }
     };
     Some(FamilyComparison {
-        primary: metrics(&view(|f| (f.primary_confidence, f.primary_trust_class.as_str()))),
-        second: metrics(&view(|f| (f.second_confidence, f.second_trust_class.as_str()))),
+        primary: metrics(&primary),
+        second: metrics(&second),
         joint: metrics(rows),
     })
 }

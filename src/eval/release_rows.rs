@@ -30,6 +30,28 @@ pub struct ReleaseRow {
     pub families: Option<FamilyViews>,
 }
 
+/// One family of a two-family release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Primary,
+    Second,
+}
+
+impl ReleaseRow {
+    /// The row as one family of a two-family release sees it alone: that family's confidence,
+    /// agreement and class. The logits are left out (only the primary model's are read into a
+    /// row). None in a one-model release.
+    pub fn family_view(&self, family: Family) -> Option<ReleaseRow> {
+        let f = self.families.as_ref()?;
+        let (confidence, class) = match family {
+            Family::Primary => (f.primary_confidence, &f.primary_trust_class),
+            Family::Second => (f.second_confidence, &f.second_trust_class),
+        };
+        let agreement = if self.nih_label { confidence } else { 1.0 - confidence };
+        Some(ReleaseRow { confidence, agreement, trust_class: class.clone(), logit_yes: Vec::new(), logit_no: Vec::new(), ..self.clone() })
+    }
+}
+
 /// A row as each family of a two-family release sees it alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FamilyViews {

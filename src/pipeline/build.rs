@@ -369,12 +369,17 @@ fn second_opinion_card(
     rows: &[usize],
 ) -> Option<card::SecondOpinionCard> {
     let (families, second, model) = (derived.families.as_ref()?, prepared.second_scorer.as_ref()?, spec.second_opinion.as_ref()?);
-    let count = |signal: &Signal, class: crate::vocab::TrustClass| rows.iter().filter(|&&i| signal.pairs[i].trust_class == class).count();
-    let classes = crate::vocab::TrustClass::ALL
-        .iter()
-        .map(|&c| (c.name().to_string(), count(&families.primary, c), count(&families.second, c), count(&derived.signal, c)))
+    let stats = |s: &Signal, flags: &[&str]| signal::stats_of_flags(&prepared.selection, &s.pairs, rows, flags);
+    let (primary, second_alone) = (stats(&families.primary, &signal::FLAGS), stats(&families.second, &signal::FLAGS));
+    let joint = stats(&derived.signal, &signal::joint::JOINT_FLAGS);
+    let classes = primary
+        .classes
+        .into_iter()
+        .zip(second_alone.classes)
+        .zip(&joint.classes)
+        .map(|(((name, p), (_, s)), (_, j))| (name, p, s, *j))
         .collect();
-    let disagree = rows.iter().filter(|&&i| derived.signal.pairs[i].flags.contains(&signal::joint::FLAG_FAMILIES_DISAGREE)).count();
+    let disagree = joint.flags.iter().find(|(f, _)| f == signal::joint::FLAG_FAMILIES_DISAGREE).map_or(0, |(_, n)| *n);
     let agreement: f64 = rows.iter().map(|&i| families.family_agreement[i]).sum();
     Some(card::SecondOpinionCard {
         primary_family: prepared.scorer.family().to_string(),

@@ -149,11 +149,12 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let access = infer::ModelAccess { offline: options.offline, progress: options.progress };
     // A publishable build (or --verify-cache) hashes the weights whatever the digest cache says.
     let rehash = options.verify_cache || options.publishable;
-    let scorer = infer::scorer_for(&infer::locate_model(&spec.model, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs)?;
+    let scorer_of = |model| infer::scorer_for(&infer::locate_model(model, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs);
+    let scorer = scorer_of(&spec.model)?;
     notes.extend(scorer.notes());
     let second_scorer = match &spec.second_opinion {
         Some(second) => {
-            let s = infer::scorer_for(&infer::locate_model(second, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs)?;
+            let s = scorer_of(second)?;
             notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
             if s.family() == scorer.family() {
                 notes.push(format!(

@@ -97,13 +97,15 @@ impl ModelConfig {
             vision_start_token_id: token("boi_token_id")?,
             vision_end_token_id: token("eoi_token_id")?,
         };
+        config.check_sizes()?;
         config.check_tokens()?;
         Ok(config)
     }
 
-    /// Shapes that must agree for the model to exist at all, and numbers that would make every
-    /// score NaN (a zero or negative epsilon or rotary base) or divide by zero.
-    fn check(&self) -> Result<(), ConfigError> {
+    /// Numbers every family needs above zero (epsilons, rotary bases, sizes, the experts'),
+    /// and `num_experts_per_tok` within the experts: else every score is NaN, or a product
+    /// divides by zero or has no rows.
+    fn check_sizes(&self) -> Result<(), ConfigError> {
         let (t, v) = (&self.text, &self.vision);
         positive("rms_norm_eps", t.rms_norm_eps)?;
         positive("rope_theta", t.rope_theta)?;
@@ -123,6 +125,7 @@ impl ModelConfig {
         if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(err(key, "0: expected a positive size"));
         }
+        // A model whose every layer is sparse (Qwen3.5-MoE) has no dense MLP width.
         let dense_layers = t.moe.as_ref().map_or(t.num_hidden_layers, |m| m.sparse_layers.iter().filter(|&&s| !s).count());
         if dense_layers > 0 && t.intermediate_size == 0 {
             return Err(err("intermediate_size", "0: expected a positive size"));
@@ -143,6 +146,14 @@ impl ModelConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Shapes that must agree for the model to exist at all, and numbers that would make every
+    /// score NaN (a zero or negative epsilon or rotary base) or divide by zero.
+    fn check(&self) -> Result<(), ConfigError> {
+        let (t, v) = (&self.text, &self.vision);
+        self.check_sizes()?;
         if t.num_key_value_heads == 0 || t.num_attention_heads % t.num_key_value_heads != 0 {
             return Err(err(
                 "num_key_value_heads",

@@ -23,12 +23,13 @@ impl Linear {
     }
 }
 
-/// The gated MLP of the text decoder and the Qwen2.5-VL vision blocks:
-/// down(silu(gate(x)) * up(x)).
+/// The gated MLP of the text decoders and the Qwen2.5-VL vision blocks:
+/// down(act(gate(x)) * up(x)), act SiLU (Qwen) or tanh-approximated GELU (Gemma 4).
 pub struct GatedMlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    gelu_tanh: bool,
 }
 
 impl GatedMlp {
@@ -37,11 +38,19 @@ impl GatedMlp {
             gate: Linear::load(w, &format!("{prefix}.gate_proj"), dim, hidden, bias)?,
             up: Linear::load(w, &format!("{prefix}.up_proj"), dim, hidden, bias)?,
             down: Linear::load(w, &format!("{prefix}.down_proj"), hidden, dim, bias)?,
+            gelu_tanh: false,
         })
     }
 
+    /// Gemma 4's: no biases, `gelu_pytorch_tanh` on the gate.
+    pub fn load_gelu_tanh(w: &Weights, prefix: &str, dim: i64, hidden: i64) -> Result<GatedMlp, VlmError> {
+        Ok(GatedMlp { gelu_tanh: true, ..GatedMlp::load(w, prefix, dim, hidden, false)? })
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down.forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+        let gate = self.gate.forward(x);
+        let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
+        self.down.forward(&(gate * self.up.forward(x)))
     }
 }
 
@@ -165,6 +174,13 @@ impl VisionAttention {
 }
 
 /// (x1, x2) -> (-x2, x1) over the last dimension's halves.
+/// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden) and the LM head
+/// (vocab, hidden): a yes/no score reads two rows of the head, never the whole vocabulary.
+pub fn answer_logits(hidden: &Tensor, lm_head: &Tensor, (yes, no): (u32, u32)) -> Tensor {
+    let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(lm_head.device());
+    hidden.linear(&lm_head.index_select(0, &ids), None::<&Tensor>)
+}
+
 pub fn rotate_half(x: &Tensor) -> Tensor {
     let half = x.size().last().copied().expect("non-scalar") / 2;
     Tensor::cat(&[-x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1)

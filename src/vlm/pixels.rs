@@ -43,13 +43,7 @@ pub fn pixel_values(image: &DynamicImage, pre: &PreprocessorConfig, device: Devi
     let (height, width) = (rgb.height() as usize, rgb.width() as usize);
     let (rh, rw) = smart_resize(height, width, pre.factor(), pre.min_pixels, pre.max_pixels)?;
     let (p, m, tps) = (pre.patch_size as i64, pre.merge_size as i64, pre.temporal_patch_size as i64);
-    // On the CPU, as transformers runs it: torchvision resizes 8-bit images natively there
-    // (the f32 path it takes on a GPU rounds differently), so the result is the same whatever
-    // device the model runs on.
-    let chw = Tensor::from_slice(rgb.as_raw()).view([height as i64, width as i64, 3]).permute([2, 0, 1]).contiguous().unsqueeze(0);
-    let resized =
-        if (rh, rw) == (height, width) { chw } else { chw.internal_upsample_bicubic2d_aa([rh as i64, rw as i64], false, None, None) };
-    let resized = resized.to_kind(Kind::Float);
+    let resized = resized_chw(&rgb, (rh, rw)).to_kind(Kind::Float);
     // transformers folds the 1/255 rescale into the mean and std (in f64, then f32).
     let mean: Vec<f32> = pre.image_mean.iter().map(|m| (m / pre.rescale_factor) as f32).collect();
     let std: Vec<f32> = pre.image_std.iter().map(|s| (s / pre.rescale_factor) as f32).collect();
@@ -66,8 +60,9 @@ pub fn pixel_values(image: &DynamicImage, pre: &PreprocessorConfig, device: Devi
     Ok((patches.to_device(device), (1, gh as usize, gw as usize)))
 }
 
-/// The image as 8-bit channels-first (1, 3, h, w), resized to (rh, rw) on the CPU as torchvision
-/// does it there (bicubic, antialiased, on the 8-bit values).
+/// The image as 8-bit channels-first (1, 3, h, w), resized to (rh, rw) on the CPU as transformers
+/// runs it: torchvision resizes 8-bit images natively there (bicubic, antialiased; the f32 path it
+/// takes on a GPU rounds differently), so the result is the same whatever device the model runs on.
 fn resized_chw(rgb: &image::RgbImage, (rh, rw): (usize, usize)) -> Tensor {
     let (height, width) = (rgb.height() as i64, rgb.width() as i64);
     let chw = Tensor::from_slice(rgb.as_raw()).view([height, width, 3]).permute([2, 0, 1]).contiguous().unsqueeze(0);

@@ -15,7 +15,7 @@ use super::config::{LayerKind, TextConfig};
 use super::error::VlmError;
 use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
-use super::layers::{apply_rotary, attention, GatedMlp, Linear, RmsNorm};
+use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
 use super::weights::Weights;
 
@@ -381,9 +381,8 @@ impl SharedDecoder {
     }
 
     /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
-    pub fn answer_logits(&self, hidden: &Tensor, (yes, no): (u32, u32)) -> Tensor {
-        let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(self.lm_head.device());
-        hidden.linear(&self.lm_head.index_select(0, &ids), None::<&Tensor>)
+    pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
+        layers::answer_logits(hidden, &self.lm_head, answer)
     }
 }
 

@@ -101,7 +101,7 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
                     as usize;
             }
         }
-        if hd == 0 || hd % 4 != 0 || kv == 0 || heads % kv != 0 {
+        if heads == 0 || hd == 0 || hd % 4 != 0 || kv == 0 || heads % kv != 0 {
             return Err(err(
                 "text_config.head_dim",
                 format!("layer {i}: head width {hd} and {kv} key/value heads do not fit {heads} attention heads"),
@@ -196,7 +196,10 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
         sliding_rope: rope("sliding_attention", 10_000.0)?,
         full_rope: rope("full_attention", 1_000_000.0)?,
         layers: out,
-        sliding_window: at(&s, "sliding_window")?.max(1),
+        sliding_window: match at(&s, "sliding_window")? {
+            0 => return Err(err("text_config.sliding_window", "0: a sliding layer would see no key")),
+            n => n,
+        },
         final_logit_softcapping: softcap,
         bidirectional_vision,
         per_layer_input,
@@ -210,7 +213,11 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
     Ok(TextConfig {
         vocab_size,
         hidden_size,
-        intermediate_size: at(&s, "intermediate_size")?,
+        // Every layer has the dense MLP, beside any experts.
+        intermediate_size: match at(&s, "intermediate_size")? {
+            0 => return Err(err("text_config.intermediate_size", "0: expected a positive size")),
+            n => n,
+        },
         num_hidden_layers: layers,
         num_attention_heads: heads,
         num_key_value_heads: kv_heads,
@@ -297,4 +304,42 @@ pub fn vision_config(vision: &Value, text_hidden: usize) -> Result<VisionConfig,
         }),
         ..VisionConfig::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use crate::vlm::checkpoint::ModelConfig;
+
+    /// The E4B bench config (Google's layout) with one key of its text or vision section set.
+    fn e4b_with(section: &str, key: &str, value: Value) -> Result<ModelConfig, String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs/gemma4_e4b.config.json");
+        let mut root: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        root[section][key] = value;
+        ModelConfig::from_json(&root).map_err(|e| format!("{}: {}", e.key, e.message))
+    }
+
+    #[test]
+    fn the_published_layout_reads_into_each_layers_shape() {
+        let c = e4b_with("text_config", "vocab_size", 262_144.into()).unwrap();
+        let g = c.text.gemma4.as_ref().unwrap();
+        // 42 layers, five sliding to one full; the last 18 read earlier layers' keys and values.
+        assert_eq!((g.layers.len(), g.layers.iter().filter(|l| !l.sliding).count()), (42, 7));
+        assert_eq!((g.layers[5].head_dim, g.layers[0].head_dim), (512, 256));
+        assert_eq!((g.layers[24].kv_from, g.layers[41].kv_from, g.layers[23].kv_from), (Some(22), Some(23), None));
+        assert_eq!(g.per_layer_input, Some((256, 262_144)));
+    }
+
+    #[test]
+    fn zero_and_mismatched_sizes_are_refused_by_key() {
+        let err = |section, key, value: i64| e4b_with(section, key, value.into()).unwrap_err();
+        assert!(err("text_config", "num_hidden_layers", 0).starts_with("text_config.layer_types: 42 entries for 0 layers"));
+        assert!(err("text_config", "num_attention_heads", 0).contains("do not fit 0 attention heads"));
+        assert!(err("text_config", "intermediate_size", 0).starts_with("text_config.intermediate_size"));
+        assert!(err("text_config", "num_kv_shared_layers", 42).starts_with("text_config.num_kv_shared_layers"));
+        assert!(err("vision_config", "hidden_size", 0).starts_with("vision_config.hidden_size"));
+        assert!(err("text_config", "sliding_window", 0).starts_with("text_config.sliding_window"));
+        assert!(err("vision_config", "num_hidden_layers", 0).starts_with("vision_config.depth"));
+    }
 }

@@ -15,7 +15,7 @@ use super::{Gemma4Layer, Gemma4Text, RopeSettings};
 use crate::vlm::cache::{DecoderCache, LayerCache};
 use crate::vlm::config::TextConfig;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{apply_rotary, attention, Linear};
+use crate::vlm::layers::{self, apply_rotary, attention, GatedMlp, Linear};
 use crate::vlm::moe::Experts;
 use crate::vlm::text::{AttentionPath, Embedded};
 use crate::vlm::weights::Weights;
@@ -152,27 +152,6 @@ impl Attention {
     }
 }
 
-struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-}
-
-impl Mlp {
-    fn load(w: &Weights, prefix: &str, h: i64, i: i64) -> Result<Mlp, VlmError> {
-        let at = |name: &str| format!("{prefix}.{name}");
-        Ok(Mlp {
-            gate: Linear::load(w, &at("gate_proj"), h, i, false)?,
-            up: Linear::load(w, &at("up_proj"), h, i, false)?,
-            down: Linear::load(w, &at("down_proj"), i, h, false)?,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.down.forward(&(self.gate.forward(x).gelu("tanh") * self.up.forward(x)))
-    }
-}
-
 /// 26B-A4B's routed experts beside the dense MLP: the router reads the layer's input (the
 /// residual stream, not the MLP's normed input), RMS-normalised without a weight, scaled per
 /// channel and by hidden^-1/2; softmax in f32, top k renormalised, then each expert's own scale.
@@ -209,7 +188,7 @@ struct DecoderLayer {
     post_attention_norm: Norm,
     pre_mlp_norm: Norm,
     post_mlp_norm: Norm,
-    mlp: Mlp,
+    mlp: GatedMlp,
     routed: Option<Routed>,
     /// E2B/E4B: the gate and projection of this layer's per-layer input, and their norm.
     per_layer: Option<(Linear, Linear, Norm)>,
@@ -253,7 +232,7 @@ impl DecoderLayer {
             post_attention_norm: Norm::load(w, &at("post_attention_layernorm"), h, eps)?,
             pre_mlp_norm: Norm::load(w, &at("pre_feedforward_layernorm"), h, eps)?,
             post_mlp_norm: Norm::load(w, &at("post_feedforward_layernorm"), h, eps)?,
-            mlp: Mlp::load(w, &at("mlp"), h, width)?,
+            mlp: GatedMlp::load_gelu_tanh(w, &at("mlp"), h, width)?,
             routed,
             per_layer,
             // A buffer transformers saves with the weights; one where a file leaves it out.
@@ -462,9 +441,8 @@ impl Gemma4Decoder {
     }
 
     /// The soft-capped logits of two tokens only, (rows, 2).
-    pub fn answer_logits(&self, hidden: &Tensor, (yes, no): (u32, u32)) -> Tensor {
-        let ids = Tensor::from_slice(&[i64::from(yes), i64::from(no)]).to_device(self.lm_head.device());
-        self.softcap(hidden.linear(&self.lm_head.index_select(0, &ids), None::<&Tensor>))
+    pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
+        self.softcap(layers::answer_logits(hidden, &self.lm_head, answer))
     }
 }
 
