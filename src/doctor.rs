@@ -288,7 +288,7 @@ impl std::fmt::Display for DoctorReport {
                     t.cpu_threads,
                     dtypes.join(", "),
                     if pinned {
-                        "pinned (logits reproducible on any AVX2 machine)"
+                        "pinned (logits the same bits on any x86-64 machine with AVX2, Intel or AMD)"
                     } else {
                         "NOT pinned: logits may differ between machines"
                     }

@@ -103,6 +103,11 @@ impl NativeScorer {
             "config_sha256": digest("config.json")?,
             "preprocessor_config_sha256": file_sha256(&engine.dir.preprocessor_file)?,
         });
+        // On the CPU the kernel pins in force shape every bit (`vlm::cpu_kernels`): scores made
+        // under other pins are another scorer's, and a rebuild must repeat these.
+        if engine.model.device == tch::Device::Cpu {
+            preprocessing["cpu_kernels"] = crate::vlm::cpu_kernels::identity();
+        }
         // Gemma 4's processor sizes images its own way (the Qwen identities stay as they were).
         if p.sizing != crate::vlm::config::ImageSizing::SmartResize {
             preprocessing["image_sizing"] = serde_json::to_value(p.sizing).expect("plain data");

@@ -1,38 +1,54 @@
 //! The CPU kernels libtorch runs, pinned to one code path so that the engine's logits are the
-//! same bits on every x86-64 machine with AVX2.
+//! same bits on every x86-64 machine with AVX2, Intel's and AMD's alike.
 //!
 //! libtorch chooses its kernels by the processor it finds: ATen's vectorized ops (softmax,
-//! norms, attention) by vector width, MKL's matrix products by a branch per instruction set
-//! (and, unless told otherwise, by the alignment of its inputs), oneDNN's by the widest ISA.
-//! Each choice changes the last bits of a sum. Left alone, the sample release built on an
-//! AVX-512 machine differed from one built on an AVX2 machine, and a build could drift by about
-//! 1e-5 from its own rebuild. Pinned, every AVX2 machine takes the same path, and MKL's strict
-//! mode makes its results independent of memory alignment.
+//! norms, attention) by vector width, oneDNN's by the widest ISA, and MKL's matrix products and
+//! vector math (`exp`, `log`) by a branch per instruction set *and vendor*. Each choice changes
+//! the last bits of a sum. MKL's reproducibility branches for AVX2 and wider are Intel's only:
+//! on an AMD processor MKL takes its `AUTO` branch instead, so `MKL_CBWR=AVX2` gave one set of
+//! bits on Intel machines and another on AMD ones (found by running the same probe natively and
+//! under `qemu-x86_64 -cpu Haswell-v4` and `-cpu EPYC-Rome-v2`: `scripts/cross-cpu.py`).
+//! `COMPATIBLE` (SSE2 code without approximate reciprocals) is the one branch every x86-64
+//! processor takes alike; it costs about half of MKL's f32 GEMM speed on the CPU, where the
+//! engine only runs demos and tests (see the guide's engine page for the measurements).
+//!
+//! Unlike the AVX2 branch, `COMPATIBLE` is reproducible only at a fixed thread count: the
+//! engine scores with one libtorch thread per worker, so `--jobs` and the core count never
+//! change a byte.
 //!
 //! Each variable is set only when unset, before libtorch reads it (at its first kernel), so a
-//! user who wants the widest kernels can still ask for them, at the cost of reproducibility.
+//! user who wants the widest kernels can still ask for them, at the cost of reproducibility;
+//! the values in force enter the scorer's identity, so scores made under other kernels are never
+//! mixed with these.
 
 use serde::Serialize;
+use std::sync::Once;
 
-/// The variables and the values they are pinned to.
+/// The variables and the values they are pinned to. `.cargo/config.toml` sets the same for the
+/// processes cargo runs (tests, benches), before their first thread; a test checks they agree.
 pub const PINS: [(&str, &str); 3] = [
     // ATen's runtime dispatch: default, avx2 or avx512.
     ("ATEN_CPU_CAPABILITY", "avx2"),
-    // MKL's Conditional Numerical Reproducibility: the AVX2 branch, strict about alignment.
-    ("MKL_CBWR", "AVX2,STRICT"),
+    // MKL's Conditional Numerical Reproducibility: the branch Intel and AMD processors take alike.
+    ("MKL_CBWR", "COMPATIBLE"),
     // oneDNN's widest instruction set.
     ("ONEDNN_MAX_CPU_ISA", "AVX2"),
 ];
 
-/// Sets each of [`PINS`] that the environment does not set already. Call it first thing in
-/// `main`, while the process has one thread: libtorch has not started and nothing else reads
-/// the environment.
+/// Sets each of [`PINS`] that the environment does not set already, once per process. `main`
+/// calls it first thing, while the process has one thread; the engine calls it again when it
+/// loads a model, for a program that uses the library without the binary's `main`. libtorch
+/// reads the variables at its first kernel, so a pin after that comes too late: call it before
+/// anything touches a tensor.
 pub fn pin() {
-    for (name, value) in PINS {
-        if std::env::var_os(name).is_none() {
-            std::env::set_var(name, value);
+    static PINNED: Once = Once::new();
+    PINNED.call_once(|| {
+        for (name, value) in PINS {
+            if std::env::var_os(name).is_none() {
+                std::env::set_var(name, value);
+            }
         }
-    }
+    });
 }
 
 /// Each pinned variable and its value in this process, and whether it is the pinned one.
@@ -50,4 +66,38 @@ pub fn settings() -> Vec<KernelSetting> {
             KernelSetting { variable, reproducible: value.as_deref() == Some(*pinned), value }
         })
         .collect()
+}
+
+/// The kernel settings in force, as the scorer's identity records them for a CPU run: each
+/// variable and its value (null where unset).
+pub fn identity() -> serde_json::Value {
+    settings().into_iter().map(|s| (s.variable.to_string(), s.value.into())).collect::<serde_json::Map<_, _>>().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `.cargo/config.toml` (the tests' and benches' pins) and `scripts/cross-cpu.py` (the
+    /// diagnosis) repeat [`PINS`]; they must say the same.
+    #[test]
+    fn the_pins_are_the_same_everywhere_they_are_written() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::fs::read_to_string(root.join(".cargo/config.toml")).unwrap();
+        let script = std::fs::read_to_string(root.join("scripts/cross-cpu.py")).unwrap();
+        for (name, value) in PINS {
+            assert!(cargo.lines().any(|l| l == format!("{name} = \"{value}\"")), ".cargo/config.toml does not pin {name}={value}");
+            assert!(script.contains(&format!("\"{name}\": \"{value}\"")), "scripts/cross-cpu.py does not pin {name}={value}");
+        }
+    }
+
+    /// The library's tests run under the pins (cargo sets them before the process starts), as
+    /// the binary does; an environment that overrides one is reported, not silently tested.
+    #[test]
+    fn the_tests_run_under_the_pins() {
+        pin();
+        let off: Vec<_> = settings().into_iter().filter(|s| !s.reproducible).collect();
+        assert!(off.is_empty(), "not pinned in this test process: {off:?}");
+        assert_eq!(identity()["MKL_CBWR"], "COMPATIBLE");
+    }
 }

@@ -28,12 +28,15 @@ pub struct VlModel {
 
 impl VlModel {
     pub fn load(dir: &ModelDir, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
+        // Before the first tensor, for a program that uses the library without the binary's `main`.
+        super::cpu_kernels::pin();
         Self::from_weights(&Weights::load(&dir.weights, device, kind)?, &dir.config, device, kind)
     }
 
     /// The model a config describes with seeded random weights made on the device (see
     /// [`Weights::random`]): for throughput benchmarks of models too large to ship.
     pub fn random(config: &ModelConfig, device: Device, kind: Kind, seed: i64) -> Result<VlModel, VlmError> {
+        super::cpu_kernels::pin();
         let weights = Weights::random(device, kind, !config.text.tie_word_embeddings, seed);
         Self::from_weights(&weights, config, device, kind)
     }

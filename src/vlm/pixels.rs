@@ -36,6 +36,8 @@ pub fn to_rgb(image: &DynamicImage) -> image::RgbImage {
 
 /// `pixel_values` (patches x (C * T * P * P), f32) and the patch grid (t, h, w).
 pub fn pixel_values(image: &DynamicImage, pre: &PreprocessorConfig, device: Device) -> Result<(Tensor, (usize, usize, usize)), VlmError> {
+    // Images are often the first tensors a program makes (see `VlModel::load`).
+    super::cpu_kernels::pin();
     if pre.sizing == ImageSizing::AspectPreserving {
         return gemma4_pixel_values(image, pre, device);
     }
