@@ -186,6 +186,51 @@ fn the_ledger_verifies_and_its_totals_match_the_payments_file() {
     assert!(err.contains("hash does not match"), "{err}");
 }
 
+/// Two syncs at once (a cron job and a person, each with its own export) used to each read the
+/// ledger and write it back whole: both said "added 1 line(s)" and the ledger kept one sale. Now
+/// the second is refused while the first holds the ledger, naming its pid; run again, it adds
+/// its sale, and the ledger holds both, its chain verified.
+#[test]
+fn two_syncs_at_once_lose_no_sale() {
+    let s = Scratch::new();
+    let header = PAYMENTS.lines().next().unwrap();
+    let one = s.write("one.csv", &format!("{header}\nA-1001,alice,standard,1200.00,USD,2026-07-20\n"));
+    let two = s.write("two.csv", &format!("{header}\nA-1002,Bob,standard,1100.00,EUR,2026-08-03\n"));
+    let hub = hub_with_requests();
+    // The first sync's first listing of access requests takes 4 s: it holds the ledger that long.
+    hub.inject("access-list", Fault::Slow(std::time::Duration::from_secs(4)));
+    let mut first = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"));
+    first
+        .env("HF_TOKEN", TOKEN)
+        .env("HF_HOME", s.path("hf-home"))
+        .args(["access", "sync"])
+        .arg(spec("s1b.yaml"))
+        .arg("--payments")
+        .arg(&one)
+        .arg("--ledger")
+        .arg(s.path("ledger.jsonl"))
+        .args(["--repo", REPO, "--endpoint", &hub.url, "--as-of", TODAY])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let first = first.spawn().unwrap();
+    let lock = s.path(".ledger.jsonl.lock");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&lock).map_or(true, |pid| pid.trim() != first.id().to_string()) {
+        assert!(started.elapsed().as_secs() < 30, "the first sync never took the ledger");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let err = stderr(&sync(&hub, &s, &two, &[]).failure());
+    assert!(err.contains(&format!("another bpals-release (pid {}) is adding to it", first.id())), "{err}");
+    let done = first.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(!lock.exists(), "the lock file goes with the sync");
+    sync(&hub, &s, &two, &[]).success();
+    let ledger = std::fs::read_to_string(s.path("ledger.jsonl")).unwrap();
+    assert!(ledger.contains("\"A-1001\"") && ledger.contains("\"A-1002\"") && ledger.lines().count() == 2, "{ledger}");
+    let report = stdout(&bin().args(["access", "report", "--ledger"]).arg(s.path("ledger.jsonl")).assert().success());
+    assert!(report.contains("chain verified"), "{report}");
+}
+
 #[test]
 fn faults_on_every_access_route_leave_the_same_access_as_a_clean_run() {
     let s = Scratch::new();

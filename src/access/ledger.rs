@@ -33,6 +33,14 @@ pub enum LedgerError {
     Broken { path: PathBuf, line: usize, message: String },
     #[error("line {line}: {message}")]
     Payment { line: u64, message: String },
+    #[error("ledger {}: another bpals-release (pid {pid}) is adding to it; run again when it has finished (its sales and yours are both kept)", path.display())]
+    Busy { path: PathBuf, pid: String },
+    #[error("locking ledger {}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -61,6 +69,21 @@ pub struct Entry {
     pub pledge: String,
     pub prev: String,
     pub hash: String,
+}
+
+/// The right to add to the ledger at `path`: one process at a time, from reading the ledger to
+/// renaming the new one into place, so two syncs cannot each append to the same old ledger and
+/// keep only the last one's sales. A lock file beside it (`.NAME.lock`); a second writer is
+/// refused at once, naming the first's pid.
+pub fn lock(path: &Path) -> Result<crate::files::lock::FileLock, LedgerError> {
+    use crate::files::lock::{FileLock, LockError};
+    let name = path.file_name().map_or_else(|| "ledger".into(), |n| n.to_string_lossy().into_owned());
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|source| LedgerError::Lock { path: path.to_path_buf(), source })?;
+    FileLock::take(&dir.join(format!(".{name}.lock"))).map_err(|e| match e {
+        LockError::Held(pid) => LedgerError::Busy { path: path.to_path_buf(), pid },
+        LockError::Io(source) => LedgerError::Lock { path: path.to_path_buf(), source },
+    })
 }
 
 impl Entry {

@@ -6,7 +6,8 @@
 //! is recorded even if the Hub is down); judge each buyer's standing from the whole ledger
 //! ([`licenses`]); read where access requests stand on the Hub; plan ([`plan`]); make the
 //! changes one by one. Every change sets a state, so a second run with the same file changes
-//! nothing.
+//! nothing. One sync at a time adds to a ledger ([`ledger::lock`]): a second is refused while
+//! the first runs, and loses nothing by it.
 
 pub mod ledger;
 pub mod licenses;
@@ -128,6 +129,9 @@ pub fn sync(spec: &ReleaseSpec, options: &SyncOptions, log: &dyn Fn(&str)) -> Re
         }
         .into());
     }
+    // Held from reading the ledger to writing it back (a dry run writes nothing and reads a
+    // ledger that is only ever replaced whole).
+    let _writer = if options.dry_run { None } else { Some(ledger::lock(&options.ledger).map_err(AccessError::LedgerFile)?) };
     let mut ledger = Ledger::open(&options.ledger).map_err(AccessError::LedgerFile)?;
     let recorded = ledger
         .record(&file.payments, spec.pledge.as_ref())

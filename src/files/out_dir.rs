@@ -7,13 +7,13 @@
 //!   naming what is in it: a user who wants it gone deletes it;
 //! - it is not, is not inside and does not hold a folder or file the command reads (the source
 //!   root, the cache, the spec) nor the current folder;
-//! - one writer at a time: an OS lock on a file beside the folder (`.NAME.lock`), taken with
-//!   `flock`, so a crash releases it. A second writer fails at once, naming the holder's pid.
+//! - one writer at a time: an OS lock on a file beside the folder (`.NAME.lock`, [`FileLock`]).
+//!   A second writer fails at once, naming the holder's pid.
 
-use std::fs::File;
-use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+
+use super::lock::{FileLock, LockError};
 
 /// Something the claimed folder must stay clear of, named in the refusal.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +57,7 @@ pub struct Claim<'a> {
 #[derive(Debug)]
 pub struct OutDir {
     path: PathBuf,
-    lock_path: PathBuf,
-    _lock: File,
+    _lock: FileLock,
 }
 
 impl OutDir {
@@ -104,12 +103,12 @@ impl OutDir {
         let parent = resolved.parent().expect("a path with a file name has a parent");
         std::fs::create_dir_all(parent).map_err(io_err)?;
         let lock_path = parent.join(format!(".{name}.lock"));
-        let lock = lock(&lock_path).map_err(|e| match e {
+        let lock = FileLock::take(&lock_path).map_err(|e| match e {
             LockError::Held(pid) => OutDirError::Busy { option, path: path.to_path_buf(), pid },
             LockError::Io(source) => io_err(source),
         })?;
         // Under the lock, once more: another writer may have finished in between.
-        let claimed = OutDir { path: resolved, lock_path, _lock: lock };
+        let claimed = OutDir { path: resolved, _lock: lock };
         check_contents(&claimed.path)?;
         Ok(claimed)
     }
@@ -117,14 +116,6 @@ impl OutDir {
     /// The folder, absolute, with its existing parents' links resolved.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl Drop for OutDir {
-    /// The lock file goes while the lock is still held; a writer that opened it in between sees
-    /// that its file is no longer the one at the path and tries again.
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.lock_path);
     }
 }
 
@@ -153,38 +144,6 @@ pub fn head_matches(path: &Path, looks_ours: &dyn Fn(&str) -> bool) -> bool {
     let mut head = Vec::new();
     let read = super::regular::open(path, false).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
     read.is_ok() && looks_ours(&String::from_utf8_lossy(&head))
-}
-
-enum LockError {
-    Held(String),
-    Io(io::Error),
-}
-
-/// An exclusive `flock` on `path`, with this process's pid written in it for the next writer's
-/// message.
-fn lock(path: &Path) -> Result<File, LockError> {
-    for _ in 0..16 {
-        let mut file = File::options().read(true).write(true).create(true).truncate(false).open(path).map_err(LockError::Io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                let pid = pid.trim();
-                return Err(LockError::Held(if pid.is_empty() { "unknown".into() } else { pid.to_string() }));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
-        }
-        // The holder before us may have removed the file after we opened it: lock the one at
-        // the path, not an orphan.
-        let same = std::fs::metadata(path).is_ok_and(|m| m.ino() == file.metadata().map_or(0, |f| f.ino()));
-        if !same {
-            continue;
-        }
-        file.set_len(0).and_then(|_| file.rewind()).and_then(|_| write!(file, "{}", std::process::id())).map_err(LockError::Io)?;
-        return Ok(file);
-    }
-    Err(LockError::Io(io::Error::other("the lock file kept changing under this process")))
 }
 
 fn is_empty(dir: &Path) -> io::Result<bool> {
