@@ -189,13 +189,20 @@ fn tier(text: &str) -> Result<Tier, String> {
     }
 }
 
+/// The largest amount one payment may carry, in any currency: far above any sale of a license,
+/// and far below what a ledger's sums can hold (about 7.9e28), so a report can never overflow.
+const MAX_AMOUNT: Decimal = Decimal::from_parts(1_000_000_000, 0, 0, false, 0);
+
+/// Money as the files write it: digits with exactly two decimal places ("1200.00", "-1200.00"),
+/// no larger than [`MAX_AMOUNT`].
 fn decimal(text: &str, key: &str) -> Result<Decimal, String> {
     let value = Decimal::from_str(text).map_err(|_| format!("{key} {text:?} is not a decimal number"))?;
-    if value.scale() > 2 {
-        return Err(format!("{key} {text:?} has more than two decimal places"));
+    if value.scale() != 2 {
+        return Err(format!("{key} {text:?} is not written with exactly two decimal places (as 1200.00)"));
     }
-    let mut value = value;
-    value.rescale(2);
+    if value.abs() > MAX_AMOUNT {
+        return Err(format!("{key} {text:?} is more than {MAX_AMOUNT} for one payment"));
+    }
     Ok(value)
 }
 
@@ -217,8 +224,14 @@ fn currency(text: &str) -> Result<String, String> {
     Ok(text.to_ascii_uppercase())
 }
 
+/// A calendar date as YYYY-MM-DD in 2000-2099 (chrono alone reads "-2026-07-20" as the year
+/// 2026 BC, and "20260-07-20" as a year of five digits).
 fn date(text: &str, key: &str) -> Result<NaiveDate, String> {
-    NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|_| format!("{key} {text:?} is not a date as YYYY-MM-DD"))
+    let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|_| format!("{key} {text:?} is not a date as YYYY-MM-DD"))?;
+    if !(2000..=2099).contains(&chrono::Datelike::year(&date)) {
+        return Err(format!("{key} {text:?} is not a date between 2000-01-01 and 2099-12-31"));
+    }
+    Ok(date)
 }
 
 #[cfg(test)]
@@ -237,7 +250,7 @@ mod tests {
     #[test]
     fn native_rows_read_with_refunds_negative() {
         let file =
-            read_text(&format!("{HEADER}A-1,alice,standard,1200.00,usd,2026-07-20\nA-2,alice,Standard,-1200,USD,2026-08-01\n")).unwrap();
+            read_text(&format!("{HEADER}A-1,alice,standard,1200.00,usd,2026-07-20\nA-2,alice,Standard,-1200.00,USD,2026-08-01\n")).unwrap();
         assert_eq!(file.payments.len(), 2);
         assert_eq!(file.payments[0].amount.to_string(), "1200.00");
         assert_eq!(file.payments[0].currency, "USD");
@@ -249,22 +262,27 @@ mod tests {
     #[test]
     fn each_bad_row_is_an_error_naming_its_line() {
         for (row, expected) in [
-            ("A-1,alice,gold,100,USD,2026-07-20", "tier \"gold\" is not one of the spec's tiers"),
-            ("A-1,alice,trial,100,USD,2026-07-20", "tier trial is free"),
-            ("A-1,,standard,100,USD,2026-07-20", "hf_username is empty"),
-            ("A-1,al ice,standard,100,USD,2026-07-20", "is not a Hugging Face username"),
+            ("A-1,alice,gold,100.00,USD,2026-07-20", "tier \"gold\" is not one of the spec's tiers"),
+            ("A-1,alice,trial,100.00,USD,2026-07-20", "tier trial is free"),
+            ("A-1,,standard,100.00,USD,2026-07-20", "hf_username is empty"),
+            ("A-1,al ice,standard,100.00,USD,2026-07-20", "is not a Hugging Face username"),
             ("A-1,alice,standard,,USD,2026-07-20", "currency USD is given without an amount"),
-            ("A-1,alice,standard,100,,2026-07-20", "currency \"\" is not a three-letter"),
+            ("A-1,alice,standard,100.00,,2026-07-20", "currency \"\" is not a three-letter"),
             ("A-1,alice,standard,abc,USD,2026-07-20", "amount \"abc\" is not a decimal"),
-            ("A-1,alice,standard,1.005,USD,2026-07-20", "more than two decimal places"),
-            ("A-1,alice,standard,0,USD,2026-07-20", "amount is 0"),
-            ("A-1,alice,standard,100,USD,20/07/2026", "paid_date \"20/07/2026\" is not a date"),
-            (",alice,standard,100,USD,2026-07-20", "order_id is empty"),
+            ("A-1,alice,standard,1.005,USD,2026-07-20", "not written with exactly two decimal places"),
+            ("A-1,alice,standard,1200,USD,2026-07-20", "not written with exactly two decimal places"),
+            ("A-1,alice,standard,79228162514264337593543950335,USD,2026-07-20", "not written with exactly two decimal places"),
+            ("A-1,alice,standard,79228162514264337593543950.33,USD,2026-07-20", "is more than 1000000000 for one payment"),
+            ("A-1,alice,standard,0.00,USD,2026-07-20", "amount is 0"),
+            ("A-1,alice,standard,100.00,USD,20/07/2026", "paid_date \"20/07/2026\" is not a date"),
+            ("A-1,alice,standard,100.00,USD,-2026-07-20", "paid_date \"-2026-07-20\" is not a date between 2000-01-01 and 2099-12-31"),
+            ("A-1,alice,standard,100.00,USD,1999-12-31", "is not a date between"),
+            (",alice,standard,100.00,USD,2026-07-20", "order_id is empty"),
         ] {
             let err = read_text(&format!("{HEADER}{row}\n")).unwrap_err().to_string();
             assert!(err.contains("line 2") && err.contains(expected), "{row}: {err}");
         }
-        let err = read_text(&format!("{HEADER}A-1,alice,standard,1,USD,2026-07-20\nA-1,bob,standard,1,USD,2026-07-21\n")).unwrap_err();
+        let err = read_text(&format!("{HEADER}A-1,alice,standard,1.00,USD,2026-07-20\nA-1,bob,standard,1.00,USD,2026-07-21\n")).unwrap_err();
         assert!(err.to_string().contains("line 3: order id \"A-1\" was already used on line 2"), "{err}");
         let err = read_text("order,user\nA,b\n").unwrap_err().to_string();
         assert!(err.contains("missing order_id, hf_username") && err.contains("Stripe"), "{err}");

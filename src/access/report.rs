@@ -6,7 +6,7 @@ use std::fmt;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::ledger::{Entry, Ledger};
+use super::ledger::{Entry, Ledger, LedgerError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Period {
@@ -52,30 +52,37 @@ pub struct LedgerReport {
     pub totals: Vec<Totals>,
 }
 
-pub fn report(ledger: &Ledger, period: Period) -> LedgerReport {
-    LedgerReport {
+pub fn report(ledger: &Ledger, period: Period) -> Result<LedgerReport, LedgerError> {
+    Ok(LedgerReport {
         ledger: ledger.path.clone(),
         entries: ledger.entries.len(),
         head: ledger.head().to_string(),
-        totals: totals(&ledger.entries, period),
-    }
+        totals: totals(&ledger.entries, period)
+            .map_err(|message| LedgerError::Broken { path: ledger.path.clone(), line: message.0, message: message.1 })?,
+    })
 }
 
-pub fn totals(entries: &[Entry], period: Period) -> Vec<Totals> {
+/// The totals per period and currency, summed with checked arithmetic: a sum that overflows is
+/// an error naming the line that made it (payments are bounded when read, so only a ledger
+/// written by hand can get there), never a panic.
+pub fn totals(entries: &[Entry], period: Period) -> Result<Vec<Totals>, (usize, String)> {
     let mut by: BTreeMap<(String, String), Totals> = BTreeMap::new();
-    for e in entries {
+    for (i, e) in entries.iter().enumerate() {
         let key = (period.of(&e.date), e.currency.clone());
         let t = by.entry(key.clone()).or_insert_with(|| Totals { period: key.0, currency: key.1, ..Default::default() });
         let amount = e.amount();
+        let overflow = || (i + 1, format!("the {} totals of {} overflow at this line's amount {}", t.currency, t.period, e.amount));
+        let add = |sum: Decimal, x: Decimal| sum.checked_add(x);
+        let (gross, refunded) = if e.is_refund() { (Some(t.gross), add(t.refunded, -amount)) } else { (add(t.gross, amount), Some(t.refunded)) };
+        let (Some(gross), Some(refunded), Some(net), Some(pledge)) = (gross, refunded, add(t.net, amount), add(t.pledge, e.pledge())) else {
+            return Err(overflow());
+        };
         if e.is_refund() {
             t.refunds += 1;
-            t.refunded -= amount;
         } else {
             t.sales += 1;
-            t.gross += amount;
         }
-        t.net += amount;
-        t.pledge += e.pledge();
+        (t.gross, t.refunded, t.net, t.pledge) = (gross, refunded, net, pledge);
     }
     let mut out: Vec<Totals> = by.into_values().collect();
     for t in &mut out {
@@ -83,7 +90,7 @@ pub fn totals(entries: &[Entry], period: Period) -> Vec<Totals> {
             d.rescale(2);
         }
     }
-    out
+    Ok(out)
 }
 
 impl fmt::Display for LedgerReport {
@@ -118,5 +125,30 @@ mod tests {
         assert_eq!(Period::Quarter.of("2026-07-20"), "2026-Q3");
         assert_eq!(Period::Quarter.of("2026-12-31"), "2026-Q4");
         assert_eq!(Period::Year.of("2026-01-01"), "2026");
+    }
+
+    /// A ledger whose amounts sum past what a decimal holds (one written before amounts were
+    /// bounded) is reported as an error naming the line, not a panic.
+    #[test]
+    fn totals_that_overflow_name_the_line() {
+        let entry = |seq: u64, amount: &str| Entry {
+            seq,
+            order_id: format!("A-{seq}"),
+            buyer: "alice".into(),
+            tier: crate::release_spec::Tier::Standard,
+            amount: amount.into(),
+            currency: "USD".into(),
+            date: "2026-07-20".into(),
+            refunds: None,
+            pledge_percent: "0".into(),
+            pledge: "0.00".into(),
+            prev: String::new(),
+            hash: String::new(),
+        };
+        let huge = "79228162514264337593543950335";
+        assert!(totals(&[entry(1, huge)], Period::Month).is_ok());
+        let (line, message) = totals(&[entry(1, "1200.00"), entry(2, "7.00"), entry(3, huge)], Period::Month).unwrap_err();
+        assert_eq!(line, 3);
+        assert!(message.contains("USD totals of 2026-07 overflow"), "{message}");
     }
 }

@@ -91,7 +91,7 @@ pub fn run(args: AccessArgs) -> anyhow::Result<ExitCode> {
         AccessCommand::Sync(a) => sync(a),
         AccessCommand::Report(a) => {
             let ledger = access::Ledger::open(&a.ledger.ledger)?;
-            a.json.print(&access::report::report(&ledger, a.period.into()))?;
+            a.json.print(&access::report::report(&ledger, a.period.into())?)?;
             Ok(ExitCode::SUCCESS)
         }
     }
