@@ -154,6 +154,31 @@ fn server_faults_leave_the_release_byte_identical() {
     assert!(stdout(&a).contains("identical"), "{}", stdout(&a));
 }
 
+/// OPENAI_API_KEY with spaces or a newline around it is sent trimmed; one with whitespace
+/// inside is refused, naming the variable and never printing the key.
+#[test]
+fn an_api_key_with_spaces_around_it_is_sent_trimmed_and_one_with_spaces_inside_refused() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = s.write(
+        "few.yaml",
+        &std::fs::read_to_string(served_spec(&s, "served.yaml", &fixture_s1a(), &server, 2))
+            .unwrap()
+            .replace(&format!("curated_images: {IMAGES}"), "curated_images: 2"),
+    );
+    let build = |key: &str, out: &str| {
+        bin().env("OPENAI_API_KEY", key).arg("build").arg(&spec).arg("--out").arg(s.path(out)).arg("--cache-dir").arg(s.path(out).with_extension("cache")).arg("--no-progress").assert()
+    };
+    build(&format!(" {KEY}\n"), "padded").success();
+    let state = server.state.lock().unwrap();
+    assert!(!state.auth_headers.is_empty() && state.auth_headers.iter().all(|h| h == &format!("Bearer {KEY}")), "{:?}", state.auth_headers);
+    drop(state);
+    let a = build("sk-inside SPACEkey0123", "inside").failure();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("OPENAI_API_KEY has whitespace inside the key"), "{text}");
+    assert!(!text.contains("sk-inside") && !text.contains("SPACEkey0123"), "{text}");
+}
+
 #[test]
 fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_the_key() {
     let s = Scratch::new();
@@ -174,10 +199,25 @@ fn a_hidden_answer_token_and_a_refused_request_are_clear_errors_that_never_show_
     let err = stderr(&served_build(&spec, &s.path("out"), &s.path("cache-inf"), &[]).failure());
     assert!(err.contains("model Qwen/Qwen2-VL-7B-Instruct (openai backend) answered logit_yes") && err.contains("logit_no -inf"), "{err}");
     assert!(err.contains(".png, question Atelectasis#0"), "{err}");
+    assert!(err.contains("The server sent it") && !err.contains("model.dtype"), "the advice is the server's, not the spec's dtype: {err}");
     assert!(!s.path("out").exists(), "no release is left behind");
     let cache = s.path("cache-inf");
     assert!(!cache.exists() || cached_scores(&cache).is_empty(), "no score is cached");
     server.state.lock().unwrap().overflowing_no = false;
+
+    // A logprob above 0, or one that is not a number: named with its real cause, nothing cached.
+    for (bad, expected) in [
+        (serde_json::json!(50.0), "gave \"No\" the logprob 50, above 0"),
+        (serde_json::json!("-0.5"), "gave \"No\" the logprob \"-0.5\", which is not a number"),
+        (serde_json::Value::Null, "gave \"No\" the logprob null, which is not a number"),
+    ] {
+        server.state.lock().unwrap().bad_no = Some(bad);
+        let cache = s.path("cache-bad");
+        let err = stderr(&served_build(&spec, &s.path("out"), &cache, &[]).failure());
+        assert!(err.contains(expected), "{err}");
+        assert!(!s.path("out").exists() && (!cache.exists() || cached_scores(&cache).is_empty()), "nothing is written or cached");
+    }
+    server.state.lock().unwrap().bad_no = None;
 
     // A server that ignores `logprobs`: named, and no release.
     {

@@ -302,6 +302,30 @@ fn the_token_never_appears_in_any_output_or_file() {
     }
 }
 
+/// HF_TOKEN set with spaces or a newline around it (pasted, or `$(cat file)`): it is sent
+/// trimmed, so publishing works (hf-hub, reading it raw, used to send no Authorization header
+/// at all), and a server that echoes the header back has every form of it redacted. A token
+/// with whitespace inside is refused, naming HF_TOKEN and never printing it.
+#[test]
+fn a_token_with_spaces_around_it_is_sent_trimmed_and_never_printed() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    publish_to(&hub.url, &format!("  {TOKEN}\n"), REPO, &dir, &[]).success();
+    let sent = hub.state.lock().unwrap().auth_headers.clone();
+    assert!(!sent.is_empty() && sent.iter().all(|h| h == &format!("Bearer {TOKEN}")), "{sent:?}");
+
+    let wrong = "hf_wrongTOKENvalue9876543210";
+    let a = publish_to(&hub.url, &format!(" {wrong} "), "bpals-test/other", &dir, &[]).failure();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("[token redacted]") && !text.contains(wrong), "{text}");
+
+    let a = publish_to(&hub.url, "hf_inside SPACEtoken0123", REPO, &dir, &[]).failure();
+    let text = stdout(&a) + &stderr(&a);
+    assert!(text.contains("the Hub token from HF_TOKEN has whitespace inside it"), "{text}");
+    assert!(!text.contains("hf_inside") && !text.contains("SPACEtoken0123"), "{text}");
+}
+
 #[test]
 fn a_timed_out_commit_that_lands_later_is_not_duplicated() {
     // The Hub stalls 3 s before applying the commit; the client gives up after 1 s. The commit

@@ -74,7 +74,7 @@ impl GatedAccess {
             client,
             endpoint: endpoint_or_default(endpoint),
             retries: retries.unwrap_or(DEFAULT_RETRIES),
-            token: token::value(),
+            token: token::value()?,
         })
     }
 

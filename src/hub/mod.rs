@@ -135,6 +135,9 @@ impl Hub {
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let endpoint = endpoint_or_default(endpoint);
         let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(http_client(stall)?);
+        if let Some(token) = token::value()? {
+            builder = builder.token(token);
+        }
         if let Some(n) = retries {
             builder = builder.retry_max_attempts(n);
         }

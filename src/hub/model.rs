@@ -73,11 +73,11 @@ impl Hub {
     pub fn connect_for_models(endpoint: Option<&str>, cache: &Path) -> Result<Hub, HubError> {
         let endpoint = super::endpoint_or_default(endpoint);
         let http = super::http_client(DEFAULT_STALL_TIMEOUT)?;
-        let client = HFClient::builder()
-            .endpoint(&endpoint)
-            .cache_enabled(true)
-            .cache_dir(cache)
-            .client(http)
+        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(true).cache_dir(cache).client(http);
+        if let Some(token) = super::token::value()? {
+            builder = builder.token(token);
+        }
+        let client = builder
             .build_sync()
             .map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
         Ok(Hub { client, endpoint })

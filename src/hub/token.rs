@@ -2,27 +2,51 @@
 //!
 //! hf-hub reads the token itself (HF_TOKEN, then the file at HF_TOKEN_PATH, then
 //! $HF_HOME/token, unless HF_HUB_DISABLE_IMPLICIT_TOKEN is set). This module follows the same
-//! order only to name the source for the user, and to know the value so that [`redact`] can
-//! strip it from any text this tool prints.
+//! order to name the source for the user, to hand hf-hub the token trimmed (it reads HF_TOKEN
+//! raw), and to know the value so that [`redact`] can strip it from any text this tool prints.
 
 use std::path::PathBuf;
+
+use super::HubError;
 
 /// The name of the source hf-hub will take the token from, if any.
 pub fn source() -> Option<String> {
     resolve().map(|(source, _)| source)
 }
 
-/// Replaces the token, wherever it appears in `text`, with a fixed marker.
+/// Replaces the token, wherever it appears in `text`, with a fixed marker: the value as it was
+/// set (spaces or a newline around it included) and as it is sent, which a server may echo
+/// back (`Bearer` and all).
 pub fn redact(text: &str) -> String {
-    match resolve() {
-        Some((_, token)) if token.len() >= 4 => text.replace(&token, "[token redacted]"),
-        _ => text.to_string(),
+    let mut out = text.to_string();
+    for form in forms() {
+        if form.len() >= 4 {
+            out = out.replace(&form, "[token redacted]");
+        }
     }
+    out
 }
 
-/// The token itself, for a request this tool sends without hf-hub. Never print it.
-pub(super) fn value() -> Option<String> {
-    resolve().map(|(_, token)| token)
+/// Every spelling of the configured token that could reach a message, longest first.
+fn forms() -> Vec<String> {
+    let mut forms: Vec<String> = std::env::var("HF_TOKEN").into_iter().filter(|t| !t.trim().is_empty()).collect();
+    forms.extend(resolve().map(|(_, token)| token));
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.dedup();
+    forms
+}
+
+/// The token itself, trimmed as it is sent, for a request this tool makes (and for hf-hub,
+/// which is given it rather than reading HF_TOKEN raw: a trailing newline there made it send
+/// no Authorization header at all). A token with whitespace inside is refused, naming where it
+/// came from and never what it is. Never print it.
+pub(super) fn value() -> Result<Option<String>, HubError> {
+    match resolve() {
+        Some((source, token)) if token.chars().any(char::is_whitespace) => Err(HubError::Protocol(format!(
+            "the Hub token from {source} has whitespace inside it (after its ends are trimmed): set it to the token alone"
+        ))),
+        found => Ok(found.map(|(_, token)| token)),
+    }
 }
 
 fn hf_home() -> PathBuf {
@@ -41,8 +65,8 @@ fn resolve() -> Option<(String, String)> {
         return None;
     }
     if let Ok(token) = std::env::var("HF_TOKEN") {
-        if !token.is_empty() {
-            return Some(("HF_TOKEN".into(), token));
+        if !token.trim().is_empty() {
+            return Some(("HF_TOKEN".into(), token.trim().to_string()));
         }
     }
     let from_file = |path: PathBuf, name: String| {

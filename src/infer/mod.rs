@@ -122,10 +122,20 @@ pub enum InferError {
     /// A NaN or infinite logit: refused where it is made, before any row is written.
     #[error(
         "image {image}, question {question_id} ({question:?}): model {model} ({backend} backend) answered logit_yes {logit_yes}, \
-         logit_no {logit_no}, not finite numbers; nothing was written. A NaN or an infinity comes from broken weights or \
-         from an overflow in 16-bit floats (try model.dtype bf16 or f32)"
+         logit_no {logit_no}, not finite numbers; nothing was written. {advice}"
     )]
-    NonFinite { image: String, question_id: String, question: String, model: String, backend: String, logit_yes: f32, logit_no: f32 },
+    NonFinite {
+        image: String,
+        question_id: String,
+        question: String,
+        model: String,
+        backend: String,
+        logit_yes: f32,
+        logit_no: f32,
+        /// Where such a number comes from, and what to change: the spec's dtype for the engine,
+        /// the server for a served model.
+        advice: &'static str,
+    },
     #[error("{0}")]
     Shard(String),
     #[error("inference was interrupted")]
@@ -147,6 +157,13 @@ pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Questio
             backend: identity.backend.name().to_string(),
             logit_yes: s.logit_yes,
             logit_no: s.logit_no,
+            advice: match identity.backend {
+                Backend::Openai => {
+                    "The server sent it: a broken model, or an overflow in the 16-bit floats it serves in (serve the model \
+                     in bf16 or f32)"
+                }
+                _ => "A NaN or an infinity comes from broken weights or from an overflow in 16-bit floats (try model.dtype bf16 or f32)",
+            },
         }),
     }
 }

@@ -39,6 +39,8 @@ pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
 const RETRIES: usize = 6;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How far above 0 a server's logprob may round (a token of probability 1 in float arithmetic).
+const LOGPROB_ROUNDING: f64 = 1e-4;
 /// The bias `logit_bias` puts on both answer tokens (servers without `allowed_token_ids`).
 const LOGIT_BIAS: f64 = 100.0;
 /// The most tokens an OpenAI-compatible server lists per position.
@@ -51,11 +53,27 @@ const DEFAULT_MIN_PIXELS: u64 = 56 * 56;
 const DEFAULT_MAX_PIXELS: u64 = 28 * 28 * 16384;
 
 /// Replaces the API key, wherever it appears in `text`, with a fixed marker.
+/// Replaces the API key, as it was set and as it is sent (trimmed), with a fixed marker.
 pub fn redact(text: &str) -> String {
-    match std::env::var(API_KEY_VAR) {
-        Ok(key) if key.len() >= 4 => text.replace(&key, "[api key redacted]"),
-        _ => text.to_string(),
+    let Ok(raw) = std::env::var(API_KEY_VAR) else { return text.to_string() };
+    let mut out = text.to_string();
+    for form in [raw.as_str(), raw.trim()] {
+        if form.len() >= 4 {
+            out = out.replace(form, "[api key redacted]");
+        }
     }
+    out
+}
+
+/// The API key trimmed as it is sent; one with whitespace inside is refused (never printed).
+fn api_key() -> Result<Option<String>, InferError> {
+    let Some(key) = std::env::var(API_KEY_VAR).ok().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()) else {
+        return Ok(None);
+    };
+    if key.chars().any(char::is_whitespace) {
+        return Err(fail(format!("{API_KEY_VAR} has whitespace inside the key (after its ends are trimmed): set it to the key alone")));
+    }
+    Ok(Some(key))
 }
 
 pub struct OpenAiScorer {
@@ -124,7 +142,7 @@ impl OpenAiScorer {
             family,
             pixels,
             client,
-            api_key: std::env::var(API_KEY_VAR).ok().filter(|k| !k.is_empty()),
+            api_key: api_key()?,
             runtime,
         })
     }
@@ -221,9 +239,9 @@ impl OpenAiScorer {
                      `top_logprobs` on chat completions (see the server table in the guide)"
             ))
         })?;
-        let find = |token: &str| listed.iter().find(|t| t["token"] == token).and_then(|t| t["logprob"].as_f64());
+        let find = |token: &str| listed.iter().find(|t| t["token"] == token).map(|t| &t["logprob"]);
         match (find(YES), find(NO)) {
-            (Some(yes), Some(no)) => Ok(YesNo { logit_yes: yes as f32, logit_no: no as f32 }),
+            (Some(yes), Some(no)) => Ok(YesNo { logit_yes: self.logprob(yes, YES, what)?, logit_no: self.logprob(no, NO, what)? }),
             (yes, _) => Err(fail(format!(
                 "{what}: the server's model {model} lists no {:?} among its {} first-token logprobs: set model.answer_token_ids to \
                  the tokenizer's ids of \"Yes\" and \"No\" (sent as {}), or raise the server's logprobs cap (vLLM \
@@ -233,6 +251,22 @@ impl OpenAiScorer {
                 self.served.server.restriction()
             ))),
         }
+    }
+
+    /// A listed token's logprob, checked: a number (not a string or null) and never above 0, as
+    /// no log-probability is (up to a server's rounding, `LOGPROB_ROUNDING`).
+    fn logprob(&self, value: &Value, token: &str, what: &str) -> Result<f32, InferError> {
+        let model = &self.model_id;
+        let Some(logprob) = value.as_f64() else {
+            return Err(fail(format!("{what}: the server's model {model} gave {token:?} the logprob {value}, which is not a number")));
+        };
+        if logprob > LOGPROB_ROUNDING {
+            return Err(fail(format!(
+                "{what}: the server's model {model} gave {token:?} the logprob {logprob}, above 0: a log-probability never is, \
+                 so the server is reporting something else (raw logits?); nothing was cached"
+            )));
+        }
+        Ok(logprob as f32)
     }
 
     /// The served model opened a reasoning block where it should answer.

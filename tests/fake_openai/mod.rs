@@ -41,6 +41,8 @@ pub struct ServerState {
     /// Give "No" a logprob of -1e39: a number in JSON, but none a 32-bit score can hold (a
     /// server's overflow, or a broken model behind it).
     pub overflowing_no: bool,
+    /// Give "No" this as its logprob instead (+50, a string, null: what a broken server sends).
+    pub bad_no: Option<Value>,
     /// Every request body, in order.
     pub bodies: Vec<Value>,
     /// Answer a logprobs request without logprobs (a server that ignores the parameter).
@@ -189,7 +191,10 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
     if request["logprobs"] == true {
         let (yes, no) = logprobs_for(url, text);
         let mut top = vec![json!({ "token": "Yes", "logprob": yes })];
-        if state.lock().unwrap().overflowing_no {
+        let bad_no = state.lock().unwrap().bad_no.clone();
+        if let Some(bad) = bad_no {
+            top.push(json!({ "token": "No", "logprob": bad }));
+        } else if state.lock().unwrap().overflowing_no {
             top.push(json!({ "token": "No", "logprob": -1e39 }));
         } else if !state.lock().unwrap().hide_no {
             top.push(json!({ "token": "No", "logprob": no }));
