@@ -68,6 +68,10 @@ fn bad_gold_files_name_the_line() {
         let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).assert().failure();
         assert!(stderr(&a).contains(expected), "{name}: {}", stderr(&a));
     }
+    // A resample count with no bound would be a run with no end: refused by the parser.
+    let gold = s.write("gold/ok.csv", "image_index,label,value\n00000001_000.png,Mass,1\n");
+    let a = bin().arg("eval").arg(&out).arg("--gold").arg(&gold).args(["--bootstrap", "1000000000"]).assert().failure();
+    assert!(stderr(&a).contains("is more than the 100000 that --bootstrap takes"), "{}", stderr(&a));
 }
 
 #[test]

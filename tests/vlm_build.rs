@@ -394,3 +394,24 @@ fn report_findings(file: &std::path::Path) -> Vec<(String, Vec<String>)> {
         })
         .collect()
 }
+
+/// A second opinion with the primary model's weights (under another id, say) would score every
+/// image twice and let the card claim two models: refused before any image is scored, naming
+/// the spec and the digest.
+#[test]
+fn a_second_opinion_with_the_primarys_weights_is_refused() {
+    let s = Scratch::new();
+    let model = repo().join("fixtures/vlm/trained/qwen2_vl");
+    let spec = s.write(
+        "same.yaml",
+        &format!(
+            "extends: {}\nsecond_opinion:\n  backend: native\n  path: {}\n  id: someone/renamed-copy\n  revision: v1\n  weight_license: apache-2.0\n  demo_weights: synthetic\n",
+            spec("s1a.yaml").display(),
+            model.display()
+        ),
+    );
+    let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());
+    assert!(err.contains("second_opinion names the same weights as model") && err.contains("same.yaml"), "{err}");
+    assert!(!s.path("out").exists(), "nothing is written");
+}
+

@@ -26,8 +26,8 @@ pub struct EvalArgs {
     /// The folder of the boxed images, to read their sizes [default: NIH's 1024x1024 for all].
     #[arg(long, requires = "boxes")]
     images: Option<PathBuf>,
-    /// Bootstrap resamples for the 95% intervals.
-    #[arg(long, default_value_t = 1000)]
+    /// Bootstrap resamples for the 95% intervals (at most 100,000).
+    #[arg(long, default_value_t = 1000, value_parser = bootstrap_resamples)]
     bootstrap: usize,
     /// Seed of the bootstrap resampler.
     #[arg(long, default_value_t = 20260526)]
@@ -78,3 +78,16 @@ fn write_markdown(path: Option<&std::path::Path>, text: &str) -> anyhow::Result<
     }
     Ok(())
 }
+
+/// The most resamples `--bootstrap` takes: each one recomputes every metric over every row, so
+/// an unbounded count is an unbounded run (100,000 already gives intervals to the third digit).
+const MAX_BOOTSTRAP: usize = 100_000;
+
+fn bootstrap_resamples(text: &str) -> Result<usize, String> {
+    let n: usize = text.parse().map_err(|_| format!("{text:?} is not a count of resamples"))?;
+    if n > MAX_BOOTSTRAP {
+        return Err(format!("{n} resamples is more than the {MAX_BOOTSTRAP} that --bootstrap takes"));
+    }
+    Ok(n)
+}
+

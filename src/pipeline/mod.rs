@@ -73,6 +73,12 @@ pub enum BuildError {
     },
     #[error("starting {0} worker threads failed")]
     Threads(usize),
+    #[error(
+        "{}: second_opinion names the same weights as model (sha256 {weights}): a model agreeing with itself is no \
+         second opinion; name another model, or drop second_opinion",
+        spec.display()
+    )]
+    SameSecondOpinion { spec: PathBuf, weights: String },
     #[error(transparent)]
     Signing(#[from] crate::signing::SigningError),
     #[error(transparent)]
@@ -155,6 +161,11 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let second_scorer = match &spec.second_opinion {
         Some(second) => {
             let s = scorer_of(second)?;
+            if let (Some(a), Some(b)) = (&scorer.identity().weights_sha256, &s.identity().weights_sha256) {
+                if a == b {
+                    return Err(BuildError::SameSecondOpinion { spec: spec.path.clone(), weights: a.clone() });
+                }
+            }
             notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
             if s.family() == scorer.family() {
                 notes.push(format!(

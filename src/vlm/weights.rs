@@ -130,7 +130,7 @@ impl Weights {
         // (and an integer embedding table fails inside libtorch).
         if !tensor.is_floating_point() {
             let message = format!(
-                "tensor {name} is stored as {}; a parameter must be a floating-point type (F32, F16, BF16)",
+                "tensor {name} is stored as {}; a parameter must be a floating-point type (F64, F32, F16 or BF16, converted to the run's dtype)",
                 dtype_name(tensor.kind())
             );
             return Err(VlmError::File { path: self.sources[name].clone(), message });
