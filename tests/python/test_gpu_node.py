@@ -6,7 +6,10 @@ PyTorch, a Python without torch, --device cuda with no GPU.
 The release bundle for PyTorch 2.11 is built and proven by benches/gpu-node-cpu.sh, outside the
 suite (a second release build and two PyTorch installs; see docs/src/publisher/gpu-nodes.md).
 """
+import importlib.machinery
+import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -67,6 +70,9 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
     prep = report["steps"]["prep"]
     assert prep["resized"] == [1036, 1036] and prep["runs"][0]["threads"] == 1 and prep["runs"][0]["images_per_second"] > 0
     assert "logits within" in run.stdout and run.stdout.rstrip().endswith("report.json")
+    # Ran and passed is one thing, met the targets another: on a CPU there is no peak to judge by.
+    assert report["finished"] and report["steps"]["throughput"]["met_targets"] is None
+    assert "throughput targets not judged" in run.stdout.strip().splitlines()[-1]
 
 
 def test_a_pytorch_of_another_version_is_refused_in_one_line(bundle, tmp_path):
@@ -94,3 +100,70 @@ def test_a_python_without_torch_and_a_missing_gpu_are_refused_in_one_line(bundle
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "--device cuda: PyTorch" in run.stderr and "sees no CUDA device" in run.stderr
     assert not (tmp_path / "out").exists(), "nothing is written before the device is known"
+
+
+def load_runner(bundle):
+    """The runner as a module, for its helpers (it is a script without a .py name)."""
+    loader = importlib.machinery.SourceFileLoader("gpu_node_runner", str(bundle / "run"))
+    spec = importlib.util.spec_from_loader("gpu_node_runner", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_nothing_to_run_is_refused_before_anything_is_written(bundle, tmp_path):
+    for args in (["--steps", ""], ["--steps", " , "], ["--steps", "throughput", "--configs", ""]):
+        run = runner(bundle, "--device", "cpu", "--out", tmp_path / "out", *args)
+        assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, (args, run.stderr)
+        assert "names no" in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_out_folder_is_the_runners_own(bundle, tmp_path):
+    foreign = tmp_path / "someone-elses"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "prep", "--out", foreign)
+    assert run.returncode == 2 and "is not a folder this runner made" in run.stderr, run.stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    link = tmp_path / "link"
+    link.symlink_to(foreign)
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "prep", "--out", link)
+    assert run.returncode == 2 and "is a symbolic link" in run.stderr, run.stderr
+
+
+def test_a_planted_link_is_replaced_not_followed(bundle, tmp_path):
+    out = tmp_path / "out"
+    assert runner(bundle, "--device", "cpu", "--quick", "--steps", "prep", "--out", out).returncode == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the runner's")
+    (out / "report.json").unlink()
+    (out / "report.json").symlink_to(victim)
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "prep", "--out", out)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert victim.read_text() == "not the runner's"
+    assert not (out / "report.json").is_symlink() and json.loads((out / "report.json").read_text())["finished"]
+
+
+def test_a_step_that_breaks_fails_alone_and_the_report_is_written(bundle, tmp_path):
+    """An engine answering something that is not JSON: the step fails with the cause, the next
+    step still runs, and the report says both and that the run finished."""
+    copy = tmp_path / "broken"
+    shutil.copytree(bundle, copy, symlinks=True, ignore=shutil.ignore_patterns("fixtures", "refs", "bin"))
+    (copy / "bin").mkdir()
+    (copy / "bin" / "bpals-release").write_text("#!/bin/sh\necho 'not json'\n")
+    (copy / "bin" / "bpals-release").chmod(0o755)
+    out = tmp_path / "out"
+    run = runner(copy, "--device", "cpu", "--quick", "--steps", "prep,throughput", "--out", out)
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["finished"] and not report["ok"] and list(report["steps"]) == ["prep", "throughput"]
+    assert all("JSONDecodeError" in step["error"] for step in report["steps"].values()), report["steps"]
+    assert run.stdout.strip().splitlines()[-1].startswith("FAILED")
+
+
+def test_a_difference_that_is_not_a_number_fails(bundle):
+    run = load_runner(bundle)
+    d = run.worst({"a.png": [(float("nan"), 0.0, 0.5)]}, {"a.png": [(1.0, 0.0, 0.5)]})
+    assert d["logit"] == math.inf and not d["logit"] <= 1e-3
+    assert run.strict_json({"max_logit_diff": math.inf, "rows": [float("nan")]}) == {"max_logit_diff": "inf", "rows": ["nan"]}
