@@ -154,6 +154,36 @@ fn server_faults_leave_the_release_byte_identical() {
     assert!(stdout(&a).contains("identical"), "{}", stdout(&a));
 }
 
+/// A server that redirects the request elsewhere, or answers with more than a chat completion
+/// can hold (declared or streamed), stops the build with that cause: the image is never sent
+/// on, and no answer is read past the cap (8 MiB).
+#[test]
+fn a_redirect_or_an_oversized_answer_stops_the_build() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = s.write(
+        "few.yaml",
+        &std::fs::read_to_string(served_spec(&s, "served.yaml", &fixture_s1a(), &server, 1))
+            .unwrap()
+            .replace(&format!("curated_images: {IMAGES}"), "curated_images: 2"),
+    );
+    let other = FakeOpenAi::start();
+    let elsewhere = other.url.clone() + "/chat/completions";
+    for (fault, expected) in [
+        (Fault::Redirect(elsewhere.clone()), format!("the server answered 307 Temporary Redirect, redirecting to {elsewhere}")),
+        (Fault::HugeDeclared, "the server's answer is declared as 10000000000 bytes, over the 8 MiB".to_string()),
+        (Fault::HugeStreamed, "the server's answer is more than 8388608 bytes, over the 8 MiB".to_string()),
+    ] {
+        server.inject(&[fault]);
+        let out = s.path("out");
+        let a = served_build(&spec, &out, &s.path(&format!("cache-{}", expected.len())), &["--jobs", "1"]);
+        let err = stderr(&a.failure());
+        assert!(err.contains(&expected), "{expected}: {err}");
+        assert!(!out.exists(), "no release is left behind");
+    }
+    assert_eq!(other.state.lock().unwrap().requests, 0, "the redirect was not followed");
+}
+
 /// OPENAI_API_KEY with spaces or a newline around it is sent trimmed; one with whitespace
 /// inside is refused, naming the variable and never printing the key.
 #[test]

@@ -104,6 +104,9 @@ impl OpenAiScorer {
             .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(served.timeout_s))
             .timeout(Duration::from_secs(served.timeout_s))
+            // Never on to another address: the request carries the image, and the lock names
+            // the endpoint the spec gave.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| fail(format!("building the HTTP client: {e}")))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -202,7 +205,21 @@ impl OpenAiScorer {
             let retry_after = match request.send().await {
                 Ok(response) => {
                     let (status, retry_after) = (response.status(), retry::retry_after(response.headers()));
-                    match response.text().await {
+                    if status.is_redirection() {
+                        let to = response.headers().get("location").and_then(|l| l.to_str().ok()).unwrap_or("nowhere named");
+                        return Err(fail(format!(
+                            "{what}: the server answered {status}, redirecting to {to}; a request (and its image) is never sent \
+                             on to another address: set model.endpoint to where the model is served"
+                        )));
+                    }
+                    match capped_text(response).await {
+                        Err(Body::TooLarge(size)) => {
+                            return Err(fail(format!(
+                                "{what}: the server's answer is {size}, over the {} MiB a chat completion may take; refused \
+                                 without reading the rest",
+                                MAX_ANSWER_BYTES >> 20
+                            )))
+                        }
                         Ok(text) if status.is_success() => {
                             return serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")));
                         }
@@ -213,8 +230,8 @@ impl OpenAiScorer {
                             retry_after
                         }
                         Ok(text) => return Err(fail(format!("{what}: the server answered {status}: {}", short(&text)))),
-                        Err(e) if last => return Err(give_up(format!("{what}: the answer broke off {}", gave_up(&e)))),
-                        Err(_) => None,
+                        Err(Body::Broken(e)) if last => return Err(give_up(format!("{what}: the answer broke off {}", gave_up(&e)))),
+                        Err(Body::Broken(_)) => None,
                     }
                 }
                 Err(e) if last => return Err(give_up(format!("{what}: {}", gave_up(&e)))),
@@ -287,6 +304,34 @@ impl OpenAiScorer {
 /// The chat template variables a request sets (see the module's doc).
 fn chat_template_kwargs(thinking: Thinking) -> Value {
     json!({ THINKING_SWITCH: thinking == Thinking::On })
+}
+
+/// The most bytes one answer may have: a chat completion with its logprobs, or a generated
+/// report, is kilobytes; a server that sends gigabytes would take the build's memory with it.
+const MAX_ANSWER_BYTES: usize = 8 << 20;
+
+/// Why an answer's body was not read.
+enum Body {
+    /// Declared or found larger than [`MAX_ANSWER_BYTES`] (a description of the size): final.
+    TooLarge(String),
+    /// The connection broke off: retried like any transient failure.
+    Broken(reqwest::Error),
+}
+
+/// The answer's body as text, at most [`MAX_ANSWER_BYTES`]: a declared length above it is
+/// refused before anything is read, and a body that passes it while streaming is dropped there.
+async fn capped_text(mut response: reqwest::Response) -> Result<String, Body> {
+    if let Some(declared) = response.content_length().filter(|n| *n > MAX_ANSWER_BYTES as u64) {
+        return Err(Body::TooLarge(format!("declared as {declared} bytes")));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Body::Broken)? {
+        if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(Body::TooLarge(format!("more than {MAX_ANSWER_BYTES} bytes")));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A request error with its causes ("connection refused" is a source, not the message), after

@@ -27,6 +27,12 @@ pub enum Fault {
     Drop,
     /// Wait, then answer normally.
     Slow(Duration),
+    /// Answer 307 Temporary Redirect to this URL (which would get the POST, image and all).
+    Redirect(String),
+    /// Declare a 10 GB body (`Content-Length`) and send a few bytes of it.
+    HugeDeclared,
+    /// Stream 64 MiB of JSON whitespace with no declared length (bounded, so the test ends).
+    HugeStreamed,
 }
 
 #[derive(Default)]
@@ -164,6 +170,23 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
             return Response::builder().status(200).header("content-type", "application/json").body(body).unwrap();
         }
         Some(Fault::Slow(d)) => tokio::time::sleep(d).await,
+        Some(Fault::Redirect(to)) => return Response::builder().status(307).header("location", to).body(Body::empty()).unwrap(),
+        Some(Fault::HugeDeclared) => {
+            // A few bytes, then a pause (hyper sends the headers when the body waits) that the
+            // client is not expected to sit through.
+            let start = futures::stream::once(async { Ok::<Bytes, std::io::Error>(Bytes::from_static(b"{\"choices\":")) });
+            let pause = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Err::<Bytes, std::io::Error>(std::io::Error::other("the fake's declared body never comes"))
+            });
+            let body = Body::from_stream(futures::StreamExt::chain(start, pause));
+            return Response::builder().status(200).header("content-type", "application/json").header("content-length", "10000000000").body(body).unwrap();
+        }
+        Some(Fault::HugeStreamed) => {
+            let chunk = Bytes::from(vec![b' '; 1 << 20]);
+            let body = Body::from_stream(futures::stream::iter((0..64).map(move |_| Ok::<Bytes, std::io::Error>(chunk.clone()))));
+            return Response::builder().status(200).header("content-type", "application/json").body(body).unwrap();
+        }
         None => {}
     }
     let Ok(request) = serde_json::from_slice::<Value>(body) else { return error(StatusCode::BAD_REQUEST, "not JSON") };
