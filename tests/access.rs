@@ -280,6 +280,7 @@ fn bad_payment_rows_stop_the_run_before_anything_changes() {
         let payments = s.write("payments.csv", &format!("order_id,hf_username,tier,amount,currency,paid_date\n{row}\n"));
         let err = stderr(&sync(&hub, &s, &payments, &[]).failure());
         assert!(err.contains("payments.csv") && err.contains(expected), "{row}: {err}");
+        assert_eq!(err.matches(expected).count(), 1, "{row}: the message is said once: {err}");
         assert!(!s.path("ledger.jsonl").exists(), "{row}: no ledger line is written");
     }
     assert_eq!(state_changes(&hub), 0, "no bad file grants anything");

@@ -40,7 +40,7 @@ pub enum AccessError {
     Refused(String),
     #[error(transparent)]
     Payments(#[from] PaymentError),
-    #[error("payments file {}: {source}", path.display())]
+    #[error("payments file {}", path.display())]
     Ledger {
         path: PathBuf,
         #[source]

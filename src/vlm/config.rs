@@ -266,8 +266,21 @@ pub(crate) fn get<'a>(objects: &[&'a Value], key: &str) -> Option<&'a Value> {
 /// vocabulary of a published model comes near it, and products of two stay far inside 64 bits.
 pub const MAX_CONFIG_INTEGER: u64 = 1 << 24;
 
+/// The value of `key`, or an error that says whether it is missing or set to null (a config
+/// that writes `"head_dim": null` has the key, so "missing" would send its reader looking for
+/// nothing).
+fn required<'a>(objects: &[&'a Value], key: &str) -> Result<&'a Value, ConfigError> {
+    get(objects, key).ok_or_else(|| {
+        if objects.iter().any(|o| o.get(key).is_some_and(Value::is_null)) {
+            err(key, "is null; a value is needed here")
+        } else {
+            err(key, "missing")
+        }
+    })
+}
+
 pub(crate) fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigError> {
-    let v = get(objects, key).ok_or_else(|| err(key, "missing"))?;
+    let v = required(objects, key)?;
     match v.as_u64() {
         Some(n) if n <= MAX_CONFIG_INTEGER => Ok(n as usize),
         Some(n) => Err(err(key, format!("{n}: above {MAX_CONFIG_INTEGER}, more than any model has"))),
@@ -276,7 +289,7 @@ pub(crate) fn usize_at(objects: &[&Value], key: &str) -> Result<usize, ConfigErr
 }
 
 pub(crate) fn f64_at(objects: &[&Value], key: &str) -> Result<f64, ConfigError> {
-    let v = get(objects, key).ok_or_else(|| err(key, "missing"))?;
+    let v = required(objects, key)?;
     v.as_f64().ok_or_else(|| err(key, format!("expected a number, got {v}")))
 }
 

@@ -341,5 +341,8 @@ mod tests {
         assert!(err("vision_config", "hidden_size", 0).starts_with("vision_config.hidden_size"));
         assert!(err("text_config", "sliding_window", 0).starts_with("text_config.sliding_window"));
         assert!(err("vision_config", "num_hidden_layers", 0).starts_with("vision_config.depth"));
+        // A key written as null is said to be null, not missing.
+        let null = e4b_with("text_config", "head_dim", Value::Null).unwrap_err();
+        assert_eq!(null, "text_config.head_dim: is null; a value is needed here");
     }
 }
