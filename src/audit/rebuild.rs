@@ -75,6 +75,47 @@ pub struct Drift {
     pub tolerance: f64,
     /// Rows of one release without a counterpart in the other.
     pub unmatched_rows: usize,
+    /// A two-model release: the second model's raw logits, compared the same way (`max_abs`
+    /// and `mean_abs` above are the primary model's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second: Option<ModelDrift>,
+}
+
+/// One model's raw logits, the release's against the rebuild's.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelDrift {
+    pub logits_compared: usize,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+}
+
+impl ModelDrift {
+    /// Adds the differences of one row's logits; false where the rows hold different counts.
+    fn add(&mut self, sum: &mut f64, a: (&[f32], &[f32]), b: (&[f32], &[f32])) -> bool {
+        if a.0.len() != b.0.len() || a.1.len() != b.1.len() {
+            return false;
+        }
+        for (x, y) in a.0.iter().zip(b.0).chain(a.1.iter().zip(b.1)) {
+            let d = (f64::from(*x) - f64::from(*y)).abs();
+            // A NaN on either side is as far as can be (max() would pass over it).
+            self.max_abs = self.max_abs.max(if d.is_nan() { f64::INFINITY } else { d });
+            *sum += d;
+            self.logits_compared += 1;
+        }
+        true
+    }
+
+    fn finish(mut self, sum: f64) -> ModelDrift {
+        self.mean_abs = if self.logits_compared > 0 { sum / self.logits_compared as f64 } else { 0.0 };
+        self
+    }
+}
+
+impl Drift {
+    /// The largest difference of any model's logits.
+    fn max_any(&self) -> f64 {
+        self.second.as_ref().map_or(self.max_abs, |s| self.max_abs.max(s.max_abs))
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -186,14 +227,22 @@ fn judge(report: &mut AuditReport, drift: &Drift) {
             FileStatus::Missing => reasons.push(format!("{}: in the release, not produced by the rebuild", f.path)),
             FileStatus::Extra => reasons.push(format!("{}: produced by the rebuild, not in the release", f.path)),
             FileStatus::Differs if f.score_free => reasons.push(format!("{}: differs, and it does not depend on scores", f.path)),
-            FileStatus::Differs if drift.max_abs == 0.0 => {
+            FileStatus::Differs if drift.max_any() == 0.0 => {
                 reasons.push(format!("{}: differs although every raw score is identical", f.path))
             }
             FileStatus::Differs => {}
         }
     }
     if drift.max_abs > drift.tolerance {
-        reasons.push(format!("raw logits drift by up to {:.3e}, above the tolerance {:.3e}", drift.max_abs, drift.tolerance));
+        let whose = if drift.second.is_some() { "the primary model's" } else { "" };
+        let text = format!("{whose} raw logits drift by up to {:.3e}, above the tolerance {:.3e}", drift.max_abs, drift.tolerance);
+        reasons.push(text.trim_start().to_string());
+    }
+    if let Some(second) = drift.second.as_ref().filter(|s| s.max_abs > drift.tolerance) {
+        reasons.push(format!(
+            "the second model's raw logits drift by up to {:.3e}, above the tolerance {:.3e}",
+            second.max_abs, drift.tolerance
+        ));
     }
     if !report.class_changes.is_empty() {
         reasons.push(format!("{} rows changed trust class", report.class_changes.len()));
@@ -242,7 +291,9 @@ fn compare_trees(original: &Path, rebuilt: &Path) -> Result<Vec<FileComparison>,
 /// Logit drift and trust-class changes between two releases' pair rows, joined on (image, label).
 pub fn score_drift(original: &[ReleaseRow], rebuilt: &[ReleaseRow], tolerance: f64) -> (Drift, Vec<ClassChange>) {
     let by_key: BTreeMap<(&str, &str), &ReleaseRow> = rebuilt.iter().map(|r| ((r.image_index.as_str(), r.label.as_str()), r)).collect();
-    let (mut max_abs, mut sum, mut count, mut rows, mut unmatched) = (0f64, 0f64, 0usize, 0usize, 0usize);
+    let (mut primary, mut primary_sum) = (ModelDrift::default(), 0f64);
+    let (mut second, mut second_sum, mut two_models) = (ModelDrift::default(), 0f64, false);
+    let (mut rows, mut unmatched) = (0usize, 0usize);
     let mut changes = Vec::new();
     for a in original {
         let Some(b) = by_key.get(&(a.image_index.as_str(), a.label.as_str())) else {
@@ -250,15 +301,19 @@ pub fn score_drift(original: &[ReleaseRow], rebuilt: &[ReleaseRow], tolerance: f
             continue;
         };
         rows += 1;
-        if a.logit_yes.len() != b.logit_yes.len() || a.logit_no.len() != b.logit_no.len() {
+        if !primary.add(&mut primary_sum, (&a.logit_yes, &a.logit_no), (&b.logit_yes, &b.logit_no)) {
             unmatched += 1;
             continue;
         }
-        for (x, y) in a.logit_yes.iter().zip(&b.logit_yes).chain(a.logit_no.iter().zip(&b.logit_no)) {
-            let d = (f64::from(*x) - f64::from(*y)).abs();
-            max_abs = max_abs.max(d);
-            sum += d;
-            count += 1;
+        match (&a.families, &b.families) {
+            (Some(x), Some(y)) => {
+                two_models = true;
+                if !second.add(&mut second_sum, (&x.second_logit_yes, &x.second_logit_no), (&y.second_logit_yes, &y.second_logit_no)) {
+                    unmatched += 1;
+                }
+            }
+            (None, None) => {}
+            _ => unmatched += 1,
         }
         if a.trust_class != b.trust_class {
             changes.push(ClassChange {
@@ -272,13 +327,15 @@ pub fn score_drift(original: &[ReleaseRow], rebuilt: &[ReleaseRow], tolerance: f
         }
     }
     unmatched += rebuilt.len().saturating_sub(rows);
+    let primary = primary.finish(primary_sum);
     let drift = Drift {
         rows_compared: rows,
-        logits_compared: count,
-        max_abs,
-        mean_abs: if count > 0 { sum / count as f64 } else { 0.0 },
+        logits_compared: primary.logits_compared,
+        max_abs: primary.max_abs,
+        mean_abs: primary.mean_abs,
         tolerance,
         unmatched_rows: unmatched,
+        second: two_models.then(|| second.finish(second_sum)),
     };
     (drift, changes)
 }
@@ -335,6 +392,12 @@ impl std::fmt::Display for AuditReport {
                 "  raw logits: {} rows, {} logits compared; max |diff| {:.3e}, mean |diff| {:.3e} (tolerance {:.3e})\n",
                 d.rows_compared, d.logits_compared, d.max_abs, d.mean_abs, d.tolerance
             ));
+            if let Some(s) = &d.second {
+                out.push_str(&format!(
+                    "  the second model's raw logits: {} compared; max |diff| {:.3e}, mean |diff| {:.3e} (tolerance {:.3e})\n",
+                    s.logits_compared, s.max_abs, s.mean_abs, d.tolerance
+                ));
+            }
         }
         if !self.class_changes.is_empty() {
             out.push_str(&format!("  trust class changed on {} rows:\n", self.class_changes.len()));
@@ -346,7 +409,7 @@ impl std::fmt::Display for AuditReport {
             }
         }
         if self.pass {
-            let drifted = self.drift.as_ref().is_some_and(|d| d.max_abs > 0.0);
+            let drifted = self.drift.as_ref().is_some_and(|d| d.max_any() > 0.0);
             out.push_str(if drifted {
                 "PASS: deterministic files identical; scores drift within tolerance and no row changed class\n"
             } else {
@@ -359,5 +422,67 @@ impl std::fmt::Display for AuditReport {
             }
         }
         f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::FamilyViews;
+
+    fn row(primary: f32, second: f32) -> ReleaseRow {
+        ReleaseRow {
+            image_index: "00000001_000.png".into(),
+            label: "Effusion".into(),
+            nih_label: true,
+            confidence: 0.9,
+            agreement: 0.9,
+            view_position: "PA".into(),
+            devices_present: false,
+            trust_class: "trusted".into(),
+            flags: Vec::new(),
+            logit_yes: vec![primary, 1.0],
+            logit_no: vec![0.0, 0.0],
+            families: Some(FamilyViews {
+                primary_confidence: 0.9,
+                primary_trust_class: "trusted".into(),
+                second_confidence: 0.9,
+                second_trust_class: "trusted".into(),
+                second_logit_yes: vec![second, 1.0],
+                second_logit_no: vec![0.0, 0.0],
+            }),
+        }
+    }
+
+    /// A two-model release whose second model's scores moved: the primary's logits are equal,
+    /// and the audit still sees the drift and names the second model (it used to say max 0).
+    #[test]
+    fn the_second_models_logits_are_compared_too() {
+        let (drift, changes) = score_drift(&[row(2.0, 3.0)], &[row(2.0, 3.5)], 1e-3);
+        assert!(changes.is_empty());
+        assert_eq!(drift.max_abs, 0.0);
+        let second = drift.second.as_ref().expect("a two-model release");
+        assert_eq!((second.logits_compared, second.max_abs), (4, 0.5));
+        let mut report = AuditReport {
+            release_id: "s1a".into(),
+            original: "a".into(),
+            rebuilt: "b".into(),
+            spec: "s.yaml".into(),
+            spec_differences: Vec::new(),
+            tool_locked: String::new(),
+            tool_now: String::new(),
+            inference: "rerun".into(),
+            files: Vec::new(),
+            drift: None,
+            class_changes: changes,
+            pass: true,
+            reasons: Vec::new(),
+        };
+        judge(&mut report, &drift);
+        assert!(!report.pass);
+        assert_eq!(report.reasons, ["the second model's raw logits drift by up to 5.000e-1, above the tolerance 1.000e-3"]);
+        // A one-model release's drift says nothing of a second model.
+        let one = |r: ReleaseRow| ReleaseRow { families: None, ..r };
+        assert!(score_drift(&[one(row(2.0, 3.0))], &[one(row(2.0, 3.5))], 1e-3).0.second.is_none());
     }
 }

@@ -59,6 +59,9 @@ pub struct FamilyViews {
     pub primary_trust_class: String,
     pub second_confidence: f64,
     pub second_trust_class: String,
+    /// The second model's raw logits per question, as shipped (an audit compares them too).
+    pub second_logit_yes: Vec<f32>,
+    pub second_logit_no: Vec<f32>,
 }
 
 /// The pair shards of `split`, or by default of the `full` split if the release has one, else
@@ -144,10 +147,9 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
         let families = match batch.column_by_name("second_confidence") {
             None => None,
             Some(_) => Some((
-                column("primary_confidence")?,
-                column("primary_trust_class")?,
-                column("second_confidence")?,
-                column("second_trust_class")?,
+                (column("primary_confidence")?, column("primary_trust_class")?),
+                (column("second_confidence")?, column("second_trust_class")?),
+                (column("second_question_logit_yes")?, column("second_question_logit_no")?),
             )),
         };
         for i in 0..batch.num_rows() {
@@ -163,11 +165,13 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
                 flags: flags.value(i).as_string::<i32>().iter().flatten().map(str::to_string).collect(),
                 logit_yes: floats(&yes.value(i)),
                 logit_no: floats(&no.value(i)),
-                families: families.as_ref().map(|(pc, pt, sc, st)| FamilyViews {
+                families: families.as_ref().map(|((pc, pt), (sc, st), (sy, sn))| FamilyViews {
                     primary_confidence: pc.as_primitive::<Float64Type>().value(i),
                     primary_trust_class: pt.as_string::<i32>().value(i).to_string(),
                     second_confidence: sc.as_primitive::<Float64Type>().value(i),
                     second_trust_class: st.as_string::<i32>().value(i).to_string(),
+                    second_logit_yes: floats(&sy.as_list::<i32>().value(i)),
+                    second_logit_no: floats(&sn.as_list::<i32>().value(i)),
                 }),
             });
         }

@@ -190,6 +190,8 @@ impl<'a> RecordTable<'a> {
                         primary_trust_class: s.primary.pairs[i].trust_class.name().to_string(),
                         second_confidence: s.second.pairs[i].confidence,
                         second_trust_class: s.second.pairs[i].trust_class.name().to_string(),
+                        second_logit_yes: questions.iter().map(|&q| s.scores[row.image].scores[q].logit_yes).collect(),
+                        second_logit_no: questions.iter().map(|&q| s.scores[row.image].scores[q].logit_no).collect(),
                     }),
                 }
             })
