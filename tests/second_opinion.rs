@@ -79,6 +79,11 @@ fn a_two_scorer_release_carries_both_families_and_the_joint_signal() {
     assert!(report.get("families_a").is_none());
     assert_eq!(report["families_b"]["kappa"], 1.0);
     assert_eq!(report["changed_rows"], 0);
+    assert!(report["overall"].get("second_max_abs_logit_change").is_none(), "side A has one model: {}", report["overall"]);
+    // Two two-model releases: the second model's logits are compared as well.
+    let out = bin().arg("diff").arg(&two).arg(&two).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["overall"]["second_max_abs_logit_change"], 0.0, "{}", report["overall"]);
 }
 
 #[test]

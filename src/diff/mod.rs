@@ -40,6 +40,10 @@ pub struct Agreement {
     /// both rows hold (the numeric drift of a rerun on other hardware, say).
     pub max_abs_p_yes_change: Option<f64>,
     pub max_abs_logit_change: Option<f64>,
+    /// Where both sides are two-model releases: the largest change of one of the second model's
+    /// raw logits (the figures above are the primary model's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_max_abs_logit_change: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -162,7 +166,22 @@ fn agreement(pairs: &[(&ReleaseRow, &ReleaseRow)]) -> Agreement {
             let d = |a: f32, b: f32| (f64::from(a) - f64::from(b)).abs();
             d(x.logit_yes[i], y.logit_yes[i]).max(d(x.logit_no[i], y.logit_no[i]))
         }),
+        second_max_abs_logit_change: second_largest(pairs),
     }
+}
+
+/// The largest change of one of the second model's raw logits, over the pairs whose rows are
+/// both from two-model releases (a NaN counts as the largest); None where none are.
+fn second_largest(pairs: &[(&ReleaseRow, &ReleaseRow)]) -> Option<f64> {
+    let d = |a: f32, b: f32| (f64::from(a) - f64::from(b)).abs();
+    pairs
+        .iter()
+        .filter_map(|(x, y)| Some((x.families.as_ref()?, y.families.as_ref()?)))
+        .flat_map(|(x, y)| {
+            let yes = x.second_logit_yes.iter().zip(&y.second_logit_yes);
+            yes.chain(x.second_logit_no.iter().zip(&y.second_logit_no)).map(|(a, b)| d(*a, *b))
+        })
+        .max_by(f64::total_cmp)
 }
 
 /// How far a two-family release's primary and second models agree with each other, as if they

@@ -58,8 +58,9 @@ pub fn to_markdown(d: &DiffReport) -> String {
         }
     }
     let small = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.2e}"));
+    let second = d.overall.second_max_abs_logit_change.map_or(String::new(), |v| format!(" ({v:.2e} in one of the second model's)"));
     md.push_str(&format!(
-        "\nLargest change of one question: {} in p_yes, {} in a raw logit.\n",
+        "\nLargest change of one question: {} in p_yes, {} in a raw logit{second}.\n",
         small(d.overall.max_abs_p_yes_change),
         small(d.overall.max_abs_logit_change)
     ));

@@ -39,8 +39,8 @@ pub enum Family {
 
 impl ReleaseRow {
     /// The row as one family of a two-family release sees it alone: that family's confidence,
-    /// agreement and class. The logits are left out (only the primary model's are read into a
-    /// row). None in a one-model release.
+    /// agreement and class, as a one-model row (no logits, no family views). None in a
+    /// one-model release.
     pub fn family_view(&self, family: Family) -> Option<ReleaseRow> {
         let f = self.families.as_ref()?;
         let (confidence, class) = match family {
@@ -48,7 +48,8 @@ impl ReleaseRow {
             Family::Second => (f.second_confidence, &f.second_trust_class),
         };
         let agreement = if self.nih_label { confidence } else { 1.0 - confidence };
-        Some(ReleaseRow { confidence, agreement, trust_class: class.clone(), logit_yes: Vec::new(), logit_no: Vec::new(), ..self.clone() })
+        let (logit_yes, logit_no, families) = (Vec::new(), Vec::new(), None);
+        Some(ReleaseRow { confidence, agreement, trust_class: class.clone(), logit_yes, logit_no, families, ..self.clone() })
     }
 }
 
