@@ -36,7 +36,10 @@ fn qemu() -> Option<PathBuf> {
 /// with its own bf16 instructions).
 fn small_specs(s: &Scratch) -> Vec<(&'static str, PathBuf)> {
     let small = format!("extends: {}\nselection:\n  curated_images: 3\n  expected_rows: 5\n", spec("s1a.yaml").display());
-    ["f32", "bf16"].into_iter().map(|dtype| (dtype, s.write(&format!("cross-cpu-{dtype}.yaml"), &format!("{small}model:\n  dtype: {dtype}\n")))).collect()
+    ["f32", "bf16"]
+        .into_iter()
+        .map(|dtype| (dtype, s.write(&format!("cross-cpu-{dtype}.yaml"), &format!("{small}model:\n  dtype: {dtype}\n"))))
+        .collect()
 }
 
 fn build_under(qemu_cpu: Option<(&Path, &str)>, spec: &Path, out: &Path, cache: &Path) {

@@ -31,6 +31,12 @@ fn served_spec(s: &Scratch, name: &str, parent: &Path, server: &FakeOpenAi, conc
     s.write(name, &yaml)
 }
 
+/// [`served_spec`] on two images: for the checks that need a request, not a release.
+fn two_image_spec(s: &Scratch, server: &FakeOpenAi, concurrency: usize) -> PathBuf {
+    let full = std::fs::read_to_string(served_spec(s, "served.yaml", &fixture_s1a(), server, concurrency)).unwrap();
+    s.write("two-images.yaml", &full.replace(&format!("curated_images: {IMAGES}"), "curated_images: 2"))
+}
+
 fn served_build(spec: &Path, out: &Path, cache: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     bin()
         .env("OPENAI_API_KEY", KEY)
@@ -161,12 +167,7 @@ fn server_faults_leave_the_release_byte_identical() {
 fn a_redirect_or_an_oversized_answer_stops_the_build() {
     let s = Scratch::new();
     let server = FakeOpenAi::start();
-    let spec = s.write(
-        "few.yaml",
-        &std::fs::read_to_string(served_spec(&s, "served.yaml", &fixture_s1a(), &server, 1))
-            .unwrap()
-            .replace(&format!("curated_images: {IMAGES}"), "curated_images: 2"),
-    );
+    let spec = two_image_spec(&s, &server, 1);
     let other = FakeOpenAi::start();
     let elsewhere = other.url.clone() + "/chat/completions";
     for (fault, expected) in [
@@ -190,14 +191,18 @@ fn a_redirect_or_an_oversized_answer_stops_the_build() {
 fn an_api_key_with_spaces_around_it_is_sent_trimmed_and_one_with_spaces_inside_refused() {
     let s = Scratch::new();
     let server = FakeOpenAi::start();
-    let spec = s.write(
-        "few.yaml",
-        &std::fs::read_to_string(served_spec(&s, "served.yaml", &fixture_s1a(), &server, 2))
-            .unwrap()
-            .replace(&format!("curated_images: {IMAGES}"), "curated_images: 2"),
-    );
+    let spec = two_image_spec(&s, &server, 2);
     let build = |key: &str, out: &str| {
-        bin().env("OPENAI_API_KEY", key).arg("build").arg(&spec).arg("--out").arg(s.path(out)).arg("--cache-dir").arg(s.path(out).with_extension("cache")).arg("--no-progress").assert()
+        bin()
+            .env("OPENAI_API_KEY", key)
+            .arg("build")
+            .arg(&spec)
+            .arg("--out")
+            .arg(s.path(out))
+            .arg("--cache-dir")
+            .arg(s.path(out).with_extension("cache"))
+            .arg("--no-progress")
+            .assert()
     };
     build(&format!(" {KEY}\n"), "padded").success();
     let state = server.state.lock().unwrap();

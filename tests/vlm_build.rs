@@ -232,7 +232,10 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     let out = s.path("two-families");
     let a = build(&spec, &out, &s.cache(), &[]).success();
     let text = stdout(&a) + &stderr(&a);
-    assert!(text.contains("infer (second opinion): 0 images from the cache, 640 scored by the native engine bpals/tiny-gemma4-synthetic"), "{text}");
+    assert!(
+        text.contains("infer (second opinion): 0 images from the cache, 640 scored by the native engine bpals/tiny-gemma4-synthetic"),
+        "{text}"
+    );
     assert!(!text.contains("one lineage's errors are correlated"), "two families: {text}");
     bin().arg("verify").arg(&out).assert().success();
     let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("build.lock")).unwrap()).unwrap();
@@ -246,7 +249,8 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
         let m = &eval["families"][name];
         let likely = m["mislabel"]["by_class"].as_array().unwrap().iter().find(|c| c["classes"] == "likely_mislabeled").unwrap().clone();
         let n = m["mislabel"]["n"].as_u64().unwrap() as usize;
-        let lift = m["mislabel"]["at_k"].as_array().unwrap().iter().find(|k| k[0].as_u64() == Some(n.div_ceil(10) as u64)).map(|k| k[2].clone());
+        let lift =
+            m["mislabel"]["at_k"].as_array().unwrap().iter().find(|k| k[0].as_u64() == Some(n.div_ceil(10) as u64)).map(|k| k[2].clone());
         eprintln!(
             "{name}: AUROC {:.3}, mislabel AP {:.3}, likely_mislabeled {} rows, precision {}, recall {}, Lift@10% {}",
             m["auroc"].as_f64().unwrap(),
@@ -270,7 +274,13 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     let plain = s.path("plain");
     build(&small, &plain, &s.path("cache-plain"), &["--jobs", "2"]).success();
     for k in 0..2 {
-        bin().arg("infer").arg(&small).args(["--shard", &format!("{k}/2"), "--no-progress", "--cache-dir"]).arg(s.path("cache-shared")).assert().success();
+        bin()
+            .arg("infer")
+            .arg(&small)
+            .args(["--shard", &format!("{k}/2"), "--no-progress", "--cache-dir"])
+            .arg(s.path("cache-shared"))
+            .assert()
+            .success();
     }
     let merged = s.path("merged");
     let a = build(&small, &merged, &s.path("cache-shared"), &["--jobs", "1"]).success();
@@ -414,4 +424,3 @@ fn a_second_opinion_with_the_primarys_weights_is_refused() {
     assert!(err.contains("second_opinion names the same weights as model") && err.contains("same.yaml"), "{err}");
     assert!(!s.path("out").exists(), "nothing is written");
 }
-

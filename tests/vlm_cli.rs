@@ -164,7 +164,10 @@ fn doctor_reports_the_machine_and_never_the_token() {
     assert_eq!(r["hub_token"], "HF_TOKEN");
     assert_eq!(r["libtorch"]["dtypes"][0], serde_json::json!(["f32", true]));
     assert_eq!(r["model"]["backend"], "qwen2vl");
-    assert_eq!(r["engine_families"], serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "gemma4"]));
+    assert_eq!(
+        r["engine_families"],
+        serde_json::json!(["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "gemma4"])
+    );
     assert!(r["model"]["local_dir"].as_str().unwrap().ends_with("fixtures/vlm/trained/qwen2_vl"), "{r}");
     assert!(r["next_step"].as_str().unwrap().len() > 10);
 }

@@ -109,7 +109,12 @@ fn bad_model_directories_say_what_is_wrong() {
             v["architectures"] = serde_json::json!(["LlavaForConditionalGeneration"]);
         })
     });
-    assert!(e.contains("key `model_type`") && e.contains("\"llava\"") && e.contains("runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe"), "{e}");
+    assert!(
+        e.contains("key `model_type`")
+            && e.contains("\"llava\"")
+            && e.contains("runs qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe"),
+        "{e}"
+    );
     let e = case("mrope", &|d| edit_config(d, &|v| v["text_config"]["rope_parameters"]["mrope_section"] = serde_json::json!([2, 2, 2])));
     assert!(e.contains("key `mrope_section`") && e.contains("expected head_dim / 2 = 8"), "{e}");
     let e = case("no-weights", &|d| std::fs::remove_file(d.join("model.safetensors")).unwrap());

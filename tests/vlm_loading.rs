@@ -16,7 +16,11 @@ use common::*;
 fn peak_of_probe(model: &std::path::Path) -> u64 {
     let image = repo().join("fixtures/vlm/qwen3_5/goldens/tall-77x123.png");
     let mut probe = Command::new(assert_cmd::cargo::cargo_bin("bpals-release"));
-    probe.args(["probe", "--device", "cpu", "--dtype", "f32", "--question", "Is there an effusion?", "--model"]).arg(model).arg("--image").arg(image);
+    probe
+        .args(["probe", "--device", "cpu", "--dtype", "f32", "--question", "Is there an effusion?", "--model"])
+        .arg(model)
+        .arg("--image")
+        .arg(image);
     let run = run_limited(probe, Duration::from_secs(300), 4 << 30);
     assert_eq!(run.code, Some(0), "probe of {} failed: {}", model.display(), run.stderr);
     run.peak_rss
@@ -53,5 +57,10 @@ fn a_checkpoint_loads_holding_its_weights_once() {
         mib(above),
         above as f64 / weights as f64
     );
-    assert!(above as f64 <= 1.2 * weights as f64, "loading took {:.0} MiB above the process for {:.0} MiB of weights", mib(above), mib(weights));
+    assert!(
+        above as f64 <= 1.2 * weights as f64,
+        "loading took {:.0} MiB above the process for {:.0} MiB of weights",
+        mib(above),
+        mib(weights)
+    );
 }

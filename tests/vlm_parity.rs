@@ -255,10 +255,20 @@ fn half_precision_scores_stay_within_what_their_precision_allows() {
             let features = model.encode_image(&pixels.to_kind(kind), grid);
             let prompt = dir.prompt(case["question"].as_str().unwrap(), grid, Thinking::Off).unwrap().input_ids;
             let s = model.score(&[prompt], &features, grid, answer).unwrap().remove(0);
-            let d = (f64::from(s.logit_yes) - golden[0].as_f64().unwrap()).abs().max((f64::from(s.logit_no) - golden[1].as_f64().unwrap()).abs());
+            let d = (f64::from(s.logit_yes) - golden[0].as_f64().unwrap())
+                .abs()
+                .max((f64::from(s.logit_no) - golden[1].as_f64().unwrap()).abs());
             let tolerance = half_precision_tolerance(kind, scale, layers);
-            eprintln!("{} {kind:?}: {d:.3e} from f32, {:.2} of the tolerance {tolerance:.3e} (logit scale {scale:.3}, {layers} layers)", path.display(), d / tolerance);
-            assert!(d <= tolerance, "{} {kind:?}: yes/no logits {s:?} are {d} from the f32 goldens {golden}, over {tolerance}", path.display());
+            eprintln!(
+                "{} {kind:?}: {d:.3e} from f32, {:.2} of the tolerance {tolerance:.3e} (logit scale {scale:.3}, {layers} layers)",
+                path.display(),
+                d / tolerance
+            );
+            assert!(
+                d <= tolerance,
+                "{} {kind:?}: yes/no logits {s:?} are {d} from the f32 goldens {golden}, over {tolerance}",
+                path.display()
+            );
         }
     }
 }

@@ -282,7 +282,8 @@ mod tests {
             let err = read_text(&format!("{HEADER}{row}\n")).unwrap_err().to_string();
             assert!(err.contains("line 2") && err.contains(expected), "{row}: {err}");
         }
-        let err = read_text(&format!("{HEADER}A-1,alice,standard,1.00,USD,2026-07-20\nA-1,bob,standard,1.00,USD,2026-07-21\n")).unwrap_err();
+        let err =
+            read_text(&format!("{HEADER}A-1,alice,standard,1.00,USD,2026-07-20\nA-1,bob,standard,1.00,USD,2026-07-21\n")).unwrap_err();
         assert!(err.to_string().contains("line 3: order id \"A-1\" was already used on line 2"), "{err}");
         let err = read_text("order,user\nA,b\n").unwrap_err().to_string();
         assert!(err.contains("missing order_id, hf_username") && err.contains("Stripe"), "{err}");

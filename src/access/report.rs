@@ -57,8 +57,11 @@ pub fn report(ledger: &Ledger, period: Period) -> Result<LedgerReport, LedgerErr
         ledger: ledger.path.clone(),
         entries: ledger.entries.len(),
         head: ledger.head().to_string(),
-        totals: totals(&ledger.entries, period)
-            .map_err(|message| LedgerError::Broken { path: ledger.path.clone(), line: message.0, message: message.1 })?,
+        totals: totals(&ledger.entries, period).map_err(|message| LedgerError::Broken {
+            path: ledger.path.clone(),
+            line: message.0,
+            message: message.1,
+        })?,
     })
 }
 
@@ -73,8 +76,10 @@ pub fn totals(entries: &[Entry], period: Period) -> Result<Vec<Totals>, (usize, 
         let amount = e.amount();
         let overflow = || (i + 1, format!("the {} totals of {} overflow at this line's amount {}", t.currency, t.period, e.amount));
         let add = |sum: Decimal, x: Decimal| sum.checked_add(x);
-        let (gross, refunded) = if e.is_refund() { (Some(t.gross), add(t.refunded, -amount)) } else { (add(t.gross, amount), Some(t.refunded)) };
-        let (Some(gross), Some(refunded), Some(net), Some(pledge)) = (gross, refunded, add(t.net, amount), add(t.pledge, e.pledge())) else {
+        let (gross, refunded) =
+            if e.is_refund() { (Some(t.gross), add(t.refunded, -amount)) } else { (add(t.gross, amount), Some(t.refunded)) };
+        let (Some(gross), Some(refunded), Some(net), Some(pledge)) = (gross, refunded, add(t.net, amount), add(t.pledge, e.pledge()))
+        else {
             return Err(overflow());
         };
         if e.is_refund() {

@@ -90,4 +90,3 @@ fn bootstrap_resamples(text: &str) -> Result<usize, String> {
     }
     Ok(n)
 }
-

@@ -18,8 +18,8 @@ use serde::Serialize;
 
 pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
-pub use release_rows::{Family as FamilyView, FamilyViews};
 pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
+pub use release_rows::{Family as FamilyView, FamilyViews};
 pub use report::to_markdown;
 pub use review_lift::{review_lift, ArmYield, PlannedReview, ReviewArm, ReviewLift};
 
@@ -320,11 +320,7 @@ fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions)
         let (conf, truth) = columns(&all, |j| j.row.confidence);
         FamilyMetrics { auroc: auroc(&conf, &truth), mislabel: mislabel_metrics(&all, options) }
     };
-    Some(FamilyComparison {
-        primary: metrics(&primary),
-        second: metrics(&second),
-        joint: metrics(rows),
-    })
+    Some(FamilyComparison { primary: metrics(&primary), second: metrics(&second), joint: metrics(rows) })
 }
 
 /// A review plan's rows, as [`add_review`] needs them.

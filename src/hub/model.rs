@@ -77,9 +77,7 @@ impl Hub {
         if let Some(token) = super::token::value()? {
             builder = builder.token(token);
         }
-        let client = builder
-            .build_sync()
-            .map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
+        let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
         Ok(Hub { client, endpoint })
     }
 

@@ -225,7 +225,10 @@ impl OpenAiScorer {
                         }
                         Ok(text) if retry::is_transient(status) => {
                             if last {
-                                return Err(give_up(format!("{what}: the server answered {status} {RETRIES} times over: {}", short(&text))));
+                                return Err(give_up(format!(
+                                    "{what}: the server answered {status} {RETRIES} times over: {}",
+                                    short(&text)
+                                )));
                             }
                             retry_after
                         }

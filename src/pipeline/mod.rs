@@ -187,8 +187,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let select_key = sha256_parts(&["select", &ingest, &sha256_json(&spec.selection)]);
     let infer_key = sha256_parts(&["infer", &select_key, &scorer.identity().hash(), &prompt_set_hash]);
     // A second opinion's scores are an input of the signal: its key joins the chain there.
-    let second_infer_key =
-        second_scorer.as_ref().map(|s| sha256_parts(&["infer", &select_key, &s.identity().hash(), &prompt_set_hash]));
+    let second_infer_key = second_scorer.as_ref().map(|s| sha256_parts(&["infer", &select_key, &s.identity().hash(), &prompt_set_hash]));
     let signal_key = match &second_infer_key {
         None => sha256_parts(&["signal", &infer_key, &sha256_json(&spec.signal_json())]),
         Some(second) => sha256_parts(&["signal", &infer_key, second, &sha256_json(&spec.signal_json())]),
@@ -217,7 +216,20 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         let key = sha256_parts(&[stage, &stage_keys["select"], &scorer.identity().generation_hash(), &prompt_set_hash]);
         stage_keys.insert(stage.to_string(), key);
     }
-    Ok(Prepared { table, selection, jobs, scorer, second_scorer, questions, prompt_set_hash, grounding, narrative, demo_reasons, notes, stage_keys })
+    Ok(Prepared {
+        table,
+        selection,
+        jobs,
+        scorer,
+        second_scorer,
+        questions,
+        prompt_set_hash,
+        grounding,
+        narrative,
+        demo_reasons,
+        notes,
+        stage_keys,
+    })
 }
 
 /// The image file of every curated image; the folder must exist and stay inside the source root.

@@ -55,7 +55,9 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
             "select" => format!("{} images, {} rows", prepared.selection.images.len(), prepared.selection.rows.len()),
             "infer" => format!("{cached}/{total} images cached, {} to score with {}", total - cached, spec.model.backend),
             "infer_second_opinion" => match &spec.second_opinion {
-                Some(second) => format!("{second_cached}/{total} images cached, {} to score with {}", total - second_cached, second.backend),
+                Some(second) => {
+                    format!("{second_cached}/{total} images cached, {} to score with {}", total - second_cached, second.backend)
+                }
                 None => String::new(),
             },
             "generate" => format!(

@@ -233,11 +233,23 @@ pub const REPORT_COLUMNS: [ColumnDoc; 20] = {
 /// A second opinion (`second_opinion:` in the spec): appended to the pair table after every other
 /// column. The release's `confidence` ... `flags` are then the two families' joint row.
 pub const SECOND_OPINION_COLUMNS: [ColumnDoc; 7] = [
-    column("primary_confidence", ColumnType::Float64, "The primary model's own confidence (the spec's `model`), as a release of it alone would give it."),
+    column(
+        "primary_confidence",
+        ColumnType::Float64,
+        "The primary model's own confidence (the spec's `model`), as a release of it alone would give it.",
+    ),
     column("primary_trust_class", ColumnType::Utf8, "The primary model's own trust class, from its own agreement and the thresholds."),
-    column("second_confidence", ColumnType::Float64, "The second model's confidence (`second_opinion`, another family): the mean of its `p_yes` over the same questions."),
+    column(
+        "second_confidence",
+        ColumnType::Float64,
+        "The second model's confidence (`second_opinion`, another family): the mean of its `p_yes` over the same questions.",
+    ),
     column("second_trust_class", ColumnType::Utf8, "The second model's own trust class, from its own agreement and the thresholds."),
-    column("second_question_logit_yes", ColumnType::ListFloat32, "The second model's raw \"Yes\" logit per question, aligned with `question_ids`."),
+    column(
+        "second_question_logit_yes",
+        ColumnType::ListFloat32,
+        "The second model's raw \"Yes\" logit per question, aligned with `question_ids`.",
+    ),
     column("second_question_logit_no", ColumnType::ListFloat32, "The second model's raw \"No\" logit per question."),
     column("family_agreement", ColumnType::Float64, "How far the two families agree: 1 - |primary_confidence - second_confidence|."),
 ];

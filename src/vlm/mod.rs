@@ -31,11 +31,11 @@ mod layers;
 #[cfg(feature = "vlm")]
 pub mod model;
 #[cfg(feature = "vlm")]
+mod moe;
+#[cfg(feature = "vlm")]
 pub mod pixels;
 #[cfg(feature = "vlm")]
 pub mod preparation;
-#[cfg(feature = "vlm")]
-mod moe;
 #[cfg(feature = "vlm")]
 mod safetensors_file;
 #[cfg(feature = "vlm")]

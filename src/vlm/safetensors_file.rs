@@ -78,8 +78,8 @@ impl SafetensorsFile {
         let mut tensors = BTreeMap::new();
         for (name, value) in entries {
             let entry: Entry = serde_json::from_value(value).map_err(|e| bad(format!("tensor {name}: {e}")))?;
-            let (kind, width) =
-                kind_of(&entry.dtype).ok_or_else(|| bad(format!("tensor {name} has dtype {}, which the engine cannot read", entry.dtype)))?;
+            let (kind, width) = kind_of(&entry.dtype)
+                .ok_or_else(|| bad(format!("tensor {name} has dtype {}, which the engine cannot read", entry.dtype)))?;
             let elements = entry.shape.iter().try_fold(1u64, |n, &d| u64::try_from(d).ok().and_then(|d| n.checked_mul(d)));
             let (begin, end) = entry.data_offsets;
             let len = elements.and_then(|n| n.checked_mul(width));
@@ -109,10 +109,9 @@ impl SafetensorsFile {
             // (the header's shape times the dtype's width, checked in `open`), and nothing else
             // refers to it until this function returns it.
             let bytes = unsafe { std::slice::from_raw_parts_mut(tensor.data_ptr() as *mut u8, stored.len as usize) };
-            self.file.read_exact_at(bytes, stored.start).map_err(|e| VlmError::File {
-                path: self.path.clone(),
-                message: format!("cannot read tensor {name}: {e}"),
-            })?;
+            self.file
+                .read_exact_at(bytes, stored.start)
+                .map_err(|e| VlmError::File { path: self.path.clone(), message: format!("cannot read tensor {name}: {e}") })?;
         }
         Ok(tensor)
     }

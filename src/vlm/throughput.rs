@@ -262,7 +262,10 @@ fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, q
             (None, false) => 2.0,
         };
         let mlp = 3.0 * h * t.intermediate_size as f64 * if layer.double_wide { 2.0 } else { 1.0 };
-        let experts = t.moe.as_ref().map_or(0.0, |m| h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 3.0 * h * m.moe_intermediate_size as f64);
+        let experts = t
+            .moe
+            .as_ref()
+            .map_or(0.0, |m| h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 3.0 * h * m.moe_intermediate_size as f64);
         let per_layer = g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * width as f64);
         per_token += 2.0 * (2.0 * h * q + kv_projections * h * kv + mlp + experts + per_layer);
         if layer.sliding {

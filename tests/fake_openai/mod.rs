@@ -180,7 +180,12 @@ async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -
                 Err::<Bytes, std::io::Error>(std::io::Error::other("the fake's declared body never comes"))
             });
             let body = Body::from_stream(futures::StreamExt::chain(start, pause));
-            return Response::builder().status(200).header("content-type", "application/json").header("content-length", "10000000000").body(body).unwrap();
+            return Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .header("content-length", "10000000000")
+                .body(body)
+                .unwrap();
         }
         Some(Fault::HugeStreamed) => {
             let chunk = Bytes::from(vec![b' '; 1 << 20]);

@@ -37,7 +37,9 @@ pub fn moe_config(text_scope: &[&Value], layers: usize) -> Result<MoeConfig, Con
     // number as num_local_experts (its attribute_map).
     let num_experts = match (get(text_scope, "num_experts"), get(text_scope, "num_local_experts")) {
         (None, Some(_)) => at("num_local_experts")?,
-        (None, None) => return Err(err("num_experts", "missing (a mixture of experts names its experts: num_experts or num_local_experts)")),
+        (None, None) => {
+            return Err(err("num_experts", "missing (a mixture of experts names its experts: num_experts or num_local_experts)"))
+        }
         _ => at("num_experts")?,
     };
     // transformers' rule: sparse where the layer is not MLP-only and (layer + 1) is a multiple of
