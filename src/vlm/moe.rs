@@ -120,12 +120,18 @@ impl SparseMoe {
 
 /// The experts of fused `gate_up_proj` and `down_proj` tensors, as views of them, in the
 /// orientation of a grouped product: (E, H, 2I) and (E, I, H).
-/// The layout is read from the stored shape where it can be, else the family's published one.
+/// The layout is read from the stored shapes: `gate_up_proj`'s, or where hidden = 2 x
+/// intermediate makes both readings of it the same shape, `down_proj`'s, which then differ
+/// (hidden x I against I x hidden). Only where neither can say (no such tensors: the error
+/// names them) is the family's published layout assumed.
 fn fused_experts(w: &Weights, prefix: &str, e: i64, hidden: i64, i: i64, layout: FusedLayout) -> Result<(Tensor, Tensor), VlmError> {
     let (rows, columns) = (vec![e, 2 * i, hidden], vec![e, hidden, 2 * i]);
-    let layout = match w.shape(&format!("{prefix}.gate_up_proj")) {
-        Some(s) if s == rows && s != columns => FusedLayout::Rows,
-        Some(s) if s == columns && s != rows => FusedLayout::Columns,
+    let (down_rows, down_columns) = (vec![e, hidden, i], vec![e, i, hidden]);
+    let layout = match (w.shape(&format!("{prefix}.gate_up_proj")), w.shape(&format!("{prefix}.down_proj"))) {
+        (Some(s), _) if s == rows && s != columns => FusedLayout::Rows,
+        (Some(s), _) if s == columns && s != rows => FusedLayout::Columns,
+        (_, Some(d)) if d == down_rows && d != down_columns => FusedLayout::Rows,
+        (_, Some(d)) if d == down_columns && d != down_rows => FusedLayout::Columns,
         _ => layout,
     };
     Ok(match layout {
@@ -156,4 +162,27 @@ fn stacked_experts(w: &Weights, prefix: &str, e: i64, hidden: i64, i: i64) -> Re
         down.get(n).copy_(&one(n, "down_proj", &[hidden, i])?);
     }
     Ok((gate_up.transpose(1, 2), down.transpose(1, 2)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind};
+
+    /// hidden = 2 x intermediate: `gate_up_proj` has the same shape in both layouts, so the
+    /// layout comes from `down_proj`. A checkpoint in transformers' saved order (rows) loads,
+    /// whatever the family's published layout says, and its experts are the stored ones.
+    #[test]
+    fn an_ambiguous_gate_up_takes_its_layout_from_down_proj() {
+        let (e, hidden, i) = (2i64, 8i64, 4i64);
+        let gate_up = Tensor::arange(e * 2 * i * hidden, (Kind::Float, Device::Cpu)).reshape([e, 2 * i, hidden]);
+        let down = Tensor::arange(e * hidden * i, (Kind::Float, Device::Cpu)).reshape([e, hidden, i]);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.safetensors");
+        Tensor::write_safetensors(&[("m.experts.gate_up_proj", &gate_up), ("m.experts.down_proj", &down)], &file).unwrap();
+        let w = Weights::load(&[file], Device::Cpu, Kind::Float).unwrap();
+        let (got_gate_up, got_down) = fused_experts(&w, "m.experts", e, hidden, i, FusedLayout::Columns).unwrap();
+        assert_eq!(got_gate_up.size(), [e, hidden, 2 * i]);
+        assert!(got_gate_up.equal(&gate_up.transpose(1, 2)) && got_down.equal(&down.transpose(1, 2)));
+    }
 }
