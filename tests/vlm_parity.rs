@@ -273,6 +273,40 @@ fn half_precision_scores_stay_within_what_their_precision_allows() {
     }
 }
 
+/// Gemma 4 embeds every media placeholder as the pad token, in the main embedding and the
+/// per-layer inputs, as transformers does on every step (a generated `<|audio|>` included): a
+/// prompt holding the video or audio placeholder scores exactly as one holding the pad token
+/// there, and another token does not. A question holding one is refused by name, as
+/// transformers' processor refuses it.
+#[test]
+fn gemma4_embeds_media_placeholders_as_padding_and_refuses_them_in_a_question() {
+    let path = gemma4_fixture("gemma4_ple");
+    let dir = ModelDir::open(&path).unwrap();
+    let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
+    let (g, _) = goldens_at(&path);
+    let case = &g["cases"][0];
+    let image = image::open(path.join("goldens").join(case["image"].as_str().unwrap())).unwrap();
+    let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
+    let features = model.encode_image(&pixels, grid);
+    let prompt = dir.prompt(case["question"].as_str().unwrap(), grid, Thinking::Off).unwrap().input_ids;
+    let gemma = dir.config.text.gemma4.as_ref().unwrap();
+    assert_eq!(gemma.other_media_token_ids.len(), 2, "the fixture has video and audio placeholders");
+    let with = |id: u32| {
+        let mut ids = prompt.clone();
+        ids.insert(ids.len() - 3, id);
+        model.last_logits(&ids, &features, grid).unwrap()
+    };
+    let padded = with(gemma.pad_token_id);
+    for &id in &gemma.other_media_token_ids {
+        assert!(with(id).equal(&padded), "placeholder {id} embeds as the pad token");
+    }
+    assert!(!with(prompt[prompt.len() - 2]).equal(&padded), "another token embeds as itself");
+    for placeholder in ["<|audio|>", "<|video|>"] {
+        let err = dir.prompt(&format!("Is {placeholder} in this X-ray?"), grid, Thinking::Off).unwrap_err().to_string();
+        assert!(err.contains(&format!("the prompt holds {placeholder} (id ")) && err.contains("remove it from the question"), "{err}");
+    }
+}
+
 /// Rows of different images and prompt lengths decode together as each would alone: their
 /// caches are padded to one length, and a hybrid model's linear states must skip the padding.
 #[test]

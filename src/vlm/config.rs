@@ -210,6 +210,10 @@ pub struct Gemma4Text {
     /// Per-layer input embeddings (`hidden_size_per_layer_input`, E2B/E4B): width and vocabulary.
     pub per_layer_input: Option<(usize, usize)>,
     pub pad_token_id: u32,
+    /// The video and audio placeholders (`video_token_id`, `audio_token_id`): media this engine
+    /// does not feed. transformers embeds them, as the image's, as the pad token; a prompt that
+    /// holds one is refused, as transformers' processor refuses it.
+    pub other_media_token_ids: Vec<u32>,
 }
 
 /// One decoder layer's attention.

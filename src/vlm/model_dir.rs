@@ -318,6 +318,17 @@ impl ModelDir {
                 ),
             });
         };
+        // A video or audio placeholder in the prompt (a question that holds `<|audio|>`, say)
+        // stands for media no one feeds: transformers' processor refuses such a prompt.
+        let others = self.config.text.gemma4.as_ref().map_or(&[][..], |g| &g.other_media_token_ids[..]);
+        if let Some(&id) = ids.iter().find(|id| others.contains(id)) {
+            let name = self.tokenizer.id_to_token(id).unwrap_or_else(|| format!("token {id}"));
+            return Err(VlmError::Input(format!(
+                "the prompt holds {name} (id {id}), a placeholder for media the engine does not feed (only the image): \
+                 remove it from the question{}",
+                if question.contains(&name) { "" } else { " or the chat template" }
+            )));
+        }
         let opens_reasoning = super::chat_template::ends_inside_reasoning(&text);
         let (mut before, mut after) = (ids[..at].to_vec(), ids[at + 1..].to_vec());
         // Gemma 4's processor writes the image's run between its own brackets, which the

@@ -207,6 +207,11 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
             Some(Value::Number(_)) => at(&s, "pad_token_id")? as u32,
             _ => 0,
         },
+        other_media_token_ids: ["video_token_id", "audio_token_id"]
+            .into_iter()
+            .filter_map(|key| root.get(key).and_then(Value::as_u64).map(|id| (key, id)))
+            .map(|(key, id)| u32::try_from(id).map_err(|_| err(key, format!("{id}: not a token id"))))
+            .collect::<Result<_, _>>()?,
     };
     let rms_norm_eps = crate::vlm::config::f64_at(&s, "rms_norm_eps").map_err(|e| err("text_config.rms_norm_eps", e.message))?;
     positive("text_config.rms_norm_eps", rms_norm_eps)?;

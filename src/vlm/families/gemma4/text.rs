@@ -295,6 +295,8 @@ pub struct Gemma4Decoder {
     bidirectional_vision: bool,
     /// Image placeholders take the padding token's per-layer embeddings, as transformers does.
     image_token_id: i64,
+    /// The video and audio placeholders, embedded as the pad token like the image's.
+    media_token_ids: Vec<i64>,
     pad_token_id: i64,
 }
 
@@ -343,6 +345,7 @@ impl Gemma4Decoder {
             bidirectional_vision: g.bidirectional_vision,
             image_token_id: i64::from(image_token_id),
             pad_token_id: i64::from(g.pad_token_id),
+            media_token_ids: g.other_media_token_ids.iter().map(|&id| i64::from(id)).collect(),
         })
     }
 
@@ -350,11 +353,14 @@ impl Gemma4Decoder {
     /// and each token's per-layer embeddings where the model has them.
     pub fn embed(&self, ids: &Tensor) -> Embedded {
         let (b, s) = (ids.size()[0], ids.size()[1]);
+        // Every media placeholder (image, video, audio) embeds as the pad token, in the main
+        // embedding and the per-layer inputs, as transformers does on every step (a generated
+        // `<|audio|>` included); the image's positions then take the image's features.
+        let media = self.media_token_ids.iter().fold(ids.eq(self.image_token_id), |m, &id| m.logical_or(&ids.eq(id)));
+        let ids = ids.where_scalarother(&media.logical_not(), self.pad_token_id);
         let embeds = self.embed_tokens.index_select(0, &ids.flatten(0, -1)).view([b, s, -1]) * self.embed_scale;
-        let per_layer = self.per_layer.as_ref().map(|p| {
-            let ids = ids.where_scalarother(&ids.ne(self.image_token_id), self.pad_token_id);
-            p.embed.index_select(0, &ids.flatten(0, -1)).view([b, s, p.layers, p.width]) * p.scale
-        });
+        let per_layer =
+            self.per_layer.as_ref().map(|p| p.embed.index_select(0, &ids.flatten(0, -1)).view([b, s, p.layers, p.width]) * p.scale);
         Embedded { embeds, per_layer, image_span: None }
     }
 
