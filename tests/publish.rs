@@ -87,6 +87,13 @@ fn fault_then_rerun(route: &str, fault: Fault, retries: &str, first_succeeds: bo
     assert_eq!(first, first_succeeds, "{route} {fault:?}: {}", stderr(&a));
     if !first {
         assert!(stderr(&a).contains("error:"), "{}", stderr(&a));
+        // A refused commit says where main stands: moved (the lost answer's commit landed) or not.
+        let err = stderr(&a);
+        if matches!(fault, Fault::StatusAfterApply(_)) {
+            assert!(err.contains("main has moved from") && !err.contains("nothing of this commit landed"), "{err}");
+        } else if err.contains("committing") {
+            assert!(err.contains("main is still at") || err.contains("main has moved from"), "{err}");
+        }
         // Main holds either nothing of the release or all of it.
         if let Some(repo) = hub.repo(REPO) {
             let files = &repo.head().files;

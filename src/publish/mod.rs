@@ -239,7 +239,12 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         let message = format!("Release {} {}", manifest.release_id, manifest.version);
         let description =
             format!("Built by {} {} ({}); build.lock sha256 {lock_sha}.", lock.tool.name, lock.tool.version, lock.tool.commit);
-        let commit = hub.commit(&repo, operations, &message, &description, &parent).map_err(|e| explain_commit_failure(e, &parent))?;
+        let commit = hub.commit(&repo, operations, &message, &description, &parent).map_err(|e| {
+            // Where main stands now says what happened (read once; a failure to read leaves the
+            // explanation for both cases).
+            let now = hub.repo(&repo).ok().flatten().map(|r| r.head);
+            explain_commit_failure(e, &parent, now.as_deref())
+        })?;
         let commit = match commit {
             Some(c) => c,
             None => hub.repo(&repo)?.map(|r| r.head).ok_or_else(|| HubError::Protocol("the repo vanished after the commit".into()))?,
@@ -290,17 +295,28 @@ fn check_signature(dir: &Path, key: Option<&crate::signing::PublicKey>, log: &dy
 }
 
 /// A refused commit usually means main moved: another push, or an earlier attempt of this very
-/// commit that was applied although its answer was lost. Either way a rerun sorts it out.
-fn explain_commit_failure(error: HubError, parent: &str) -> HubError {
+/// commit that was applied although its answer was lost. `now`, main's head read after the
+/// refusal, says which case this is; a rerun sorts out both.
+fn explain_commit_failure(error: HubError, parent: &str, now: Option<&str>) -> HubError {
     match error {
-        HubError::Call { action, source } => HubError::Call {
-            action: format!(
-                "{action} (nothing was half-applied: a commit lands whole or not at all. If main moved past {}, \
-                 an earlier attempt may have landed; run publish again: it compares the files and only tags)",
-                hub::short(parent)
-            ),
-            source,
-        },
+        HubError::Call { action, source } => {
+            let parent = hub::short(parent);
+            let what = match now {
+                Some(head) if head == parent || hub::short(head) == parent => {
+                    format!("main is still at {parent}: nothing of this commit landed (a commit lands whole or not at all)")
+                }
+                Some(head) => format!(
+                    "main has moved from {parent} to {}: an earlier attempt of this commit whose answer was lost, or another \
+                     push, landed there",
+                    hub::short(head)
+                ),
+                None => format!("a commit lands whole or not at all; if main moved past {parent}, an earlier attempt may have landed"),
+            };
+            HubError::Call {
+                action: format!("{action} ({what}; run publish again: it compares main's files with the release's and only tags them)"),
+                source,
+            }
+        }
         other => other,
     }
 }
