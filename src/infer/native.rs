@@ -171,19 +171,27 @@ impl Scorer for NativeScorer {
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
         let features = engine.model.encode_image(&pixel_values, grid);
-        let texts: Vec<&str> = questions.iter().map(|q| q.text.as_str()).collect();
-        let key = (grid, crate::hashing::stable_u64(&texts));
-        let prompt_ids = match prompts.entry(key) {
-            Entry::Occupied(known) => known.into_mut(),
-            Entry::Vacant(slot) => slot.insert(
-                texts
-                    .iter()
-                    .map(|q| engine.dir.prompt(q, grid, Thinking::Off).map(|p| p.input_ids))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(engine_err("the prompts"))?,
-            ),
-        };
-        let scores = engine.model.score(prompt_ids, &features, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?;
+        // One pass per prompt section: S1's label and device questions, then S2's location and
+        // sign questions (their ids hold a '/'). A pass's shapes follow its questions, and the
+        // last bits of a score follow the shapes, so S1's questions are scored as an S1 build
+        // scores them and an S2 release keeps S1's values exactly.
+        let mut scores = Vec::with_capacity(questions.len());
+        for section in questions.chunk_by(|a, b| a.id.contains('/') == b.id.contains('/')) {
+            let texts: Vec<&str> = section.iter().map(|q| q.text.as_str()).collect();
+            let key = (grid, crate::hashing::stable_u64(&texts));
+            let prompt_ids = match prompts.entry(key) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(slot) => slot.insert(
+                    texts
+                        .iter()
+                        .map(|q| engine.dir.prompt(q, grid, Thinking::Off).map(|p| p.input_ids))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(engine_err("the prompts"))?,
+                ),
+            };
+            scores
+                .extend(engine.model.score(prompt_ids, &features, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?);
+        }
         Ok(scores)
     }
 
