@@ -52,7 +52,8 @@ enum Command {
     Eval(cli::eval::EvalArgs),
     /// Expert review of the doubted rows: plan it, export it to Label Studio, import the answers.
     Review(cli::review::ReviewArgs),
-    /// Fit per-label calibration of a release's confidence on expert labels; a spec can name the file.
+    /// Fit per-label calibration of a release's confidence on expert labels, or with --joint a
+    /// two-family release's joint rule; a spec can name the file.
     Calibrate(cli::calibrate::CalibrateArgs),
     /// Benchmarks: the pipeline, batched decoding, full-size scoring, the report labeler.
     Bench(cli::bench::BenchArgs),

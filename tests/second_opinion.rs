@@ -144,3 +144,96 @@ fn second_opinion_keys_are_checked_like_the_models() {
     let err = stderr(&bin().arg("build").arg(&served).arg("--dry-run").assert().failure());
     assert!(err.contains("second_opinion.endpoint") && err.contains("is for second_opinion.backend openai only"), "{err}");
 }
+
+/// The sample's planted truth as a generic gold file (`image_index,label,value`).
+fn truth_gold(s: &Scratch) -> std::path::PathBuf {
+    let truth = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
+    let mut gold = String::from("image_index,label,value\n");
+    for line in truth.lines().skip(1) {
+        let fields: Vec<&str> = line.split(',').collect();
+        gold.push_str(&format!("{},{},{}\n", fields[0], fields[1], fields[2]));
+    }
+    s.write("truth.csv", &gold)
+}
+
+/// `calibrate --joint` fits a rule from a two-family release; a spec naming it builds a release
+/// whose lock, provenance, card and evaluation carry it, whose fitted rows the evaluation
+/// cross-fits, and whose bytes do not depend on --jobs.
+#[test]
+fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
+    let s = Scratch::new();
+    let (two, gold, rule) = (s.path("two"), truth_gold(&s), s.path("rule.json"));
+    build(&second_opinion_spec(), &two, &s.cache(), &[]).success();
+    let out = bin().arg("calibrate").arg(&two).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(&rule).assert().success();
+    let text = stdout(&out);
+    assert!(
+        text.contains("wrote the joint rule (release s1a against truth.csv, 640 images)") && text.contains("all labels pooled: 776 reads"),
+        "{text}"
+    );
+    let table: serde_json::Value = serde_json::from_slice(&std::fs::read(&rule).unwrap()).unwrap();
+    assert_eq!(table["format"], "bpals-joint-rule/1");
+    assert_eq!(table["labels"].as_object().unwrap().len(), 15);
+
+    let spec =
+        s.write("fitted.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", second_opinion_spec().display(), rule.display()));
+    let (fitted, again) = (s.path("fitted"), s.path("again"));
+    build(&spec, &fitted, &s.cache(), &["--jobs", "1"]).success();
+    build(&spec, &again, &s.cache(), &["--jobs", "2"]).success();
+    assert_eq!(tree_digest(&fitted), tree_digest(&again));
+    bin().arg("verify").arg(&fitted).assert().success();
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(fitted.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["spec"]["signal"]["joint_rule"]["rule"], table, "the lock carries the whole rule");
+    let lock_two: serde_json::Value = serde_json::from_slice(&std::fs::read(two.join("build.lock")).unwrap()).unwrap();
+    assert!(lock_two["spec"]["signal"].get("joint_rule").is_none(), "a release without a rule keeps its lock");
+
+    // The joint confidence is the rule applied to the shipped family confidences.
+    let rule_table = bpals_release::signal::joint_rule::JointRule::read_with_bytes(&rule).unwrap().0;
+    let (_, rows) = bpals_release::eval::read_release_rows(&fitted).unwrap();
+    for r in &rows {
+        let f = r.families.as_ref().unwrap();
+        assert_eq!(r.confidence, rule_table.apply(&r.label, f.primary_confidence, f.second_confidence), "{r:?}");
+    }
+
+    let card = std::fs::read_to_string(fitted.join("README.md")).unwrap();
+    assert!(card.contains("**The joint rule.**") && card.contains("rule.json`") && card.contains("judged\nout-of-fold"), "{card}");
+    assert!(card.contains("**Where the families disagree**") && card.contains("| label | AUROC, primary model |"), "{card}");
+    let card_two = std::fs::read_to_string(two.join("README.md")).unwrap();
+    assert!(!card_two.contains("joint rule") && !card_two.contains("Where the families disagree"), "{card_two}");
+
+    // Every judged row is of an image the rule was fitted on: all are cross-fitted.
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(fitted.join("eval.json")).unwrap()).unwrap();
+    assert_eq!((eval["joint_rule"]["cross_fitted_rows"].as_u64(), eval["joint_rule"]["held_out_rows"].as_u64()), (Some(776), Some(0)));
+    let out = bin().arg("eval").arg(&fitted).arg("--gold").arg(&gold).args(["--bootstrap", "10"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["joint_rule"]["cross_fitted_rows"], 776);
+    assert_eq!(report["families"]["joint"]["auroc"], eval["families"]["joint"]["auroc"], "eval reads the rule from build.lock");
+}
+
+#[test]
+fn a_joint_rule_needs_two_families_and_a_rule_file() {
+    let s = Scratch::new();
+    let (one, gold) = (s.path("one"), truth_gold(&s));
+    build(&fixture_s1a(), &one, &s.cache(), &[]).success();
+    let err = stderr(
+        &bin().arg("calibrate").arg(&one).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(s.path("r.json")).assert().failure(),
+    );
+    assert!(err.contains("has one model; a joint rule combines the two families"), "{err}");
+    assert!(!s.path("r.json").exists(), "nothing written");
+
+    let rule = s.write("rule.json", "{\"format\": \"bpals-joint-rule/1\", \"pooled\": 1}");
+    let alone = s.write("alone.yaml", &format!("extends: {}\nsignal:\n  joint_rule: rule.json\n", fixture_s1a().display()));
+    let err = stderr(&bin().arg("build").arg(&alone).arg("--dry-run").assert().failure());
+    assert!(err.contains("alone.yaml") && err.contains("signal.joint_rule") && err.contains("asks no second_opinion"), "{err}");
+    let spec = s.write("two.yaml", &format!("extends: {}\nsignal:\n  joint_rule: rule.json\n", second_opinion_spec().display()));
+    let err = stderr(&bin().arg("build").arg(&spec).arg("--dry-run").assert().failure());
+    assert!(
+        err.contains("signal.joint_rule") && err.contains(&rule.display().to_string()) && err.contains("is not a joint rule file"),
+        "{err}"
+    );
+    std::fs::write(&rule, "{\"format\": \"bpals-calibration/1\"}").unwrap();
+    let err = stderr(&bin().arg("build").arg(&spec).arg("--dry-run").assert().failure());
+    assert!(err.contains("expected \"bpals-joint-rule/1\""), "{err}");
+    std::fs::remove_file(&rule).unwrap();
+    let err = stderr(&bin().arg("build").arg(&spec).arg("--dry-run").assert().failure());
+    assert!(err.contains("cannot read") && err.contains("rule.json"), "{err}");
+}

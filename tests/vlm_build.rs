@@ -269,6 +269,45 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     // weaker family's alone.
     assert!(joint.1 >= primary.1.min(second.1), "likely_mislabeled precision: joint {} against {primary:?} {second:?}", joint.1);
 
+    // A joint rule fitted on half the planted truth (every other image) and judged on the other
+    // half: never worse than the better family alone, where the mean is.
+    let (fit_half, held_out) = (s.path("truth-fit.csv"), s.path("truth-held-out.csv"));
+    write_truth_halves(&fit_half, &held_out);
+    let rule = s.path("joint-rule.json");
+    let a = bin().arg("calibrate").arg(&out).arg("--gold").arg(&fit_half).arg("--joint").arg("--out").arg(&rule).assert().success();
+    eprintln!("{}", stdout(&a));
+    let fitted_spec = s.write("fitted.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", spec.display(), rule.display()));
+    let fitted = s.path("fitted");
+    let a = build(&fitted_spec, &fitted, &s.cache(), &[]).success();
+    assert!(stderr(&a).contains("infer (second opinion): 640 images from the cache, 0 scored"), "{}", stderr(&a));
+    bin().arg("verify").arg(&fitted).assert().success();
+    let held_out_figures = |release: &std::path::Path| -> serde_json::Value {
+        let a = bin().arg("eval").arg(release).arg("--gold").arg(&held_out).args(["--bootstrap", "10"]).assert().success();
+        serde_json::from_str(&stdout(&a)).unwrap()
+    };
+    let (mean_rule, fitted_rule) = (held_out_figures(&out), held_out_figures(&fitted));
+    assert_eq!(fitted_rule["joint_rule"]["cross_fitted_rows"], 0, "the held-out half shares no image with the fit");
+    let figures = |e: &serde_json::Value, view: &str| {
+        (e["families"][view]["auroc"].as_f64().unwrap(), e["families"][view]["mislabel"]["ap"].as_f64().unwrap())
+    };
+    for (name, e) in [("mean rule", &mean_rule), ("fitted rule", &fitted_rule)] {
+        eprintln!(
+            "held-out half, {name}: primary {:?}, second {:?}, joint {:?}; disagreement {}",
+            figures(e, "primary"),
+            figures(e, "second"),
+            figures(e, "joint"),
+            e["families"]["disagreement"]
+        );
+    }
+    let (best_auroc, best_ap) = {
+        let (p, s) = (figures(&fitted_rule, "primary"), figures(&fitted_rule, "second"));
+        (p.0.max(s.0), p.1.max(s.1))
+    };
+    let joint = figures(&fitted_rule, "joint");
+    assert!(joint.0 >= best_auroc && joint.1 >= best_ap, "held out: joint {joint:?} against the better family's ({best_auroc}, {best_ap})");
+    let card = std::fs::read_to_string(fitted.join("README.md")).unwrap();
+    assert!(card.contains("**The joint rule.**") && !card.contains("only when both\nfamilies doubt NIH"), "{card}");
+
     // Forty images: the same bytes from one process, from shards on two, and on an audit's rerun.
     let small = s.write("small.yaml", &format!("extends: {}\nselection:\n  curated_images: 40\n  expected_rows: null\n", spec.display()));
     let plain = s.path("plain");
@@ -288,6 +327,27 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     assert_eq!(tree_digest(&plain), tree_digest(&merged));
     let a = bin().args(["rebuild", "--audit", "--spec"]).arg(&small).arg(&plain).arg("--scratch").arg(s.path("audit")).assert().success();
     assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
+}
+
+/// The sample's planted truth as two generic gold files: every other image (sorted by name) in
+/// the first, the rest in the second.
+fn write_truth_halves(first: &std::path::Path, second: &std::path::Path) {
+    let truth = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
+    let mut images: Vec<&str> = truth.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    images.dedup();
+    let first_half: std::collections::BTreeSet<&str> = images.iter().step_by(2).copied().collect();
+    let (mut a, mut b) = (String::from("image_index,label,value\n"), String::from("image_index,label,value\n"));
+    for line in truth.lines().skip(1) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let row = format!("{},{},{}\n", fields[0], fields[1], fields[2]);
+        if first_half.contains(fields[0]) {
+            a.push_str(&row)
+        } else {
+            b.push_str(&row)
+        }
+    }
+    std::fs::write(first, a).unwrap();
+    std::fs::write(second, b).unwrap();
 }
 
 /// Rows per trust class and flag in the card's signal summary of one split.

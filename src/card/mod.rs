@@ -143,6 +143,60 @@ pub struct SecondOpinionCard {
     pub disagree: usize,
     /// The mean of `family_agreement` over the split's rows.
     pub mean_family_agreement: f64,
+    /// The fitted joint rule the release combines its families by, if the spec names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub joint_rule: Option<JointRuleCard>,
+}
+
+/// The card's account of a fitted joint rule: where it came from, how many labels have a fit of
+/// their own, and each family alone beside the release on the build's gold.
+#[derive(Debug, Clone, Serialize)]
+pub struct JointRuleCard {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub fitted_on: String,
+    /// Labels fitted on their own reads, on the pooled reads, and left at the mean.
+    pub own: usize,
+    pub pooled: usize,
+    pub mean: usize,
+    pub min_each_class: usize,
+    /// The pooled rule's weights, when it has any.
+    pub pooled_weights: Option<crate::signal::joint_rule::Weights>,
+    /// (view, AUROC, mislabel AP) for each family alone and the release, where the build
+    /// evaluates, to three decimals ("n/a" where the gold cannot tell).
+    pub figures: Vec<(String, String, String)>,
+    /// Judged rows judged out-of-fold, and rows held out from the fit.
+    pub cross_fitted_rows: usize,
+    pub held_out_rows: usize,
+}
+
+fn three_decimals(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.3}"))
+}
+
+impl JointRuleCard {
+    pub fn new(file: &str, rule: &crate::signal::joint_rule::JointRule, report: Option<&crate::eval::EvalReport>) -> Self {
+        let [(_, own), (_, pooled), (_, mean)] = rule.sources();
+        let figures = report.and_then(|r| r.families.as_ref()).map_or_else(Vec::new, |f| {
+            [("primary model", &f.primary), ("second opinion", &f.second), ("both (the release)", &f.joint)]
+                .into_iter()
+                .map(|(name, m)| (name.to_string(), three_decimals(m.auroc), three_decimals(m.mislabel.ap)))
+                .collect()
+        });
+        let fit = report.and_then(|r| r.joint_rule.as_ref());
+        JointRuleCard {
+            file: file.to_string(),
+            fitted_on: rule.fitted_on.clone(),
+            own,
+            pooled,
+            mean,
+            min_each_class: crate::signal::joint_rule::MIN_EACH_CLASS,
+            pooled_weights: rule.pooled.weights,
+            figures,
+            cross_fitted_rows: fit.map_or(0, |j| j.cross_fitted_rows),
+            held_out_rows: fit.map_or(0, |j| j.held_out_rows),
+        }
+    }
 }
 
 /// Curated images with an expert reference: NIH's boxes, and the gold labels the build

@@ -1,5 +1,6 @@
 //! `bpals-release calibrate DIR --gold FILE --out FILE`: per-label calibration of a release's
-//! confidence, fitted on expert labels; a spec names the file as `signal.calibration`.
+//! confidence, fitted on expert labels; a spec names the file as `signal.calibration`. With
+//! `--joint`, the joint rule of a two-family release instead (`signal.joint_rule`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +19,12 @@ pub struct CalibrateArgs {
     gold: GoldArgs,
     #[arg(long, value_enum, default_value_t = MethodArg::Platt)]
     method: MethodArg,
-    /// Where to write the calibration JSON (name it in a spec as signal.calibration).
+    /// Fit how a two-family release combines its families, per label (logistic stacking of the
+    /// two confidences), instead of a calibration; name the file in a spec as signal.joint_rule.
+    #[arg(long, conflicts_with = "method")]
+    joint: bool,
+    /// Where to write the calibration JSON (name it in a spec as signal.calibration, or with
+    /// --joint as signal.joint_rule).
     #[arg(long)]
     out: PathBuf,
 }
@@ -30,6 +36,9 @@ enum MethodArg {
 }
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    if args.joint {
+        return run_joint(args);
+    }
     let ours = |head: &str| head.contains(bpals_release::signal::calibration::CALIBRATION_FORMAT);
     bpals_release::files::check_file(&args.out, "--out", "a calibration", &ours)?;
     let gold = args.gold.read()?;
@@ -41,5 +50,36 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let bytes = bpals_release::manifest::to_json_bytes(&table);
     std::fs::write(&args.out, bytes).with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("wrote {:?} calibration for {} labels ({}) to {}", method, table.labels.len(), table.fitted_on, args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--joint`: the joint rule, and a line per source saying how many labels took it.
+fn run_joint(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    use bpals_release::signal::joint_rule::{RuleSource, JOINT_RULE_FORMAT, MIN_EACH_CLASS};
+    let ours = |head: &str| head.contains(JOINT_RULE_FORMAT);
+    bpals_release::files::check_file(&args.out, "--out", "a joint rule", &ours)?;
+    let gold = args.gold.read()?;
+    let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold)?;
+    std::fs::write(&args.out, bpals_release::manifest::to_json_bytes(&rule))
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("wrote the joint rule ({}, {} images) to {}", rule.fitted_on, rule.images.len(), args.out.display());
+    match rule.pooled.weights {
+        Some(w) => println!(
+            "  all labels pooled: {} reads; weights primary {:.3}, second {:.3}, bias {:.3}",
+            rule.pooled.n, w.primary, w.second, w.bias
+        ),
+        None => println!(
+            "  all labels pooled: {} reads, {} present: fewer than {MIN_EACH_CLASS} of a class, so the mean",
+            rule.pooled.n, rule.pooled.positives
+        ),
+    }
+    for (source, count) in rule.sources() {
+        let what = match source {
+            RuleSource::Label => "fitted on their own reads",
+            RuleSource::Pooled => "short of reads, on the pooled rule",
+            RuleSource::Mean => "at the mean",
+        };
+        println!("  {count} labels {what}");
+    }
     Ok(ExitCode::SUCCESS)
 }

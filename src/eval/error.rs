@@ -48,6 +48,10 @@ pub enum EvalError {
     },
     #[error("review plan {plan}: {message}")]
     ReviewPlan { plan: String, message: String },
+    #[error("{}: release {release} has one model; a joint rule combines the two families of a release built with a second_opinion", dir.display())]
+    OneFamily { dir: PathBuf, release: String },
+    #[error("{}: build.lock: {message}", dir.display())]
+    Lock { dir: PathBuf, message: String },
     #[error("no gold judgement in {gold} matches a row of release {release}")]
     NoMatch { gold: String, release: String },
 }

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod gold;
+mod joint;
 pub mod location;
 pub mod metrics;
 mod release_rows;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
+pub use joint::{fit_joint_rule, Disagreement, JointRuleEval, JointRuleInput};
 pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
 pub use release_rows::{Family as FamilyView, FamilyViews};
 pub use report::to_markdown;
@@ -114,6 +116,21 @@ pub struct EvalReport {
     /// (left out of a one-model release's report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub families: Option<FamilyComparison>,
+    /// A release built with a fitted joint rule: which judged rows were cross-fitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub joint_rule: Option<JointRuleEval>,
+}
+
+/// How a two-family release is evaluated.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FamilyOptions<'a> {
+    /// The joint rule the release was built with: the rows it was fitted on are judged by their
+    /// out-of-fold confidences.
+    pub joint_rule: Option<&'a JointRuleInput>,
+    /// Each family's AUROC per label and the label errors where the families disagree. The build
+    /// adds them only with a joint rule, so that a release built without one keeps its bytes;
+    /// `eval` always does.
+    pub details: bool,
 }
 
 /// Each family alone and both together, on the same gold judgements.
@@ -122,6 +139,11 @@ pub struct FamilyComparison {
     pub primary: FamilyMetrics,
     pub second: FamilyMetrics,
     pub joint: FamilyMetrics,
+    /// Per label: AUROC of the primary family, the second, and the release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_label_auroc: Option<BTreeMap<String, [Option<f64>; 3]>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disagreement: Option<Disagreement>,
 }
 
 /// Confidence against gold (pooled AUROC) and mislabel detection, for one view of the rows.
@@ -217,12 +239,16 @@ pub fn evaluate(
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (split, rows) = read_release_rows(dir)?;
     let gold_file = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut report = evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration).map_err(|e| match e {
-        EvalError::NoMatch { .. } => {
-            EvalError::NoMatch { gold: gold_path.display().to_string(), release: format!("{} in {}", manifest.release_id, dir.display()) }
-        }
-        other => other,
-    })?;
+    let joint_rule = JointRuleInput::of_release(dir)?;
+    let families = FamilyOptions { joint_rule: joint_rule.as_ref(), details: true };
+    let mut report =
+        evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration, families).map_err(|e| match e {
+            EvalError::NoMatch { .. } => EvalError::NoMatch {
+                gold: gold_path.display().to_string(),
+                release: format!("{} in {}", manifest.release_id, dir.display()),
+            },
+            other => other,
+        })?;
     if let Some(review) = review {
         add_review(&mut report, &rows, gold, review)?;
     }
@@ -231,6 +257,7 @@ pub fn evaluate(
 
 /// The evaluation of rows already in hand: `evaluate` reads them from a release directory; the
 /// build passes its own, so the card can carry the evaluation of the release it describes.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate_rows(
     release_id: &str,
     split: &str,
@@ -239,7 +266,16 @@ pub fn evaluate_rows(
     gold: &GoldSet,
     options: &EvalOptions,
     calibration: Option<&calibration::Calibration>,
+    families: FamilyOptions<'_>,
 ) -> Result<EvalReport, EvalError> {
+    let (cross_fitted, joint_rule) = match families.joint_rule {
+        Some(joint) => {
+            let (rows, summary) = joint::cross_fit(rows, &gold.labels, joint);
+            (Some(rows), Some(summary))
+        }
+        None => (None, None),
+    };
+    let rows = cross_fitted.as_deref().unwrap_or(rows);
     let composite_rows = composites(rows, gold);
     let mut judged = join(rows, &gold.labels);
     judged.extend(join(&composite_rows, &gold.labels));
@@ -301,12 +337,13 @@ pub fn evaluate_rows(
         },
         strata,
         review: None,
-        families: family_comparison(rows, gold, options),
+        families: family_comparison(rows, gold, options, families.details),
+        joint_rule,
     })
 }
 
 /// The figures of each family alone, and the joint ones, where every row carries both views.
-fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions) -> Option<FamilyComparison> {
+fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions, details: bool) -> Option<FamilyComparison> {
     if rows.is_empty() {
         return None;
     }
@@ -320,7 +357,13 @@ fn family_comparison(rows: &[ReleaseRow], gold: &GoldSet, options: &EvalOptions)
         let (conf, truth) = columns(&all, |j| j.row.confidence);
         FamilyMetrics { auroc: auroc(&conf, &truth), mislabel: mislabel_metrics(&all, options) }
     };
-    Some(FamilyComparison { primary: metrics(&primary), second: metrics(&second), joint: metrics(rows) })
+    Some(FamilyComparison {
+        primary: metrics(&primary),
+        second: metrics(&second),
+        joint: metrics(rows),
+        per_label_auroc: details.then(|| joint::per_label_aurocs(rows, &gold.labels)),
+        disagreement: details.then(|| joint::disagreement(rows, &gold.labels)),
+    })
 }
 
 /// A review plan's rows, as [`add_review`] needs them.

@@ -61,6 +61,7 @@ pub fn to_markdown(r: &EvalReport) -> String {
     }
     if let Some(f) = &r.families {
         md.push_str(&families_table(f));
+        md.push_str(&family_details(f, r.joint_rule.as_ref()));
     }
     md.push_str(&format!(
         "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {}",
@@ -173,6 +174,43 @@ fn families_table(f: &super::FamilyComparison) -> String {
             num(likely.and_then(|c| c.precision)),
             num(likely.and_then(|c| c.recall)),
             num(lift)
+        ));
+    }
+    md
+}
+
+/// What a two-family evaluation adds beyond the headline table: how a fitted joint rule was kept
+/// from judging its own reads, each family per label, and the label errors where the families
+/// disagree.
+fn family_details(f: &super::FamilyComparison, joint_rule: Option<&super::JointRuleEval>) -> String {
+    let mut md = String::new();
+    if let Some(j) = joint_rule {
+        md.push_str(&format!(
+            "
+The release combines its families by a joint rule fitted on expert labels ({}). The {} judged rows of images \
+             the rule was fitted on are judged by their out-of-fold confidence ({} folds by image: the rule refitted \
+             without the row's fold), never by a rule that saw their own read; the other {} rows are held out from the fit.\n",
+            j.fitted_on, j.cross_fitted_rows, j.folds, j.held_out_rows
+        ));
+    }
+    if let Some(per_label) = &f.per_label_auroc {
+        md.push_str("\n| label | AUROC, primary model | AUROC, second opinion | AUROC, both (the release) |\n|---|---:|---:|---:|\n");
+        for (label, [a, b, joint]) in per_label {
+            md.push_str(&format!("| {label} | {} | {} | {} |\n", num(*a), num(*b), num(*joint)));
+        }
+    }
+    if let Some(d) = &f.disagreement {
+        let rate = |wrong: usize, n: usize| if n == 0 { "n/a".to_string() } else { format!("{:.1}%", wrong as f64 * 100.0 / n as f64) };
+        md.push_str(&format!(
+            "\n**Where the families disagree** (`families_disagree`): {} of {} judged rows ({}) are mislabeled, against {} of \
+             {} ({}) where they agree; a rate ratio of {}.\n",
+            d.disagree_mislabeled,
+            d.disagree_rows,
+            rate(d.disagree_mislabeled, d.disagree_rows),
+            d.agree_mislabeled,
+            d.agree_rows,
+            rate(d.agree_mislabeled, d.agree_rows),
+            d.rate_ratio.map_or("n/a".into(), |r| format!("{r:.2}"))
         ));
     }
     md

@@ -24,10 +24,14 @@ impl ResolvedSpec {
         sha256_json(&self.to_json())
     }
 
-    /// The `signal` section, its calibration file read.
+    /// The `signal` section, its calibration file and joint rule read.
     pub fn signal_json(&self) -> Value {
         let mut signal = serde_json::to_value(&self.spec.signal).expect("in-memory JSON serialization cannot fail");
         signal["calibration"] = serde_json::to_value(&self.calibration).expect("in-memory JSON serialization cannot fail");
+        if let Some(rule) = &self.joint_rule {
+            // Only where named: a release without one keeps its lock, and so its bytes.
+            signal["joint_rule"] = serde_json::to_value(rule).expect("in-memory JSON serialization cannot fail");
+        }
         signal
     }
 

@@ -1,6 +1,6 @@
 //! The files a release spec names, read and checked: the embedded sample's pins, the model
-//! directory (or its snapshot in the Hugging Face cache), the calibration table and the gold
-//! labels.
+//! directory (or its snapshot in the Hugging Face cache), the calibration table, the joint rule
+//! and the gold labels.
 //!
 //! The spec ([`crate::release_spec`]) is plain data; this is the first stage that looks at what
 //! it points to. Its errors still name the spec file, line and key that named the file.
@@ -17,6 +17,7 @@ use crate::eval::{GoldError, GoldSet};
 use crate::hashing::sha256_hex;
 use crate::release_spec::{self, Backend, EvaluationSpec, GoldFormat, KeyLocation, ReleaseSpec, SpecError};
 use crate::signal::calibration::{Calibration, CalibrationError};
+use crate::signal::joint_rule::{JointRule, JointRuleError};
 
 /// A release spec with the files it names read: what every stage after it works from.
 ///
@@ -26,6 +27,8 @@ pub struct ResolvedSpec {
     spec: ReleaseSpec,
     /// The table `signal.calibration` names, if any.
     pub calibration: Option<CalibrationRef>,
+    /// The joint rule `signal.joint_rule` names, if any.
+    pub joint_rule: Option<JointRuleRef>,
     /// The gold labels `evaluation.gold` names, if any. (Not `evaluation`: that is the spec's
     /// own section, which this struct dereferences to.)
     pub gold: Option<Evaluation>,
@@ -63,6 +66,16 @@ pub struct CalibrationRef {
     pub file: String,
     pub sha256: String,
     pub table: Calibration,
+}
+
+/// A joint rule named by the spec; like the calibration table, its content and digest are part
+/// of the resolved spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct JointRuleRef {
+    /// The path as the spec wrote it.
+    pub file: String,
+    pub sha256: String,
+    pub rule: JointRule,
 }
 
 /// A gold file the build evaluates against; its digest is part of the resolved spec.
@@ -107,6 +120,12 @@ pub enum InputsError {
         at: KeyLocation,
         #[source]
         source: CalibrationError,
+    },
+    #[error("{at}: cannot use the joint rule")]
+    JointRule {
+        at: KeyLocation,
+        #[source]
+        source: JointRuleError,
     },
     #[error("{at}: {}: {message}", path.display())]
     Invalid { at: KeyLocation, path: PathBuf, message: String },
@@ -155,6 +174,7 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
     }
     locate_local_model(&mut spec)?;
     let calibration = spec.signal.calibration.as_deref().map(|file| read_calibration(&spec, file)).transpose()?;
+    let joint_rule = spec.signal.joint_rule.as_deref().map(|file| read_joint_rule(&spec, file)).transpose()?;
     let gold = match (&spec.evaluation, sample_truth) {
         (Some(e), _) => Some(read_gold(&spec, e)?),
         (None, Some(truth)) => Some(read_sample_truth(&spec, &truth)?),
@@ -165,7 +185,7 @@ pub fn resolve(mut spec: ReleaseSpec) -> Result<ResolvedSpec, InputsError> {
         _ => None,
     };
     let publisher_key = spec.publish.public_key.as_deref().map(|file| read_publisher_key(&spec, file)).transpose()?;
-    Ok(ResolvedSpec { spec, calibration, gold, curated, publisher_key })
+    Ok(ResolvedSpec { spec, calibration, joint_rule, gold, curated, publisher_key })
 }
 
 fn read_publisher_key(spec: &ReleaseSpec, file: &str) -> Result<PublisherKey, InputsError> {
@@ -232,6 +252,11 @@ impl ResolvedSpec {
     /// The calibration table, if the spec names one.
     pub fn calibration_table(&self) -> Option<&Calibration> {
         self.calibration.as_ref().map(|c| &c.table)
+    }
+
+    /// The joint rule `signal.joint_rule` names, if any.
+    pub fn joint_rule_table(&self) -> Option<&JointRule> {
+        self.joint_rule.as_ref().map(|r| &r.rule)
     }
 }
 
@@ -312,6 +337,13 @@ fn read_calibration(spec: &ReleaseSpec, file: &str) -> Result<CalibrationRef, In
     let path = spec.base_dir(key).join(file);
     let (table, bytes) = Calibration::read_with_bytes(&path).map_err(|source| InputsError::Calibration { at: spec.locate(key), source })?;
     Ok(CalibrationRef { file: file.to_string(), sha256: sha256_hex(&bytes), table })
+}
+
+fn read_joint_rule(spec: &ReleaseSpec, file: &str) -> Result<JointRuleRef, InputsError> {
+    let key = "signal.joint_rule";
+    let path = spec.base_dir(key).join(file);
+    let (rule, bytes) = JointRule::read_with_bytes(&path).map_err(|source| InputsError::JointRule { at: spec.locate(key), source })?;
+    Ok(JointRuleRef { file: file.to_string(), sha256: sha256_hex(&bytes), rule })
 }
 
 /// The embedded sample's marker, `sample.json`.

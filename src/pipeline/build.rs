@@ -208,7 +208,7 @@ fn derive_signal(
         None => (primary, None),
         Some(second_scores) => {
             let second = pool.install(|| signal::derive(selection, second_scores, questions, &rules));
-            let j = signal::joint::combine(primary, second, &spec.signal);
+            let j = signal::joint::combine(selection, primary, second, &spec.signal, spec.joint_rule_table());
             (j.joint, Some(Families { primary: j.primary, second: j.second, family_agreement: j.family_agreement }))
         }
     };
@@ -323,7 +323,8 @@ fn write_card<'a>(
             Some(diagnosis::card_section(dir, &context, log)?)
         }
     };
-    let evaluation = evaluate(spec, main_split, table_rows, &main_rows, dir, log)?;
+    let report = evaluate(spec, main_split, table_rows, &main_rows, dir, log)?;
+    let evaluation = report.as_ref().map(crate::eval::to_markdown);
     let card_input = CardInput {
         spec,
         // The spec as the lock records it; the card's templates see the same.
@@ -351,7 +352,7 @@ fn write_card<'a>(
             &table_rows.images_of(&main_rows),
         ),
         coverage: coverage(spec, selection, &prepared.table),
-        second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows),
+        second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows, report.as_ref()),
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;
@@ -367,6 +368,7 @@ fn second_opinion_card(
     derived: &Derived,
     split: Split,
     rows: &[usize],
+    report: Option<&crate::eval::EvalReport>,
 ) -> Option<card::SecondOpinionCard> {
     let (families, second, model) = (derived.families.as_ref()?, prepared.second_scorer.as_ref()?, spec.second_opinion.as_ref()?);
     let stats = |s: &Signal, flags: &[&str]| signal::stats_of_flags(&prepared.selection, &s.pairs, rows, flags);
@@ -392,10 +394,12 @@ fn second_opinion_card(
         classes,
         disagree,
         mean_family_agreement: if rows.is_empty() { 0.0 } else { agreement / rows.len() as f64 },
+        joint_rule: spec.joint_rule.as_ref().map(|r| card::JointRuleCard::new(&r.file, &r.rule, report)),
     })
 }
 
-/// eval.json, when the spec names a gold file; returns the card's Markdown section of it.
+/// eval.json, when the spec names a gold file; returns the report, whose Markdown is the card's
+/// evaluation section.
 fn evaluate(
     spec: &ResolvedSpec,
     split: Split,
@@ -403,20 +407,24 @@ fn evaluate(
     main_rows: &[usize],
     dir: &Path,
     log: &dyn Fn(&str),
-) -> Result<Option<String>, BuildError> {
+) -> Result<Option<crate::eval::EvalReport>, BuildError> {
     let Some(e) = &spec.gold else { return Ok(None) };
     let rows = &table_rows.release_rows(main_rows);
     let failed = |source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source };
-    let mut report =
-        crate::eval::evaluate_rows(&spec.release.id, split.name(), rows, &e.gold_file, &e.gold, &crate::eval::EvalOptions::default(), None)
-            .map_err(failed)?;
+    let joint_rule = spec
+        .joint_rule_table()
+        .map(|rule| crate::eval::JointRuleInput { rule: rule.clone(), classes: signal::ClassThresholds::of(&spec.signal) });
+    let families = crate::eval::FamilyOptions { joint_rule: joint_rule.as_ref(), details: joint_rule.is_some() };
+    let options = crate::eval::EvalOptions::default();
+    let mut report = crate::eval::evaluate_rows(&spec.release.id, split.name(), rows, &e.gold_file, &e.gold, &options, None, families)
+        .map_err(failed)?;
     report.against = e.against.clone();
     if let Some(r) = &e.review_plan {
         crate::eval::add_review(&mut report, rows, &e.gold, &r.plan.review_input(Path::new(&r.file))).map_err(failed)?;
     }
     write(&dir.join("eval.json"), &manifest::to_json_bytes(&report))?;
     log(&format!("eval: {} gold judgements matched on the {} split", report.matched, report.split));
-    Ok(Some(crate::eval::to_markdown(&report)))
+    Ok(Some(report))
 }
 
 /// images.sha256, build.lock and, when the spec names one, the publisher's public key.

@@ -361,13 +361,14 @@ pub struct SignalLayer {
     pub device_confounded_labels: Option<Vec<String>>,
     pub tau: Option<f64>,
     pub calibration: Option<String>,
+    pub joint_rule: Option<String>,
 }
 
 impl Merge for SignalLayer {
     fn merge(&mut self, c: Self, nulls: &Nulls) {
         merge_options!(self, c, nulls; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
             hard_case_margin, low_consistency_below, device_present_min, finding_present_min, device_confounded_labels, tau,
-            calibration);
+            calibration, joint_rule);
     }
 }
 

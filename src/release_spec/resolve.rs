@@ -99,6 +99,9 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let second_opinion = merged.second_opinion.map(|layer| resolve_model(&r, Some(layer), "second_opinion")).transpose()?;
     let prompts = resolve_prompts(&r, merged.prompts)?;
     let signal = resolve_signal(&r, merged.signal)?;
+    if signal.joint_rule.is_some() && second_opinion.is_none() {
+        return Err(r.invalid("signal.joint_rule", "names a joint rule, which combines two families, but the spec asks no second_opinion"));
+    }
     let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
@@ -410,6 +413,7 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         device_confounded_labels: s.device_confounded_labels.unwrap_or_default(),
         tau: s.tau.unwrap_or(3.0),
         calibration: s.calibration.filter(|file| file != "none"),
+        joint_rule: s.joint_rule.filter(|file| file != "none"),
     };
     if !(signal.trusted_min_agreement > signal.review_min_agreement && signal.review_min_agreement > signal.suspect_min_agreement) {
         return Err(r.invalid(

@@ -286,6 +286,11 @@ pub struct SignalSpec {
     /// A calibration file of `confidence` (written by `bpals-release calibrate`), as the spec
     /// wrote it, relative to the spec that names it. [`crate::inputs`] reads it.
     pub calibration: Option<String>,
+    /// A joint rule of a two-family release (written by `bpals-release calibrate --joint`), as the
+    /// spec wrote it. Left out of the spec's JSON when not named, so releases without one keep
+    /// their bytes. [`crate::inputs`] reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub joint_rule: Option<String>,
 }
 
 /// What a gold file is unless the spec says otherwise (`evaluation.against`).

@@ -98,12 +98,13 @@ impl Calibration {
 
 const EPS: f64 = 1e-6;
 
-fn logit(p: f64) -> f64 {
+/// The log-odds of `p`, clamped away from 0 and 1 so that it stays finite.
+pub(crate) fn logit(p: f64) -> f64 {
     let p = p.clamp(EPS, 1.0 - EPS);
     (p / (1.0 - p)).ln()
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 

@@ -3,6 +3,7 @@
 
 pub mod calibration;
 pub mod joint;
+pub mod joint_rule;
 pub mod text_trace;
 pub mod trace;
 
@@ -18,14 +19,37 @@ pub use crate::vocab::TrustClass;
 
 /// Class from the agreement between the model and NIH, by the spec's thresholds.
 pub fn trust_class(agreement: f64, spec: &SignalSpec) -> TrustClass {
-    if agreement >= spec.trusted_min_agreement {
-        TrustClass::Trusted
-    } else if agreement >= spec.review_min_agreement {
-        TrustClass::Review
-    } else if agreement >= spec.suspect_min_agreement {
-        TrustClass::Suspect
-    } else {
-        TrustClass::LikelyMislabeled
+    ClassThresholds::of(spec).class(agreement)
+}
+
+/// The spec's class thresholds: all a trust class needs, and what an evaluation reads back from
+/// a release's build.lock (`spec.signal`) to class rows anew.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+pub struct ClassThresholds {
+    pub trusted_min_agreement: f64,
+    pub review_min_agreement: f64,
+    pub suspect_min_agreement: f64,
+}
+
+impl ClassThresholds {
+    pub fn of(spec: &SignalSpec) -> Self {
+        ClassThresholds {
+            trusted_min_agreement: spec.trusted_min_agreement,
+            review_min_agreement: spec.review_min_agreement,
+            suspect_min_agreement: spec.suspect_min_agreement,
+        }
+    }
+
+    pub fn class(&self, agreement: f64) -> TrustClass {
+        if agreement >= self.trusted_min_agreement {
+            TrustClass::Trusted
+        } else if agreement >= self.review_min_agreement {
+            TrustClass::Review
+        } else if agreement >= self.suspect_min_agreement {
+            TrustClass::Suspect
+        } else {
+            TrustClass::LikelyMislabeled
+        }
     }
 }
 
@@ -188,6 +212,7 @@ mod tests {
             device_confounded_labels: vec!["Pneumothorax".into()],
             tau: 3.0,
             calibration: None,
+            joint_rule: None,
         }
     }
 

@@ -58,7 +58,7 @@ fn dependency(name: &str, sha256: &str, annotations: Value) -> Value {
 
 /// Every input the lock pins, with its digest: the NIH metadata files, the image hashes file
 /// (which pins each image), the curated list, the model and its tokenizer and template, the
-/// calibration table and the gold labels.
+/// calibration table, the joint rule and the gold labels.
 pub fn dependencies(lock: &BuildLock) -> Vec<Value> {
     let mut out = Vec::new();
     let root = lock.spec["source"]["root_as_written"].as_str().unwrap_or("");
@@ -115,6 +115,10 @@ pub fn dependencies(lock: &BuildLock) -> Vec<Value> {
     let calibration = &lock.spec["signal"]["calibration"];
     if let (Some(file), Some(sha256)) = (calibration["file"].as_str(), calibration["sha256"].as_str()) {
         out.push(dependency(file, sha256, json!({ "role": "calibration" })));
+    }
+    let joint_rule = &lock.spec["signal"]["joint_rule"];
+    if let (Some(file), Some(sha256)) = (joint_rule["file"].as_str(), joint_rule["sha256"].as_str()) {
+        out.push(dependency(file, sha256, json!({ "role": "joint-rule" })));
     }
     let gold = &lock.spec["evaluation"];
     if let (Some(file), Some(sha256)) = (gold["gold_file"].as_str(), gold["sha256"].as_str()) {
@@ -220,7 +224,7 @@ pub fn check(bytes: &[u8], key: &PublicKey, files: &BTreeMap<String, String>, lo
         return Err(format!("build type {:?}, expected {BUILD_TYPE:?}", definition.build_type));
     }
     if definition.resolved_dependencies != dependencies(lock) {
-        return Err("lists other dependencies than build.lock pins (inputs, images, model, calibration, gold)".into());
+        return Err("lists other dependencies than build.lock pins (inputs, images, model, calibration, joint rule, gold)".into());
     }
     let spec = &definition.external_parameters["spec"];
     if spec["sha256"].as_str() != Some(lock.spec_sha256.as_str()) {

@@ -1,0 +1,172 @@
+//! The joint rule of a two-family release against expert labels: fitting it (`calibrate
+//! --joint`), evaluating it without the leak of judging rows by a rule fitted on their own reads
+//! (cross-fitting), and what the families' disagreement says about label errors.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{auroc, release_rows::Family, EvalError, GoldLabels, GoldSet, ReleaseRow};
+use crate::signal::joint::FLAG_FAMILIES_DISAGREE;
+use crate::signal::joint_rule::{self, FitRow, JointRule, JOINT_RULE_FORMAT};
+use crate::signal::ClassThresholds;
+
+/// A release's joint rule as an evaluation needs it: the rule, and the thresholds its classes
+/// follow.
+#[derive(Debug, Clone)]
+pub struct JointRuleInput {
+    pub rule: JointRule,
+    pub classes: ClassThresholds,
+}
+
+impl JointRuleInput {
+    /// The joint rule build.lock records for the release in `dir`, if it was built with one.
+    pub fn of_release(dir: &Path) -> Result<Option<JointRuleInput>, EvalError> {
+        let lock = crate::manifest::BuildLock::read(dir)?;
+        let signal = &lock.spec["signal"];
+        let Some(rule) = signal.get("joint_rule").filter(|r| !r.is_null()) else { return Ok(None) };
+        let invalid = |what: &str, e: serde_json::Error| EvalError::Lock { dir: dir.into(), message: format!("{what}: {e}") };
+        let rule: JointRule = serde_json::from_value(rule["rule"].clone()).map_err(|e| invalid("spec.signal.joint_rule.rule", e))?;
+        let classes: ClassThresholds = serde_json::from_value(signal.clone()).map_err(|e| invalid("spec.signal", e))?;
+        Ok(Some(JointRuleInput { rule, classes }))
+    }
+}
+
+/// How a release's joint rule entered its evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct JointRuleEval {
+    pub fitted_on: String,
+    /// Judged rows of images the rule was fitted on: their joint confidence is out-of-fold.
+    pub cross_fitted_rows: usize,
+    /// Judged rows of other images: the shipped joint confidence, never seen by the fit.
+    pub held_out_rows: usize,
+    pub folds: usize,
+}
+
+/// Fits a release's joint rule on the gold labels (NIH labels only; composite gold labels have
+/// no shipped family confidences).
+pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<JointRule, EvalError> {
+    let manifest = crate::manifest::Manifest::read(dir)?;
+    let (_, rows) = super::read_release_rows(dir)?;
+    if rows.first().is_some_and(|r| r.families.is_none()) {
+        return Err(EvalError::OneFamily { dir: dir.into(), release: manifest.release_id });
+    }
+    let reads = fit_rows(&rows, &gold.labels, |_| true);
+    if reads.is_empty() {
+        return Err(EvalError::NoMatch { gold: gold_path.display().to_string(), release: dir.display().to_string() });
+    }
+    let (pooled, labels) = joint_rule::fit(&reads);
+    let mut images: Vec<String> = reads.iter().map(|r| r.image.to_string()).collect();
+    images.sort();
+    images.dedup();
+    let bytes = std::fs::read(gold_path).map_err(|source| EvalError::Io { path: gold_path.into(), source })?;
+    let gold_name = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(JointRule {
+        format: JOINT_RULE_FORMAT.into(),
+        fitted_on: format!("release {} against {gold_name}", manifest.release_id),
+        gold_sha256: crate::hashing::sha256_hex(&bytes),
+        pooled,
+        labels,
+        images,
+    })
+}
+
+/// The judged rows of a two-family release whose image `keep` accepts, as fitting input.
+fn fit_rows<'a>(rows: &'a [ReleaseRow], gold: &GoldLabels, keep: impl Fn(&str) -> bool) -> Vec<FitRow<'a>> {
+    rows.iter()
+        .filter(|r| keep(&r.image_index))
+        .filter_map(|r| {
+            let f = r.families.as_ref()?;
+            let &gold = gold.get(&(r.image_index.clone(), r.label.clone()))?;
+            Some(FitRow { image: &r.image_index, label: &r.label, primary: f.primary_confidence, second: f.second_confidence, gold })
+        })
+        .collect()
+}
+
+/// `rows` with the joint confidence, agreement and class of every judged row of a fitted image
+/// replaced by its out-of-fold value: the rule refitted on the other folds' reads predicts it.
+pub fn cross_fit(rows: &[ReleaseRow], gold: &GoldLabels, joint: &JointRuleInput) -> (Vec<ReleaseRow>, JointRuleEval) {
+    let fitted = |image: &str| joint.rule.images.binary_search_by(|i| i.as_str().cmp(image)).is_ok();
+    let reads = fit_rows(rows, gold, fitted);
+    let predicted: BTreeMap<(&str, &str), f64> =
+        reads.iter().zip(joint_rule::cross_fitted(&reads)).map(|(r, p)| ((r.image, r.label), p)).collect();
+    let judged = rows.iter().filter(|r| gold.contains_key(&(r.image_index.clone(), r.label.clone()))).count();
+    let out = rows
+        .iter()
+        .map(|r| match predicted.get(&(r.image_index.as_str(), r.label.as_str())) {
+            None => r.clone(),
+            Some(&confidence) => {
+                let agreement = if r.nih_label { confidence } else { 1.0 - confidence };
+                let trust_class = joint.classes.class(agreement).name().to_string();
+                ReleaseRow { confidence, agreement, trust_class, ..r.clone() }
+            }
+        })
+        .collect();
+    let summary = JointRuleEval {
+        fitted_on: joint.rule.fitted_on.clone(),
+        cross_fitted_rows: predicted.len(),
+        held_out_rows: judged - predicted.len(),
+        folds: joint_rule::FOLDS,
+    };
+    (out, summary)
+}
+
+/// Label errors where the families disagree and where they agree (judged NIH-label rows).
+#[derive(Debug, Clone, Serialize)]
+pub struct Disagreement {
+    pub disagree_rows: usize,
+    pub disagree_mislabeled: usize,
+    pub agree_rows: usize,
+    pub agree_mislabeled: usize,
+    /// The error rate where they disagree over the rate where they agree.
+    pub rate_ratio: Option<f64>,
+}
+
+pub(super) fn disagreement(rows: &[ReleaseRow], gold: &GoldLabels) -> Disagreement {
+    let mut d = Disagreement { disagree_rows: 0, disagree_mislabeled: 0, agree_rows: 0, agree_mislabeled: 0, rate_ratio: None };
+    for r in rows {
+        let Some(&g) = gold.get(&(r.image_index.clone(), r.label.clone())) else { continue };
+        let wrong = usize::from(r.nih_label != g);
+        if r.flags.iter().any(|f| f == FLAG_FAMILIES_DISAGREE) {
+            (d.disagree_rows, d.disagree_mislabeled) = (d.disagree_rows + 1, d.disagree_mislabeled + wrong);
+        } else {
+            (d.agree_rows, d.agree_mislabeled) = (d.agree_rows + 1, d.agree_mislabeled + wrong);
+        }
+    }
+    let rate = |wrong: usize, n: usize| (n > 0).then(|| wrong as f64 / n as f64);
+    d.rate_ratio = match (rate(d.disagree_mislabeled, d.disagree_rows), rate(d.agree_mislabeled, d.agree_rows)) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    d
+}
+
+/// Per NIH label the gold judges: AUROC of the primary family, the second, and the release's
+/// joint confidence.
+pub(super) fn per_label_aurocs(rows: &[ReleaseRow], gold: &GoldLabels) -> BTreeMap<String, [Option<f64>; 3]> {
+    let mut out = BTreeMap::new();
+    for label in crate::vocab::LABELS {
+        let judged: Vec<(&ReleaseRow, bool)> = rows
+            .iter()
+            .filter(|r| r.label == label)
+            .filter_map(|r| gold.get(&(r.image_index.clone(), r.label.clone())).map(|&g| (r, g)))
+            .collect();
+        if judged.is_empty() {
+            continue;
+        }
+        let truth: Vec<bool> = judged.iter().map(|(_, g)| *g).collect();
+        let score = |view: Option<Family>| -> Option<f64> {
+            let conf: Option<Vec<f64>> = judged
+                .iter()
+                .map(|(r, _)| match view {
+                    None => Some(r.confidence),
+                    Some(family) => r.family_view(family).map(|v| v.confidence),
+                })
+                .collect();
+            auroc(&conf?, &truth)
+        };
+        out.insert(label.to_string(), [score(Some(Family::Primary)), score(Some(Family::Second)), score(None)]);
+    }
+    out
+}
