@@ -323,3 +323,19 @@ fn a_stripe_export_syncs_like_the_native_file() {
     assert_eq!((access["alice"].as_str(), access["bob"].as_str(), access["carol"].as_str()), ("accepted", "accepted", "pending"));
     assert_eq!(access["gina"], "rejected");
 }
+
+/// A listing longer than any real one is refused before it is held whole, by its announced
+/// length, naming the server, the route and the cap; no access changes, no sale is lost.
+#[test]
+fn an_oversized_listing_is_refused_by_its_length() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+    let before = hub.access(REPO);
+    hub.inject("access-list", Fault::Pad { bytes: 40 * 1024 * 1024, announced: true });
+    let err = stderr(&sync(&hub, &s, &payments, &["--retries", "3"]).failure());
+    assert!(err.contains(&hub.url) && err.contains("/user-access-request/"), "the server and the route: {err}");
+    assert!(err.contains("the answer announces") && err.contains("above the cap of 33554432 bytes"), "{err}");
+    assert!(!err.contains("retrying"), "a cap is not a transient failure: {err}");
+    assert_eq!(hub.access(REPO), before);
+}

@@ -375,3 +375,35 @@ fn verify_remote_says_what_it_trusted_and_download_catches_swapped_bytes() {
     let out = stdout(&a);
     assert!(out.contains("FAILED: release s1a") && out.contains(shard), "{out}");
 }
+
+/// A Hub that sends more bytes than its tree listing says a file holds is refused, whether it
+/// announces the length (refused before reading) or streams without one (refused once past the
+/// listed size); a download leaves nothing behind.
+#[test]
+fn verify_remote_refuses_files_longer_than_the_tree_lists() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    publish(&hub, &dir, &[]).success();
+    let verify =
+        |extra: &[&str]| bin().env("HF_TOKEN", TOKEN).args(["verify", "--remote", REPO, "--endpoint", &hub.url]).args(extra).assert();
+
+    hub.inject("resolve", Fault::Pad { bytes: 1 << 20, announced: true });
+    let err = stderr(&verify(&[]).failure());
+    assert!(err.contains(&hub.url) && err.contains(&format!("{REPO}@")), "the server and the route: {err}");
+    assert!(err.contains("/manifest.json is refused: it announces") && err.contains("above the cap of"), "{err}");
+    hub.inject("resolve", Fault::Pad { bytes: 1 << 20, announced: false });
+    let err = stderr(&verify(&[]).failure());
+    assert!(err.contains("/manifest.json is refused: it sent more than that"), "{err}");
+
+    // The manifest as it is, then the first file streamed longer than listed.
+    let back = s.path("downloaded");
+    hub.inject("resolve", Fault::Pad { bytes: 0, announced: true });
+    hub.inject("resolve", Fault::Pad { bytes: 4096, announced: false });
+    let err = stderr(&verify(&["--download", back.to_str().unwrap()]).failure());
+    assert!(err.contains("is refused: it sent more than that"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(s.dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(!back.exists() || std::fs::read_dir(&back).unwrap().next().is_none(), "nothing half-written: {left:?}");
+    // The same Hub, honest again: the download completes and checks.
+    verify(&["--download", back.to_str().unwrap()]).success();
+}

@@ -97,7 +97,12 @@ pub fn verify_remote(
     if !tree.contains_key(MANIFEST_FILE) {
         return Err(HubError::Protocol(format!("{}@{revision} has no {MANIFEST_FILE}: not a bpals release", repo.id())));
     }
-    let manifest_bytes = hub.download(repo, &commit, MANIFEST_FILE)?;
+    // Small files are fetched whole, never past the size the tree lists nor the JSON ceiling.
+    let small_file = |path: &str| -> Result<Vec<u8>, HubError> {
+        let listed = tree.get(path).map_or(0, |f| f.size);
+        hub.download_capped(repo, &commit, path, listed.min(crate::hub::JSON_CAP))
+    };
+    let manifest_bytes = small_file(MANIFEST_FILE)?;
     let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
         .map_err(|e| HubError::Protocol(format!("{}@{revision}: {MANIFEST_FILE} is not a valid manifest: {e}", repo.id())))?;
     if manifest.format != MANIFEST_FORMAT {
@@ -117,7 +122,13 @@ pub fn verify_remote(
 
     let mut problems = Vec::new();
     let (mut by_etag, mut by_download) = (0, 0);
-    let mut downloaded: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // A download streams every file into a staging folder, renamed into place at the end.
+    let staging = claimed
+        .as_ref()
+        .map(crate::pipeline::output::Staging::create)
+        .transpose()
+        .map_err(|e| HubError::Protocol(format!("staging the download: {e}")))?;
+    let mut downloaded = 0;
     // What each file's sha256 is on the Hub: what the signature is checked against.
     let mut on_hub: BTreeMap<String, String> = BTreeMap::new();
     for file in &manifest.files {
@@ -129,11 +140,10 @@ pub fn verify_remote(
             problems.push(FileProblem::Missing { path: file.path.clone() });
             continue;
         }
-        let (size, sha256) = if download.is_some() {
-            let bytes = hub.download(repo, &commit, &file.path)?;
-            by_download += 1;
-            let digest = (bytes.len() as u64, crate::hashing::sha256_hex(&bytes));
-            downloaded.insert(file.path.clone(), bytes);
+        let (size, sha256) = if let Some(staging) = &staging {
+            // Never past the size the tree lists: a server sending more is refused, not believed.
+            let digest = hub.download_to(repo, &commit, &file.path, tree[&file.path].size, &staging.dir.join(&file.path))?;
+            (by_download, downloaded) = (by_download + 1, downloaded + 1);
             digest
         } else {
             let (size, sha256, source) = hub.sha256(repo, &commit, &file.path)?;
@@ -160,13 +170,13 @@ pub fn verify_remote(
     let mut signature_files = BTreeMap::new();
     if signed && (key.is_some() || download.is_some()) {
         for name in [SIGNATURE_FILE, PROVENANCE_FILE].into_iter().filter(|n| tree.contains_key(*n)) {
-            signature_files.insert(name, hub.download(repo, &commit, name)?);
+            signature_files.insert(name, small_file(name)?);
         }
     }
     let signature = match key {
         None => None,
         Some(key) => {
-            let lock_bytes = hub.download(repo, &commit, LOCK_FILE)?;
+            let lock_bytes = small_file(LOCK_FILE)?;
             let lock: BuildLock = serde_json::from_slice(&lock_bytes)
                 .map_err(|e| HubError::Protocol(format!("{}@{revision}: {LOCK_FILE} is not a valid build lock: {e}", repo.id())))?;
             on_hub.insert(MANIFEST_FILE.to_string(), crate::hashing::sha256_hex(&manifest_bytes));
@@ -182,12 +192,12 @@ pub fn verify_remote(
             Some(signing::check(&release, key))
         }
     };
-    if download.is_some() {
-        downloaded.extend(signature_files.into_iter().map(|(name, bytes)| (name.to_string(), bytes)));
-    }
-    if let (Some(dir), Some(claimed)) = (download, &claimed) {
-        write_release(claimed, &manifest_bytes, &downloaded).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
-        log(&format!("downloaded {} files into {}", downloaded.len() + 1, dir.display()));
+    if let (Some(dir), Some(staging)) = (download, staging) {
+        let extra: Vec<(&str, &[u8])> = std::iter::once((MANIFEST_FILE, manifest_bytes.as_slice()))
+            .chain(signature_files.iter().map(|(n, b)| (*n, b.as_slice())))
+            .collect();
+        finish_download(staging, &extra).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
+        log(&format!("downloaded {} files into {}", downloaded + extra.len(), dir.display()));
     }
     Ok(RemoteVerifyReport {
         repo: repo.id(),
@@ -204,17 +214,11 @@ pub fn verify_remote(
     })
 }
 
-/// Writes the downloaded release into a fresh directory, through a staging folder renamed at
-/// the end, like a build.
-fn write_release(claimed: &crate::files::OutDir, manifest: &[u8], files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
-    let staging = crate::pipeline::output::Staging::create(claimed)?;
-    std::fs::write(staging.dir.join(MANIFEST_FILE), manifest)?;
+/// Adds the small files fetched whole (the manifest, the signature files) to the staged
+/// download and renames it into place, like a build.
+fn finish_download(staging: crate::pipeline::output::Staging, files: &[(&str, &[u8])]) -> std::io::Result<()> {
     for (path, bytes) in files {
-        let target = staging.dir.join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(target, bytes)?;
+        std::fs::write(staging.dir.join(path), bytes)?;
     }
     staging.commit().map(|_| ())
 }

@@ -138,10 +138,11 @@ impl GatedAccess {
                 req = req.bearer_auth(token);
             }
             let last = attempt == self.retries;
-            let (retry_after, failure) = match req.send().and_then(|r| {
+            let answer = req.send().map_err(|e| HubError::Protocol(token::redact(&format!("{action}: {e}")))).and_then(|r| {
                 let (status, retry_after) = (r.status(), retry::retry_after(r.headers()));
-                r.text().map(|text| (status, retry_after, text))
-            }) {
+                self.capped_text(r, action).map(|text| (status, retry_after, text))
+            });
+            let (retry_after, failure) = match answer {
                 Ok((status, _, text)) if status.is_success() => return Ok(text),
                 Ok((status, retry_after, text)) => {
                     let transient = retry::is_transient(status);
@@ -155,8 +156,8 @@ impl GatedAccess {
                     }
                     (retry_after, failure)
                 }
-                Err(e) => {
-                    let failure = HubError::Protocol(token::redact(&format!("{action}: {e}")));
+                Err(failure @ HubError::TooLarge { .. }) => return Err(failure),
+                Err(failure) => {
                     if last {
                         return Err(failure);
                     }
@@ -170,6 +171,32 @@ impl GatedAccess {
         unreachable!("the last attempt returns")
     }
 }
+
+impl GatedAccess {
+    /// An answer's text, refused above [`LISTING_CAP`]: by its `Content-Length` before a byte
+    /// is read, else once more than the cap has arrived.
+    fn capped_text(&self, response: reqwest::blocking::Response, action: &str) -> Result<String, HubError> {
+        use std::io::Read;
+        let route = response.url().path().to_string();
+        let too_large = |what: String| HubError::TooLarge { server: self.endpoint.clone(), route: route.clone(), cap: LISTING_CAP, what };
+        if let Some(n) = response.content_length().filter(|&n| n > LISTING_CAP) {
+            return Err(too_large(format!("the answer announces {n} bytes")));
+        }
+        let mut bytes = Vec::new();
+        response
+            .take(LISTING_CAP + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| HubError::Protocol(token::redact(&format!("{action}: reading the answer: {e}"))))?;
+        if bytes.len() as u64 > LISTING_CAP {
+            return Err(too_large("the answer is longer".to_string()));
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// The longest answer an access call takes: a listing of tens of thousands of users is a few
+/// MiB.
+pub const LISTING_CAP: u64 = 32 * 1024 * 1024;
 
 /// The Hub's `{"error": ...}` message, else the body's first line, kept short.
 fn server_message(body: &str) -> String {

@@ -2,6 +2,7 @@
 //! blocking client that names each call's purpose in its errors.
 
 pub mod access;
+mod download;
 pub mod model;
 pub mod retry;
 pub mod token;
@@ -10,7 +11,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hf_hub::repository::RepoTreeEntry;
-use hf_hub::{HFClient, HFClientSync, HFError, RepoTypeDataset};
+use hf_hub::{HFClient, HFClientBuilder, HFClientSync, HFError, RepoTypeDataset};
+
+pub use download::JSON_CAP;
 
 /// The public Hub. Demo builds may only go to another endpoint (a staging or fake Hub).
 pub const PUBLIC_HUB: &str = "https://huggingface.co";
@@ -37,6 +40,8 @@ pub enum HubError {
         cache.display()
     )]
     ModelNotCached { id: String, revision: String, cache: std::path::PathBuf },
+    #[error("{server}: {route} is refused: {what}, above the cap of {cap} bytes for it")]
+    TooLarge { server: String, route: String, cap: u64, what: String },
 }
 
 /// `ORG/NAME` with an optional `@REVISION` (branch, tag or commit).
@@ -105,6 +110,10 @@ pub enum DigestSource {
 
 pub struct Hub {
     client: HFClientSync,
+    /// The same Hub through hf-hub's async client, for downloads streamed under a cap (the
+    /// blocking client only hands out whole files), and the runtime it runs on.
+    streaming: HFClient,
+    runtime: std::sync::OnceLock<tokio::runtime::Runtime>,
     pub endpoint: String,
 }
 
@@ -134,15 +143,29 @@ impl Hub {
     /// receives nothing for `stall` fails (a long transfer that keeps moving is never cut).
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let endpoint = endpoint_or_default(endpoint);
-        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(http_client(stall)?);
-        if let Some(token) = token::value()? {
-            builder = builder.token(token);
-        }
-        if let Some(n) = retries {
-            builder = builder.retry_max_attempts(n);
-        }
-        let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
-        Ok(Hub { client, endpoint })
+        let http = || http_client(stall).map(|c| HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(c));
+        Hub::build(&endpoint, http, retries)
+    }
+
+    /// Two clients of one configuration (`builder` makes each its own, with its own connection
+    /// pool): the blocking one runs on hf-hub's runtime thread, the streaming one on a runtime of
+    /// this Hub's, started on the first download. The token comes from the usual places.
+    fn build(endpoint: &str, builder: impl Fn() -> Result<HFClientBuilder, HubError>, retries: Option<usize>) -> Result<Hub, HubError> {
+        let token = token::value()?;
+        let configured = || -> Result<HFClientBuilder, HubError> {
+            let mut builder = builder()?;
+            if let Some(token) = &token {
+                builder = builder.token(token.clone());
+            }
+            if let Some(n) = retries {
+                builder = builder.retry_max_attempts(n);
+            }
+            Ok(builder)
+        };
+        let connecting = |source| HubError::Call { action: format!("connecting to {endpoint}"), source };
+        let client = configured()?.build_sync().map_err(connecting)?;
+        let streaming = configured()?.build().map_err(connecting)?;
+        Ok(Hub { client, streaming, runtime: std::sync::OnceLock::new(), endpoint: endpoint.to_string() })
     }
 
     pub fn is_public_hub(&self) -> bool {
@@ -234,11 +257,6 @@ impl Hub {
         Self::call(|| format!("committing to {} on top of {}", repo.id(), short(parent)), made).map(|info| info.commit_oid)
     }
 
-    pub fn download(&self, repo: &RepoRef, revision: &str, path: &str) -> Result<Vec<u8>, HubError> {
-        let bytes = self.dataset(repo).download_file_to_bytes().filename(path).revision(revision).send();
-        Self::call(|| format!("downloading {path} from {}@{revision}", repo.id()), bytes).map(|b| b.to_vec())
-    }
-
     /// A file's size and sha256: from its LFS/Xet ETag when the Hub gives one, else by download.
     pub fn sha256(&self, repo: &RepoRef, revision: &str, path: &str) -> Result<(u64, String, DigestSource), HubError> {
         let meta = self.dataset(repo).get_file_metadata().filepath(path).revision(revision).send();
@@ -247,8 +265,9 @@ impl Hub {
         if etag.len() == 64 && etag.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok((meta.file_size, etag, DigestSource::Etag));
         }
-        let bytes = self.download(repo, revision, path)?;
-        Ok((bytes.len() as u64, crate::hashing::sha256_hex(&bytes), DigestSource::Download))
+        // Hashed as it streams, and never past the size the metadata announced.
+        let (size, sha256) = self.download_digest(repo, revision, path, meta.file_size)?;
+        Ok((size, sha256, DigestSource::Download))
     }
 }
 

@@ -72,13 +72,11 @@ impl Hub {
     /// [`Hub::connect`]; the token comes from the usual places (HF_TOKEN, the login file).
     pub fn connect_for_models(endpoint: Option<&str>, cache: &Path) -> Result<Hub, HubError> {
         let endpoint = super::endpoint_or_default(endpoint);
-        let http = super::http_client(DEFAULT_STALL_TIMEOUT)?;
-        let mut builder = HFClient::builder().endpoint(&endpoint).cache_enabled(true).cache_dir(cache).client(http);
-        if let Some(token) = super::token::value()? {
-            builder = builder.token(token);
-        }
-        let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
-        Ok(Hub { client, endpoint })
+        let http = || {
+            let client = super::http_client(DEFAULT_STALL_TIMEOUT)?;
+            Ok(HFClient::builder().endpoint(&endpoint).cache_enabled(true).cache_dir(cache).client(client))
+        };
+        Hub::build(&endpoint, http, None)
     }
 
     /// Fetches the files the engine needs of `id`@`revision` into the cache (files already

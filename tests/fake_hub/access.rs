@@ -81,7 +81,7 @@ async fn list(
     Path((owner, name, status)): Path<(String, String, String)>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    let _ = enter_or_return!(
+    let fault = enter_or_return!(
         state,
         "access-list",
         method,
@@ -105,7 +105,15 @@ async fn list(
         .filter(|r| r.status == status)
         .map(|r| json!({ "user": { "user": r.user, "fullname": r.user, "email": null }, "status": r.status, "timestamp": "2026-07-20T00:00:00.000Z", "fields": {} }))
         .collect();
-    Json(listed).into_response()
+    match fault {
+        // A listing padded with whitespace: still valid JSON, only longer than any real one.
+        Some(Fault::Pad { bytes, .. }) => {
+            let mut body = serde_json::to_vec(&listed).unwrap();
+            body.resize(body.len() + bytes, b' ');
+            ([("content-type", "application/json")], body).into_response()
+        }
+        _ => Json(listed).into_response(),
+    }
 }
 
 /// POST `handle` (set a request's status) or `grant` (access without a request).

@@ -35,6 +35,10 @@ pub enum Fault {
     Slow(Duration),
     /// For a commit: wait, then apply it even if the client has gone.
     StallThenApply(Duration),
+    /// For a download (GET; a HEAD leaves it queued): this many bytes more than the file
+    /// holds, and than the tree lists. `announced`: in the Content-Length; else sent chunked,
+    /// with no length, as a server that does not know or will not say.
+    Pad { bytes: usize, announced: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -603,8 +607,16 @@ async fn model_resolve(
 }
 
 async fn resolve_in(state: Shared, method: Method, headers: HeaderMap, key: &str, logged: &str, rev: &str, path: &str) -> Response {
-    let _ = enter_or_return!(state, "resolve", method, logged, headers, false, Some(key));
-    let s = state.lock().unwrap();
+    let fault = enter_or_return!(state, "resolve", method, logged, headers, false, Some(key));
+    let mut s = state.lock().unwrap();
+    let pad = match fault {
+        Some(Fault::Pad { bytes, announced }) if method == Method::GET => Some((bytes, announced)),
+        Some(f @ Fault::Pad { .. }) => {
+            s.faults.insert(0, ("resolve".to_string(), f));
+            None
+        }
+        _ => None,
+    };
     let Some(repo) = s.repos.get(key) else { return error(StatusCode::NOT_FOUND, "Repository not found") };
     let Some(commit) = repo.commit(rev) else { return error(StatusCode::NOT_FOUND, "Revision not found") };
     let Some(bytes) = commit.files.get(path) else {
@@ -623,6 +635,18 @@ async fn resolve_in(state: Shared, method: Method, headers: HeaderMap, key: &str
             .header("x-linked-size", bytes.len());
     } else {
         response = response.header("etag", format!("\"{}\"", git_blob_sha1(bytes)));
+    }
+    if let Some((extra, announced)) = pad {
+        let mut padded = bytes.clone();
+        padded.resize(bytes.len() + extra, b' ');
+        let response =
+            Response::builder().status(200).header("x-repo-commit", &commit.sha).header("content-type", "application/octet-stream");
+        return if announced {
+            response.header("content-length", padded.len()).body(Body::from(padded)).unwrap()
+        } else {
+            let chunks: Vec<Result<Vec<u8>, std::io::Error>> = padded.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+            response.body(Body::from_stream(futures::stream::iter(chunks))).unwrap()
+        };
     }
     let body = if method == Method::HEAD { Body::empty() } else { Body::from(bytes.clone()) };
     response.body(body).unwrap()
