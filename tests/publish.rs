@@ -407,3 +407,54 @@ fn verify_remote_refuses_files_longer_than_the_tree_lists() {
     // The same Hub, honest again: the download completes and checks.
     verify(&["--download", back.to_str().unwrap()]).success();
 }
+
+/// A commit id the Hub misreports is never tagged: publish reads main back first, refuses, and
+/// a rerun (main already holding the release) tags the real commit.
+#[test]
+fn a_misreported_commit_is_not_tagged() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    publish(&hub, &dir, &[]).success();
+    let v1 = hub.repo(REPO).unwrap().head().sha.clone();
+    let bumped = s.write("bumped.yaml", &format!("extends: {}\nrelease:\n  version: 1.1.0\n", fixture_s1a().display()));
+    let v2 = s.path("v2");
+    build(&bumped, &v2, &s.cache(), &[]).success();
+    hub.inject("commit", Fault::WrongCommitOid);
+    let err = stderr(&publish(&hub, &v2, &[]).failure());
+    let head = hub.repo(REPO).unwrap().head().sha.clone();
+    assert_ne!(head, v1, "the commit itself landed");
+    assert!(err.contains(&format!("the release commit is {}", &v1[..12])) && err.contains("not tagged"), "{err}");
+    assert!(!hub.repo(REPO).unwrap().tags.contains_key("s1a-v1.1.0"));
+    let out = stderr(&publish(&hub, &v2, &[]).success());
+    assert!(out.contains("no commit"), "{out}");
+    assert_eq!(hub.repo(REPO).unwrap().tags["s1a-v1.1.0"], head);
+}
+
+/// Files on main that no bpals manifest lists are someone else's: publish lists them and
+/// stops, unless told to replace them.
+#[test]
+fn foreign_files_on_main_are_listed_and_kept_unless_replacing_them_is_asked() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    let hub = FakeHub::start(Some(TOKEN));
+    publish(&hub, &dir, &[]).success();
+    hub.tamper(REPO, "notebooks/analysis.ipynb", Some(b"{}"));
+    let bumped = s.write("bumped.yaml", &format!("extends: {}\nrelease:\n  version: 1.1.0\n", fixture_s1a().display()));
+    let v2 = s.path("v2");
+    build(&bumped, &v2, &s.cache(), &[]).success();
+    let before = hub.repo(REPO).unwrap().head().sha.clone();
+    for extra in [&["--dry-run"][..], &[]] {
+        let err = stderr(&publish(&hub, &v2, extra).failure());
+        assert!(err.contains("holds 1 file that no bpals release lists") && err.contains("  notebooks/analysis.ipynb"), "{err}");
+        assert!(err.contains("--replace-foreign-files"), "{err}");
+        assert_eq!(hub.repo(REPO).unwrap().head().sha, before, "nothing committed");
+    }
+    // A repo holding no bpals release at all: every file it would delete is foreign.
+    hub.tamper(REPO, "manifest.json", None);
+    let err = stderr(&publish(&hub, &v2, &[]).failure());
+    assert!(err.contains("  notebooks/analysis.ipynb"), "{err}");
+    let out = stderr(&publish(&hub, &v2, &["--replace-foreign-files"]).success());
+    assert!(out.contains("deletes 1 file that no bpals release lists"), "{out}");
+    assert!(!hub.repo(REPO).unwrap().head().files.contains_key("notebooks/analysis.ipynb"));
+}

@@ -26,6 +26,10 @@ pub struct PublishArgs {
     /// The publisher's public key (PEM): a signed release is checked with it before any upload.
     #[arg(long, value_name = "KEY.pub.pem")]
     public_key: Option<PathBuf>,
+    /// Let the release commit delete files on main that are not a bpals release's (without it,
+    /// publish lists them and stops).
+    #[arg(long)]
+    replace_foreign_files: bool,
 }
 
 pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
@@ -37,6 +41,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         allow_demo: args.allow_demo,
         retries: args.hub.retries,
         public_key: args.public_key.as_deref().map(super::load_public_key).transpose()?,
+        replace_foreign_files: args.replace_foreign_files,
     };
     let outcome = publish::publish(&args.dir, &options, &|m| eprintln!("{}", m.trim_end()))?;
     print!("{outcome}");

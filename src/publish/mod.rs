@@ -5,6 +5,7 @@
 //! the commit names that head as its parent (so a retried or concurrent commit cannot land
 //! twice), and the tag is created last, only once main holds exactly the release's files.
 
+mod main_branch;
 pub mod plan;
 
 use std::path::Path;
@@ -48,6 +49,8 @@ pub struct PublishOptions {
     pub stall_timeout: std::time::Duration,
     /// The publisher's public key: a signed release is checked with it before any upload.
     pub public_key: Option<crate::signing::PublicKey>,
+    /// Let the release commit delete files on main that are not a bpals release's.
+    pub replace_foreign_files: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -172,6 +175,18 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         tag_state: tags.get(&tag).map_or(TagState::Missing, |c| TagState::Exists { commit: c.clone() }),
     };
     log(&plan.render());
+    if let (Some(remote), Some(files)) = (&remote, &remote_files) {
+        let foreign = main_branch::foreign_files(&hub, &repo, &remote.head, files, &plan.removed)?;
+        if !foreign.is_empty() {
+            if !options.replace_foreign_files {
+                return Err(main_branch::refuse_foreign(&repo, &foreign));
+            }
+            log(&format!(
+                "--replace-foreign-files: the release commit deletes {} that no bpals release lists",
+                main_branch::files(foreign.len())
+            ));
+        }
+    }
 
     // A published version is immutable: its tag may only ever name these exact files.
     if let TagState::Exists { commit } = &plan.tag_state {
@@ -256,6 +271,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         None
     };
     let release_commit = head.clone().unwrap_or(parent);
+    main_branch::check_release_commit(&hub, &repo, dir, &manifest, &release_commit)?;
 
     let tagged = match &plan.tag_state {
         TagState::Exists { commit } => commit.clone(),

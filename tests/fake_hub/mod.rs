@@ -39,6 +39,9 @@ pub enum Fault {
     /// holds, and than the tree lists. `announced`: in the Content-Length; else sent chunked,
     /// with no length, as a server that does not know or will not say.
     Pad { bytes: usize, announced: bool },
+    /// For a commit: apply it, then answer with another commit's id (the parent's), as a Hub
+    /// that misreports would.
+    WrongCommitOid,
 }
 
 #[derive(Debug, Clone)]
@@ -429,6 +432,7 @@ async fn commit(
     }
     // A stalled commit is applied by a task of its own, like a server that finishes the work
     // although the client has hung up.
+    let parent_commit = header["parentCommit"].as_str().map(str::to_string);
     let stall = match &fault {
         Some(Fault::StallThenApply(d)) => Some(*d),
         _ => None,
@@ -446,6 +450,10 @@ async fn commit(
     if let Some(Fault::StatusAfterApply(code)) = fault {
         return error(StatusCode::from_u16(code).unwrap(), "injected fault after the commit was applied");
     }
+    let sha = match fault {
+        Some(Fault::WrongCommitOid) => parent_commit.unwrap_or_else(|| "0".repeat(40)),
+        _ => sha,
+    };
     Json(json!({ "commitOid": sha, "commitUrl": format!("https://fake.hub/datasets/{id}/commit/{sha}") })).into_response()
 }
 
