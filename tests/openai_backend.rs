@@ -394,3 +394,39 @@ fn s3_with_thinking_on_reads_the_block_as_reasoning_and_what_follows_as_the_answ
     served_build(&spec, &s.path("parsed"), &s.path("cache-parsed"), &[]).success();
     assert_eq!(tree_digest(&s.path("parsed")), tree_digest(&s.path("inline")));
 }
+
+/// An answer from another model than the one asked for (a server that routes the request, or a
+/// proxy in front of several models) is refused, as is one that names none; a spec whose server
+/// serves the model under another name says so (`model.served_name`), which the requests ask
+/// for, the answers must carry, and the lock records.
+#[test]
+fn an_answer_from_another_model_is_refused_and_a_served_name_is_asked_for_and_locked() {
+    let s = Scratch::new();
+    let server = FakeOpenAi::start();
+    let spec = two_image_spec(&s, &server, 2);
+    for (claimed, expected) in [
+        (Some("meta-llama/Llama-3.2-11B-Vision".to_string()), "the answer is from \"meta-llama/Llama-3.2-11B-Vision\""),
+        (None, "the answer is from no model it names"),
+    ] {
+        server.state.lock().unwrap().answers_as = Some(claimed);
+        let cache = s.path("cache-other");
+        let err = stderr(&served_build(&spec, &s.path("out"), &cache, &[]).failure());
+        assert!(err.contains("asked for model \"Qwen/Qwen2-VL-7B-Instruct\"") && err.contains(expected), "{err}");
+        assert!(err.contains("set model.served_name"), "{err}");
+        assert!(!s.path("out").exists() && (!cache.exists() || cached_scores(&cache).is_empty()), "nothing is written or cached");
+    }
+
+    // The server's own name for the model: asked for, required, recorded.
+    server.state.lock().unwrap().answers_as = Some(Some("qwen2-vl-7b".into()));
+    let named = s.write("named.yaml", &format!("extends: {}\nmodel:\n  served_name: qwen2-vl-7b\n", spec.display()));
+    served_build(&named, &s.path("named"), &s.path("cache-named"), &[]).success();
+    assert!(server.state.lock().unwrap().bodies.iter().rev().take(3).all(|b| b["model"] == "qwen2-vl-7b"));
+    let lock = std::fs::read_to_string(s.path("named/build.lock")).unwrap();
+    assert!(lock.contains("\"served_name\": \"qwen2-vl-7b\""), "{lock}");
+    let plain = served_build(&spec, &s.path("plain"), &s.path("cache-plain"), &[]).failure();
+    assert!(stderr(&plain).contains("the answer is from \"qwen2-vl-7b\""), "{}", stderr(&plain));
+    server.state.lock().unwrap().answers_as = None;
+    served_build(&spec, &s.path("plain"), &s.path("cache-plain"), &[]).success();
+    let lock = std::fs::read_to_string(s.path("plain/build.lock")).unwrap();
+    assert!(!lock.contains("served_name"), "left out where not set: {lock}");
+}

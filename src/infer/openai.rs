@@ -80,6 +80,8 @@ pub struct OpenAiScorer {
     identity: ScorerIdentity,
     served: ServedModel,
     model_id: String,
+    /// The name requests ask for and answers must carry: `model.served_name`, else the id.
+    requested: String,
     family: &'static str,
     pixels: (u64, u64),
     client: reqwest::Client,
@@ -140,6 +142,7 @@ impl OpenAiScorer {
             identity,
             limit: Arc::new(Semaphore::new(served.concurrency)),
             first_give_up: Arc::default(),
+            requested: served.served_name.clone().unwrap_or_else(|| model.id.clone()),
             served,
             model_id: model.id.clone(),
             family,
@@ -157,7 +160,7 @@ impl OpenAiScorer {
     /// The request body for `text` about the image at `data_url`.
     fn body(&self, data_url: &str, text: &str, max_tokens: usize, yes_no: bool, thinking: Thinking) -> Value {
         let mut body = json!({
-            "model": self.model_id,
+            "model": self.requested,
             "messages": [{ "role": "user", "content": [
                 { "type": "image_url", "image_url": { "url": data_url } },
                 { "type": "text", "text": text },
@@ -221,7 +224,8 @@ impl OpenAiScorer {
                             )))
                         }
                         Ok(text) if status.is_success() => {
-                            return serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")));
+                            let answer = serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")))?;
+                            return self.check_model(answer, what);
                         }
                         Ok(text) if retry::is_transient(status) => {
                             if last {
@@ -243,6 +247,20 @@ impl OpenAiScorer {
             tokio::time::sleep(backoff.pause(retry_after)).await;
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// An answer is the asked model's, by the name it carries: a server that routes the
+    /// request to another model (or names none) is refused, never scored.
+    fn check_model(&self, answer: Value, what: &str) -> Result<Value, InferError> {
+        match answer.get("model").and_then(Value::as_str) {
+            Some(name) if name == self.requested => Ok(answer),
+            named => Err(fail(format!(
+                "{what}: the request asked for model {:?} and the answer is from {}: refused. If the server serves this model \
+                 under another name, set model.served_name to it",
+                self.requested,
+                named.map_or("no model it names".to_string(), |n| format!("{n:?}")),
+            ))),
+        }
     }
 
     /// One yes/no score from a chat completion's first-token logprobs.

@@ -286,6 +286,9 @@ pub struct ModelLayer {
     pub family: Option<String>,
     /// Backend `openai`: which server (`vllm`, the default, `sglang` or `llama-cpp`).
     pub server: Option<super::ServerKind>,
+    /// Backend `openai`: the name the server serves the model under, where it is not `id`
+    /// (vLLM's `--served-model-name`, llama-server's `--alias`).
+    pub served_name: Option<String>,
     /// Backend `openai`: the token ids of "Yes" and "No", sent as `allowed_token_ids` so the
     /// server's first-token logprobs always list both.
     pub answer_token_ids: Option<[u32; 2]>,
@@ -312,9 +315,10 @@ impl Merge for ModelLayer {
             self.family = None;
             self.answer_token_ids = None;
             self.server = None;
+            self.served_name = None;
         }
         merge_options!(self, c, nulls; backend, path, id, revision, weight_license, demo_weights, dtype, device,
-            max_pixels, min_pixels, thinking, endpoint, family, server, answer_token_ids, concurrency, timeout_s);
+            max_pixels, min_pixels, thinking, endpoint, family, server, served_name, answer_token_ids, concurrency, timeout_s);
     }
 }
 

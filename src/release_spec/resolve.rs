@@ -331,6 +331,7 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer, section: &
             (m.endpoint.is_some(), key("endpoint")),
             (m.family.is_some(), key("family")),
             (m.server.is_some(), key("server")),
+            (m.served_name.is_some(), key("served_name")),
             (m.answer_token_ids.is_some(), key("answer_token_ids")),
             (m.concurrency.is_some(), key("concurrency")),
             (m.timeout_s.is_some(), key("timeout_s")),
@@ -357,10 +358,14 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer, section: &
     if concurrency == 0 {
         return Err(r.invalid(&key("concurrency"), "must be at least 1"));
     }
+    if let Some(name) = m.served_name.as_deref().filter(|n| n.trim().is_empty() || n.trim() != *n) {
+        return Err(r.invalid(&key("served_name"), format!("{name:?}: expected the served model's name, without surrounding spaces")));
+    }
     Ok(Some(ServedModel {
         endpoint,
         family,
         server: m.server.unwrap_or_default(),
+        served_name: m.served_name.clone(),
         answer_token_ids: m.answer_token_ids,
         concurrency,
         timeout_s: m.timeout_s.unwrap_or(120),

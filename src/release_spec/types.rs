@@ -183,6 +183,10 @@ pub struct ServedModel {
     pub family: String,
     /// Which server it is: what a request may ask of it differs (see [`ServerKind`]).
     pub server: ServerKind,
+    /// The name asked for in requests and required in answers, where the server serves the
+    /// model under another name than `id`. Recorded in the lock (left out where not set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_token_ids: Option<[u32; 2]>,
     /// How the requests are sent, not what they return: out of the spec's hash.

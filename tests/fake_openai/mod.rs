@@ -51,6 +51,9 @@ pub struct ServerState {
     pub bad_no: Option<Value>,
     /// Every request body, in order.
     pub bodies: Vec<Value>,
+    /// The model an answer names: unset, the one asked for; `Some(Some(name))`, another (a
+    /// server routing to another model); `Some(None)`, none.
+    pub answers_as: Option<Option<String>>,
     /// Answer a logprobs request without logprobs (a server that ignores the parameter).
     pub no_logprobs: bool,
     /// A served model whose template thinks whatever `chat_template_kwargs` says (a yes/no
@@ -151,9 +154,28 @@ async fn chat(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> R
     };
     // Let concurrent requests overlap, so in-flight counts mean something.
     tokio::time::sleep(Duration::from_millis(2)).await;
+    let plain = matches!(fault, None | Some(Fault::Slow(_)));
     let response = answer(&state, &auth, &body, fault).await;
     state.lock().unwrap().in_flight -= 1;
+    if plain && response.status().is_success() {
+        return name_the_model(&state, &body, response).await;
+    }
     response
+}
+
+/// Adds the `model` an OpenAI-compatible server puts in every answer: the name asked for (as
+/// vLLM and llama-server echo it), or the one the test makes the server claim.
+async fn name_the_model(state: &Shared, request: &[u8], response: Response) -> Response {
+    let asked = serde_json::from_slice::<Value>(request).ok().and_then(|r| r["model"].as_str().map(str::to_string));
+    let claimed = state.lock().unwrap().answers_as.clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let mut answer: Value = serde_json::from_slice(&bytes).unwrap();
+    match claimed {
+        Some(Some(name)) => answer["model"] = json!(name),
+        Some(None) => {}
+        None => answer["model"] = json!(asked),
+    }
+    Json(answer).into_response()
 }
 
 async fn answer(state: &Shared, auth: &str, body: &[u8], fault: Option<Fault>) -> Response {
