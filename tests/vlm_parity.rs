@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
 use bpals_release::vlm::model::VlModel;
+use bpals_release::vlm::shared_prefix::PrefixAttention;
 use bpals_release::vlm::{pixels, ModelDir, Thinking};
 use common::*;
 use tch::{Device, Kind, Tensor};
@@ -404,6 +405,20 @@ fn parity_at(path: &std::path::Path) {
                 (f64::from(s.logit_yes) - y).abs() <= limit && (f64::from(s.logit_no) - n).abs() <= limit,
                 "{name}: shared {s:?} vs alone ({y}, {n})"
             );
+        }
+        // The prefix held once instead of copied per question: the same logits within 1e-5 (the
+        // softmax's sums in another order), or, for Gemma 4's decoder, a clear refusal.
+        match model.score_with(&prompts, &features, grid, answer, PrefixAttention::Shared) {
+            Ok(once) => {
+                let worst = shared
+                    .iter()
+                    .zip(&once)
+                    .map(|(a, b)| (a.logit_yes - b.logit_yes).abs().max((a.logit_no - b.logit_no).abs()))
+                    .fold(0.0f32, f32::max);
+                eprintln!("{family} {name}: prefix held once, logits within {worst:.1e} of the copied prefix");
+                assert!(worst <= 1e-5, "{name}: shared prefix attention differs by {worst}");
+            }
+            Err(e) => assert!(family.starts_with("gemma4") && e.to_string().contains("not yet Gemma 4's"), "{name}: {e}"),
         }
 
         // Those prompts decoded as one batch equal each decoded alone.

@@ -224,7 +224,8 @@ impl OpenAiScorer {
                             )))
                         }
                         Ok(text) if status.is_success() => {
-                            let answer = serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")))?;
+                            let answer =
+                                serde_json::from_str(&text).map_err(|e| fail(format!("{what}: the server's answer is not JSON: {e}")))?;
                             return self.check_model(answer, what);
                         }
                         Ok(text) if retry::is_transient(status) => {

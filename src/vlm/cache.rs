@@ -113,12 +113,30 @@ impl DecoderCache {
         DecoderCache { layers }
     }
 
+    /// For `n` rows over this one-row prefix without copying it: the attention layers' keys and
+    /// values stay as they are (read once by every row, [`super::shared_prefix`]); the linear
+    /// layers' small per-row states are repeated.
+    pub fn shared_by(&self, n: i64) -> DecoderCache {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                LayerCache::Linear(_) => l.map(|t| repeat_rows(t, n)),
+                other => other.map(Tensor::shallow_clone),
+            })
+            .collect();
+        DecoderCache { layers }
+    }
+
     /// The same cache repeated `n` times along the batch (one copy per question).
     pub fn expand(&self, n: i64) -> DecoderCache {
-        self.map(|t| {
-            let mut size = vec![-1; t.dim()];
-            size[0] = n;
-            t.expand(size.as_slice(), false).contiguous()
-        })
+        self.map(|t| repeat_rows(t, n))
     }
+}
+
+/// A one-row tensor repeated `n` times along its first axis, contiguous.
+fn repeat_rows(t: &Tensor, n: i64) -> Tensor {
+    let mut size = vec![-1; t.dim()];
+    size[0] = n;
+    t.expand(size.as_slice(), false).contiguous()
 }

@@ -39,6 +39,8 @@ pub mod preparation;
 #[cfg(feature = "vlm")]
 mod safetensors_file;
 #[cfg(feature = "vlm")]
+pub mod shared_prefix;
+#[cfg(feature = "vlm")]
 mod text;
 #[cfg(feature = "vlm")]
 pub mod throughput;

@@ -10,6 +10,7 @@ use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
+use super::shared_prefix::PrefixAttention;
 use super::text::{DecoderCache, Deepstack, Embedded, TextModel};
 use super::weights::Weights;
 use super::YesNo;
@@ -138,6 +139,19 @@ impl VlModel {
         grid: (usize, usize, usize),
         answer: (u32, u32),
     ) -> Result<Vec<YesNo>, VlmError> {
+        self.score_with(prompts, image, grid, answer, PrefixAttention::Copied)
+    }
+
+    /// [`Self::score`], the suffixes meeting the prefix as `method` says: on copies of its cache,
+    /// or on the one cache ([`PrefixAttention::Shared`], the Qwen decoder only).
+    pub fn score_with(
+        &self,
+        prompts: &[Vec<u32>],
+        image: &ImageFeatures,
+        grid: (usize, usize, usize),
+        answer: (u32, u32),
+        method: PrefixAttention,
+    ) -> Result<Vec<YesNo>, VlmError> {
         if prompts.is_empty() {
             return Ok(Vec::new());
         }
@@ -166,8 +180,17 @@ impl VlModel {
             let ids = Tensor::from_slice(&ids).to_device(self.device).view([n, longest as i64]);
             let flat: Vec<i64> = positions.concat();
             let positions = Tensor::from_slice(&flat).to_device(self.device).view([3, n, longest as i64]);
-            let mut batch_cache = cache.expand(n);
-            let hidden = self.text.forward(&self.text.embed(&ids), &positions, &mut batch_cache, None);
+            let embedded = self.text.embed(&ids);
+            let hidden = match method {
+                PrefixAttention::Copied => self.text.forward(&embedded, &positions, &mut cache.expand(n), None),
+                PrefixAttention::Shared => {
+                    self.text.forward_shared_prefix(&embedded, &positions, &mut cache.shared_by(n)).ok_or_else(|| {
+                        VlmError::Input(
+                            "shared prefix attention is implemented for the Qwen decoder only, not yet Gemma 4's: score it copied".into(),
+                        )
+                    })?
+                }
+            };
             // Each prompt's last real token, then only the two answer rows of the LM head: the
             // full vocabulary projection would cost vocab/2 times as much and is never read.
             let last: Vec<i64> =

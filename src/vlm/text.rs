@@ -17,6 +17,7 @@ use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
+use super::shared_prefix;
 use super::weights::Weights;
 
 /// Grouped-query self-attention with rotary positions (and, in Qwen3, each head's queries and
@@ -76,6 +77,32 @@ impl SelfAttention {
         };
         let (q, k) = (rotary.apply(&q), rotary.apply(&k));
         let v = split_heads(self.v.forward(x), self.kv_heads);
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let out = match (&*slot, path) {
+            // The prefix stays in the slot, once; the suffixes' own keys are not kept.
+            (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix) => shared_prefix::attention(&q, pk, pv, &k, &v, mask, scale),
+            _ => self.attend_appended(q, k, v, mask, slot, path, scale),
+        };
+        let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
+        match gate {
+            Some(gate) => self.o.forward(&(out * gate.sigmoid())),
+            None => self.o.forward(&out),
+        }
+    }
+
+    /// Appends `k` and `v` to the slot and attends over all it holds.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_appended(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: &Tensor,
+        slot: &mut LayerCache,
+        path: AttentionPath,
+        scale: f64,
+    ) -> Tensor {
+        let (b, s) = (q.size()[0], q.size()[2]);
         let (k, v) = match std::mem::take(slot) {
             LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
             _ => (k, v),
@@ -83,8 +110,7 @@ impl SelfAttention {
         *slot = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
         // Each key/value head serves `groups` query heads.
         let groups = self.heads / self.kv_heads;
-        let scale = (self.head_dim as f64).powf(-0.5);
-        let out = if path == AttentionPath::FoldedGroups && s == 1 {
+        if path == AttentionPath::FoldedGroups && s == 1 {
             // One new token: a key/value head's query heads become its queries, so the cache is
             // read in place instead of copied `groups` times (decoding is memory-bound).
             let q = q.view([b, self.kv_heads, groups, self.head_dim]);
@@ -93,11 +119,6 @@ impl SelfAttention {
             let k = k.repeat_interleave_self_int(groups, 1, None);
             let v = v.repeat_interleave_self_int(groups, 1, None);
             attention(&q, &k, &v, Some(mask), scale)
-        };
-        let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
-        match gate {
-            Some(gate) => self.o.forward(&(out * gate.sigmoid())),
-            None => self.o.forward(&out),
         }
     }
 }
@@ -120,6 +141,10 @@ pub enum AttentionPath {
     /// For one new token per row, the query heads folded onto their key/value head: the same
     /// arithmetic without copying the cache (decoding).
     FoldedGroups,
+    /// Every row's suffix after one prefix the cache holds once (batch 1): attention in two
+    /// parts merged exactly ([`shared_prefix`]); the mask covers the suffix alone, and the
+    /// suffixes' keys are not kept (scoring reads one pass).
+    SharedPrefix,
 }
 
 /// How a layer mixes tokens.
@@ -255,6 +280,16 @@ impl TextModel {
         let embeds = &input.embeds;
         let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
         self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
+    }
+
+    /// Runs every row of `input` after the one-row prefix `cache` holds, the prefix read once
+    /// by all ([`AttentionPath::SharedPrefix`]); `cache` must come from
+    /// [`DecoderCache::shared_by`]. The Qwen decoder only: None for Gemma 4's.
+    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Option<Tensor> {
+        let TextModel::Shared(d) = self else { return None };
+        let embeds = &input.embeds;
+        let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
+        Some(d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix, None, None))
     }
 
     /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the

@@ -21,6 +21,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::model::VlModel;
 use super::pixels;
+use super::shared_prefix::PrefixAttention;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -37,11 +38,16 @@ pub struct ScoringBench {
     pub peak_tflops: Option<f64>,
     /// Images in the release to project a run time for (the baseline: 4,628).
     pub project_images: usize,
+    /// How the questions meet the image prefix (the copied path releases are scored by, or the
+    /// prefix held once).
+    pub prefix_attention: PrefixAttention,
 }
 
 #[derive(Debug, Serialize)]
 pub struct ScoringBenchReport {
     pub family: Family,
+    /// `copied` or `shared`.
+    pub prefix_attention: &'static str,
     pub text_layers: usize,
     pub vision_blocks: usize,
     pub device: String,
@@ -324,7 +330,7 @@ pub fn run(
         }
         let features = model.encode_image(values, *grid);
         // The scores come back to the host, so the device's work is done when this returns.
-        model.score(&ids, &features, *grid, answer)?;
+        model.score_with(&ids, &features, *grid, answer, bench.prefix_attention)?;
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = bench.images.max(1);
@@ -334,6 +340,7 @@ pub fn run(
     let achieved = flops / per_image / 1e12;
     Ok(ScoringBenchReport {
         family: config.family,
+        prefix_attention: bench.prefix_attention.name(),
         text_layers: config.text.num_hidden_layers,
         vision_blocks: config.vision.depth,
         device: format!("{device:?}"),
@@ -487,6 +494,7 @@ mod tests {
             question_tokens: 6,
             warmup: 1,
             peak_tflops: Some(1.0),
+            prefix_attention: PrefixAttention::Copied,
             project_images: 4628,
         };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();

@@ -47,6 +47,16 @@ pub struct BenchScoringArgs {
     /// Images to project a run time for [default: the 4,628-image baseline].
     #[arg(long, default_value_t = 4628)]
     pub project_images: usize,
+    /// How the questions meet the image prefix: `copied` per question (the path releases are
+    /// scored by) or `shared`, held once (the Qwen decoder; Gemma 4 not yet).
+    #[arg(long, value_enum, default_value_t = PrefixAttentionArg::Copied)]
+    pub prefix_attention: PrefixAttentionArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PrefixAttentionArg {
+    Copied,
+    Shared,
 }
 
 pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
@@ -69,6 +79,10 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             warmup: args.warmup,
             peak_tflops: args.peak_tflops,
             project_images: args.project_images,
+            prefix_attention: match args.prefix_attention {
+                PrefixAttentionArg::Copied => bpals_release::vlm::shared_prefix::PrefixAttention::Copied,
+                PrefixAttentionArg::Shared => bpals_release::vlm::shared_prefix::PrefixAttention::Shared,
+            },
         };
         let report = throughput::run(&config, &preprocessor, device, kind, &bench)?;
         println!("{}", serde_json::to_string_pretty(&report)?);

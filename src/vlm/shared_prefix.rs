@@ -1,0 +1,105 @@
+//! Exact attention over a shared prefix, without copying it (Hydragen: Juravsky et al., 2024,
+//! arXiv 2402.05099).
+//!
+//! Scoring asks one image many questions: a long prefix (the image and the chat template's head)
+//! and a few dozen tokens per question. The copied path repeats the prefix's keys and values per
+//! question and per query head, then runs one attention call; this path holds them once. Each
+//! question's queries attend in two parts, each a plain matrix product:
+//! - to the prefix: the queries of every question and every query head of a key/value head are
+//!   stacked into one matrix against that head's one copy of the prefix;
+//! - to their own suffix, causally (a few dozen keys per question).
+//!
+//! Each part keeps its row maxima and sums of exponentials, and the two are merged exactly by
+//! their log-sum-exp: softmax over the union of keys, as one call would give, up to the order of
+//! the sums. No atomics: the same inputs give the same bits.
+
+use tch::{Kind, Tensor};
+
+/// How the questions of one image meet the image's prefix when they are scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefixAttention {
+    /// The prefix's keys and values copied per question (and per query head), then one attention
+    /// call: the path every release so far was scored by.
+    #[default]
+    Copied,
+    /// The prefix held once, its attention merged with the suffix's by log-sum-exp.
+    Shared,
+}
+
+impl PrefixAttention {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefixAttention::Copied => "copied",
+            PrefixAttention::Shared => "shared",
+        }
+    }
+}
+
+/// Softmax attention of `q` (b, heads, s, d) over a prefix held once, `prefix_k` and `prefix_v`
+/// (1, kv_heads, p, d), and the rows' own keys and values `k`, `v` (b, kv_heads, s, d) under the
+/// additive `suffix_mask` (s, s) broadcastable: (b, heads, s, d), in `q`'s dtype. Computed in f32.
+pub fn attention(q: &Tensor, prefix_k: &Tensor, prefix_v: &Tensor, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
+    let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
+    let (kv_heads, kind) = (prefix_k.size()[1], q.kind());
+    let groups = heads / kv_heads;
+    let q = q.to_kind(Kind::Float).view([b, kv_heads, groups, s, d]);
+
+    // The prefix: every row's queries of a key/value head as one matrix, one copy of the keys.
+    let stacked = q.permute([1, 0, 2, 3, 4]).reshape([1, kv_heads, b * groups * s, d]);
+    let scores = stacked.matmul(&prefix_k.to_kind(Kind::Float).transpose(-2, -1)) * scale;
+    let (max_p, sum_p, out_p) = partial(&scores, &prefix_v.to_kind(Kind::Float));
+    let per_row = |t: Tensor| {
+        let last = t.size()[3];
+        t.view([kv_heads, b, groups, s, last]).permute([1, 0, 2, 3, 4])
+    };
+    let (max_p, sum_p, out_p) = (per_row(max_p), per_row(sum_p), per_row(out_p));
+
+    // The suffix: each row's own keys, the query heads of a key/value head broadcast over it.
+    let k = k.to_kind(Kind::Float).unsqueeze(2);
+    let mask = suffix_mask.to_kind(Kind::Float).view([-1, 1, 1, s, s]);
+    let scores = q.matmul(&k.transpose(-2, -1)) * scale + mask;
+    let (max_s, sum_s, out_s) = partial(&scores, &v.to_kind(Kind::Float).unsqueeze(2));
+
+    // Merged by log-sum-exp: each part's terms rescaled to the common maximum.
+    let max = max_p.maximum(&max_s);
+    let (w_p, w_s) = ((max_p - &max).exp(), (max_s - &max).exp());
+    let out = (out_p * &w_p + out_s * &w_s) / (sum_p * &w_p + sum_s * &w_s);
+    out.reshape([b, heads, s, d]).to_kind(kind)
+}
+
+/// One part of a softmax: the row maxima, the sums of exp(score - max), and those weights times
+/// the values (not yet divided by the sums).
+fn partial(scores: &Tensor, values: &Tensor) -> (Tensor, Tensor, Tensor) {
+    let max = scores.amax(-1, true);
+    let weights = (scores - &max).exp();
+    let sum = weights.sum_dim_intlist(-1, true, Kind::Float);
+    let out = weights.matmul(values);
+    (max, sum, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same numbers as one attention call over the prefix copied per row and per head.
+    #[test]
+    fn equals_attention_over_the_copied_prefix() {
+        tch::manual_seed(7);
+        let (b, heads, kv_heads, p, s, d) = (5, 8, 2, 37, 6, 16);
+        let opts = (Kind::Float, tch::Device::Cpu);
+        let q = Tensor::randn([b, heads, s, d], opts);
+        let (pk, pv) = (Tensor::randn([1, kv_heads, p, d], opts), Tensor::randn([1, kv_heads, p, d], opts));
+        let (k, v) = (Tensor::randn([b, kv_heads, s, d], opts), Tensor::randn([b, kv_heads, s, d], opts));
+        let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
+        let scale = (d as f64).powf(-0.5);
+        let shared = attention(&q, &pk, &pv, &k, &v, &causal, scale);
+
+        let groups = heads / kv_heads;
+        let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
+        let full_v = Tensor::cat(&[pv.expand([b, kv_heads, p, d], false), v], 2).repeat_interleave_self_int(groups, 1, None);
+        let mask = Tensor::cat(&[Tensor::zeros([s, p], opts), causal], 1).view([1, 1, s, p + s]);
+        let copied = Tensor::scaled_dot_product_attention(&q, &full_k, &full_v, Some(&mask), 0.0, false, scale, false);
+        let diff = (shared - copied).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{diff}");
+    }
+}
