@@ -13,6 +13,14 @@ use fake_hub::{FakeHub, Fault};
 const TOKEN: &str = "hf_fakeTOKENvalue0123456789";
 const REPO: &str = "bpals-test/cxr14-bpals";
 
+/// The sample built again as version 1.1.0: a new release of the same id.
+fn version_1_1(s: &Scratch) -> PathBuf {
+    let bumped = s.write("bumped.yaml", &format!("extends: {}\nrelease:\n  version: 1.1.0\n", fixture_s1a().display()));
+    let v2 = s.path("v2");
+    build(&bumped, &v2, &s.cache(), &[]).success();
+    v2
+}
+
 fn sample(s: &Scratch) -> PathBuf {
     let out = s.path("s1a");
     build(&fixture_s1a(), &out, &s.cache(), &[]).success();
@@ -417,9 +425,7 @@ fn a_misreported_commit_is_not_tagged() {
     let hub = FakeHub::start(Some(TOKEN));
     publish(&hub, &dir, &[]).success();
     let v1 = hub.repo(REPO).unwrap().head().sha.clone();
-    let bumped = s.write("bumped.yaml", &format!("extends: {}\nrelease:\n  version: 1.1.0\n", fixture_s1a().display()));
-    let v2 = s.path("v2");
-    build(&bumped, &v2, &s.cache(), &[]).success();
+    let v2 = version_1_1(&s);
     hub.inject("commit", Fault::WrongCommitOid);
     let err = stderr(&publish(&hub, &v2, &[]).failure());
     let head = hub.repo(REPO).unwrap().head().sha.clone();
@@ -440,9 +446,7 @@ fn foreign_files_on_main_are_listed_and_kept_unless_replacing_them_is_asked() {
     let hub = FakeHub::start(Some(TOKEN));
     publish(&hub, &dir, &[]).success();
     hub.tamper(REPO, "notebooks/analysis.ipynb", Some(b"{}"));
-    let bumped = s.write("bumped.yaml", &format!("extends: {}\nrelease:\n  version: 1.1.0\n", fixture_s1a().display()));
-    let v2 = s.path("v2");
-    build(&bumped, &v2, &s.cache(), &[]).success();
+    let v2 = version_1_1(&s);
     let before = hub.repo(REPO).unwrap().head().sha.clone();
     for extra in [&["--dry-run"][..], &[]] {
         let err = stderr(&publish(&hub, &v2, extra).failure());
