@@ -145,15 +145,9 @@ fn second_opinion_keys_are_checked_like_the_models() {
     assert!(err.contains("second_opinion.endpoint") && err.contains("is for second_opinion.backend openai only"), "{err}");
 }
 
-/// The sample's planted truth as a generic gold file (`image_index,label,value`).
-fn truth_gold(s: &Scratch) -> std::path::PathBuf {
-    let truth = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
-    let mut gold = String::from("image_index,label,value\n");
-    for line in truth.lines().skip(1) {
-        let fields: Vec<&str> = line.split(',').collect();
-        gold.push_str(&format!("{},{},{}\n", fields[0], fields[1], fields[2]));
-    }
-    s.write("truth.csv", &gold)
+/// The sample's planted truth, which reads as a generic gold file.
+fn truth_gold() -> std::path::PathBuf {
+    repo().join("fixtures/sample/truth.csv")
 }
 
 /// `calibrate --joint` fits a rule from a two-family release; a spec naming it builds a release
@@ -162,7 +156,7 @@ fn truth_gold(s: &Scratch) -> std::path::PathBuf {
 #[test]
 fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
     let s = Scratch::new();
-    let (two, gold, rule) = (s.path("two"), truth_gold(&s), s.path("rule.json"));
+    let (two, gold, rule) = (s.path("two"), truth_gold(), s.path("rule.json"));
     build(&second_opinion_spec(), &two, &s.cache(), &[]).success();
     let out = bin().arg("calibrate").arg(&two).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(&rule).assert().success();
     let text = stdout(&out);
@@ -212,7 +206,7 @@ fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
 #[test]
 fn a_joint_rule_needs_two_families_and_a_rule_file() {
     let s = Scratch::new();
-    let (one, gold) = (s.path("one"), truth_gold(&s));
+    let (one, gold) = (s.path("one"), truth_gold());
     build(&fixture_s1a(), &one, &s.cache(), &[]).success();
     let err = stderr(
         &bin().arg("calibrate").arg(&one).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(s.path("r.json")).assert().failure(),

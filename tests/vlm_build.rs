@@ -329,22 +329,19 @@ fn the_two_family_demo_builds_compares_its_families_and_audits() {
     assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
 }
 
-/// The sample's planted truth as two generic gold files: every other image (sorted by name) in
-/// the first, the rest in the second.
+/// The sample's planted truth (a gold file as it is) in two halves: every other image (sorted
+/// by name) in the first, the rest in the second, each under truth.csv's own header.
 fn write_truth_halves(first: &std::path::Path, second: &std::path::Path) {
     let truth = std::fs::read_to_string(repo().join("fixtures/sample/truth.csv")).unwrap();
-    let mut images: Vec<&str> = truth.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    let (header, rows) = truth.split_once('\n').unwrap();
+    let mut images: Vec<&str> = rows.lines().map(|l| l.split(',').next().unwrap()).collect();
     images.dedup();
     let first_half: std::collections::BTreeSet<&str> = images.iter().step_by(2).copied().collect();
-    let (mut a, mut b) = (String::from("image_index,label,value\n"), String::from("image_index,label,value\n"));
-    for line in truth.lines().skip(1) {
-        let fields: Vec<&str> = line.split(',').collect();
-        let row = format!("{},{},{}\n", fields[0], fields[1], fields[2]);
-        if first_half.contains(fields[0]) {
-            a.push_str(&row)
-        } else {
-            b.push_str(&row)
-        }
+    let (mut a, mut b) = (format!("{header}\n"), format!("{header}\n"));
+    for line in rows.lines() {
+        let half = if first_half.contains(line.split(',').next().unwrap()) { &mut a } else { &mut b };
+        half.push_str(line);
+        half.push('\n');
     }
     std::fs::write(first, a).unwrap();
     std::fs::write(second, b).unwrap();

@@ -97,10 +97,11 @@ pub fn verify_remote(
     if !tree.contains_key(MANIFEST_FILE) {
         return Err(HubError::Protocol(format!("{}@{revision} has no {MANIFEST_FILE}: not a bpals release", repo.id())));
     }
-    // Small files are fetched whole, never past the size the tree lists nor the JSON ceiling.
+    // Small files are fetched whole, never past the size the tree lists nor the JSON ceiling (a
+    // file the tree does not list is asked for anyway, so the Hub's own answer says it is missing).
     let small_file = |path: &str| -> Result<Vec<u8>, HubError> {
-        let listed = tree.get(path).map_or(0, |f| f.size);
-        hub.download_capped(repo, &commit, path, listed.min(crate::hub::JSON_CAP))
+        let cap = tree.get(path).map_or(crate::hub::JSON_CAP, |f| f.size.min(crate::hub::JSON_CAP));
+        hub.download_capped(repo, &commit, path, cap)
     };
     let manifest_bytes = small_file(MANIFEST_FILE)?;
     let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
@@ -128,7 +129,6 @@ pub fn verify_remote(
         .map(crate::pipeline::output::Staging::create)
         .transpose()
         .map_err(|e| HubError::Protocol(format!("staging the download: {e}")))?;
-    let mut downloaded = 0;
     // What each file's sha256 is on the Hub: what the signature is checked against.
     let mut on_hub: BTreeMap<String, String> = BTreeMap::new();
     for file in &manifest.files {
@@ -143,7 +143,7 @@ pub fn verify_remote(
         let (size, sha256) = if let Some(staging) = &staging {
             // Never past the size the tree lists: a server sending more is refused, not believed.
             let digest = hub.download_to(repo, &commit, &file.path, tree[&file.path].size, &staging.dir.join(&file.path))?;
-            (by_download, downloaded) = (by_download + 1, downloaded + 1);
+            by_download += 1;
             digest
         } else {
             let (size, sha256, source) = hub.sha256(repo, &commit, &file.path)?;
@@ -197,7 +197,7 @@ pub fn verify_remote(
             .chain(signature_files.iter().map(|(n, b)| (*n, b.as_slice())))
             .collect();
         finish_download(staging, &extra).map_err(|e| HubError::Protocol(format!("writing {}: {e}", dir.display())))?;
-        log(&format!("downloaded {} files into {}", downloaded + extra.len(), dir.display()));
+        log(&format!("downloaded {} files into {}", by_download + extra.len(), dir.display()));
     }
     Ok(RemoteVerifyReport {
         repo: repo.id(),

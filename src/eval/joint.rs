@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{auroc, release_rows::Family, EvalError, GoldLabels, GoldSet, ReleaseRow};
+use super::{auroc, join, release_rows::Family, EvalError, GoldLabels, GoldSet, Judged, ReleaseRow};
 use crate::signal::joint::FLAG_FAMILIES_DISAGREE;
 use crate::signal::joint_rule::{self, FitRow, JointRule, JOINT_RULE_FORMAT};
 use crate::signal::ClassThresholds;
@@ -52,7 +52,7 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
     if rows.first().is_some_and(|r| r.families.is_none()) {
         return Err(EvalError::OneFamily { dir: dir.into(), release: manifest.release_id });
     }
-    let reads = fit_rows(&rows, &gold.labels, |_| true);
+    let reads = fit_rows(&join(&rows, &gold.labels), |_| true);
     if reads.is_empty() {
         return Err(EvalError::NoMatch { gold: gold_path.display().to_string(), release: dir.display().to_string() });
     }
@@ -73,13 +73,13 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
 }
 
 /// The judged rows of a two-family release whose image `keep` accepts, as fitting input.
-fn fit_rows<'a>(rows: &'a [ReleaseRow], gold: &GoldLabels, keep: impl Fn(&str) -> bool) -> Vec<FitRow<'a>> {
-    rows.iter()
-        .filter(|r| keep(&r.image_index))
-        .filter_map(|r| {
-            let f = r.families.as_ref()?;
-            let &gold = gold.get(&(r.image_index.clone(), r.label.clone()))?;
-            Some(FitRow { image: &r.image_index, label: &r.label, primary: f.primary_confidence, second: f.second_confidence, gold })
+fn fit_rows<'a>(judged: &[Judged<'a>], keep: impl Fn(&str) -> bool) -> Vec<FitRow<'a>> {
+    judged
+        .iter()
+        .filter(|j| keep(&j.row.image_index))
+        .filter_map(|&Judged { row, gold }| {
+            let f = row.families.as_ref()?;
+            Some(FitRow { image: &row.image_index, label: &row.label, primary: f.primary_confidence, second: f.second_confidence, gold })
         })
         .collect()
 }
@@ -88,16 +88,16 @@ fn fit_rows<'a>(rows: &'a [ReleaseRow], gold: &GoldLabels, keep: impl Fn(&str) -
 /// replaced by its out-of-fold value: the rule refitted on the other folds' reads predicts it.
 pub fn cross_fit(rows: &[ReleaseRow], gold: &GoldLabels, joint: &JointRuleInput) -> (Vec<ReleaseRow>, JointRuleEval) {
     let fitted = |image: &str| joint.rule.images.binary_search_by(|i| i.as_str().cmp(image)).is_ok();
-    let reads = fit_rows(rows, gold, fitted);
+    let judged = join(rows, gold);
+    let reads = fit_rows(&judged, fitted);
     let predicted: BTreeMap<(&str, &str), f64> =
         reads.iter().zip(joint_rule::cross_fitted(&reads)).map(|(r, p)| ((r.image, r.label), p)).collect();
-    let judged = rows.iter().filter(|r| gold.contains_key(&(r.image_index.clone(), r.label.clone()))).count();
     let out = rows
         .iter()
         .map(|r| match predicted.get(&(r.image_index.as_str(), r.label.as_str())) {
             None => r.clone(),
             Some(&confidence) => {
-                let agreement = if r.nih_label { confidence } else { 1.0 - confidence };
+                let agreement = crate::signal::agreement(confidence, r.nih_label);
                 let trust_class = joint.classes.class(agreement).name().to_string();
                 ReleaseRow { confidence, agreement, trust_class, ..r.clone() }
             }
@@ -106,7 +106,7 @@ pub fn cross_fit(rows: &[ReleaseRow], gold: &GoldLabels, joint: &JointRuleInput)
     let summary = JointRuleEval {
         fitted_on: joint.rule.fitted_on.clone(),
         cross_fitted_rows: predicted.len(),
-        held_out_rows: judged - predicted.len(),
+        held_out_rows: judged.len() - predicted.len(),
         folds: joint_rule::FOLDS,
     };
     (out, summary)
@@ -125,10 +125,9 @@ pub struct Disagreement {
 
 pub(super) fn disagreement(rows: &[ReleaseRow], gold: &GoldLabels) -> Disagreement {
     let mut d = Disagreement { disagree_rows: 0, disagree_mislabeled: 0, agree_rows: 0, agree_mislabeled: 0, rate_ratio: None };
-    for r in rows {
-        let Some(&g) = gold.get(&(r.image_index.clone(), r.label.clone())) else { continue };
-        let wrong = usize::from(r.nih_label != g);
-        if r.flags.iter().any(|f| f == FLAG_FAMILIES_DISAGREE) {
+    for Judged { row, gold } in join(rows, gold) {
+        let wrong = usize::from(row.nih_label != gold);
+        if row.flags.iter().any(|f| f == FLAG_FAMILIES_DISAGREE) {
             (d.disagree_rows, d.disagree_mislabeled) = (d.disagree_rows + 1, d.disagree_mislabeled + wrong);
         } else {
             (d.agree_rows, d.agree_mislabeled) = (d.agree_rows + 1, d.agree_mislabeled + wrong);
@@ -145,23 +144,20 @@ pub(super) fn disagreement(rows: &[ReleaseRow], gold: &GoldLabels) -> Disagreeme
 /// Per NIH label the gold judges: AUROC of the primary family, the second, and the release's
 /// joint confidence.
 pub(super) fn per_label_aurocs(rows: &[ReleaseRow], gold: &GoldLabels) -> BTreeMap<String, [Option<f64>; 3]> {
+    let all = join(rows, gold);
     let mut out = BTreeMap::new();
     for label in crate::vocab::LABELS {
-        let judged: Vec<(&ReleaseRow, bool)> = rows
-            .iter()
-            .filter(|r| r.label == label)
-            .filter_map(|r| gold.get(&(r.image_index.clone(), r.label.clone())).map(|&g| (r, g)))
-            .collect();
+        let judged: Vec<&Judged<'_>> = all.iter().filter(|j| j.row.label == label).collect();
         if judged.is_empty() {
             continue;
         }
-        let truth: Vec<bool> = judged.iter().map(|(_, g)| *g).collect();
+        let truth: Vec<bool> = judged.iter().map(|j| j.gold).collect();
         let score = |view: Option<Family>| -> Option<f64> {
             let conf: Option<Vec<f64>> = judged
                 .iter()
-                .map(|(r, _)| match view {
-                    None => Some(r.confidence),
-                    Some(family) => r.family_view(family).map(|v| v.confidence),
+                .map(|j| match view {
+                    None => Some(j.row.confidence),
+                    Some(family) => j.row.family_confidence(family),
                 })
                 .collect();
             auroc(&conf?, &truth)

@@ -427,7 +427,7 @@ fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
                 label: mapping.gold.clone(),
                 nih_label,
                 confidence,
-                agreement: if nih_label { confidence } else { 1.0 - confidence },
+                agreement: crate::signal::agreement(confidence, nih_label),
                 view_position: members[0].view_position.clone(),
                 devices_present: members[0].devices_present,
                 // A composite has no class or questions of its own.

@@ -38,6 +38,15 @@ pub enum Family {
 }
 
 impl ReleaseRow {
+    /// One family's confidence, in a two-family release.
+    pub fn family_confidence(&self, family: Family) -> Option<f64> {
+        let f = self.families.as_ref()?;
+        Some(match family {
+            Family::Primary => f.primary_confidence,
+            Family::Second => f.second_confidence,
+        })
+    }
+
     /// The row as one family of a two-family release sees it alone: that family's confidence,
     /// agreement and class, as a one-model row (no logits, no family views). None in a
     /// one-model release.
@@ -47,7 +56,7 @@ impl ReleaseRow {
             Family::Primary => (f.primary_confidence, &f.primary_trust_class),
             Family::Second => (f.second_confidence, &f.second_trust_class),
         };
-        let agreement = if self.nih_label { confidence } else { 1.0 - confidence };
+        let agreement = crate::signal::agreement(confidence, self.nih_label);
         let (logit_yes, logit_no, families) = (Vec::new(), Vec::new(), None);
         Some(ReleaseRow { confidence, agreement, trust_class: class.clone(), logit_yes, logit_no, families, ..self.clone() })
     }

@@ -18,6 +18,9 @@ pub fn foreign_files(
     files: &BTreeMap<String, RemoteFile>,
     removed: &[String],
 ) -> Result<Vec<String>, PublishError> {
+    if removed.is_empty() {
+        return Ok(Vec::new()); // nothing deleted: no need to read main's manifest
+    }
     let released: Vec<String> = match files.get(MANIFEST_FILE) {
         None => Vec::new(),
         Some(listed) => {

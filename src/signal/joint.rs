@@ -76,7 +76,7 @@ pub fn joint_row(a: &PairSignal, b: &PairSignal, row: Row<'_>, spec: &SignalSpec
         }
         Some(rule) => {
             let confidence = rule.apply(row.label, a.confidence, b.confidence);
-            let agreement = if row.nih_label { confidence } else { 1.0 - confidence };
+            let agreement = super::agreement(confidence, row.nih_label);
             (confidence, agreement, trust_class(agreement, spec))
         }
     };
@@ -103,7 +103,7 @@ mod tests {
     use crate::signal::tests::spec;
 
     fn row(confidence: f64, nih: bool) -> PairSignal {
-        let agreement = if nih { confidence } else { 1.0 - confidence };
+        let agreement = crate::signal::agreement(confidence, nih);
         PairSignal { confidence, agreement, consistency: 1.0, trust_class: trust_class(agreement, &spec()), flags: Vec::new() }
     }
 

@@ -223,15 +223,22 @@ fn fit_one<'a>(rows: impl Iterator<Item = &'a FitRow<'a>>, source: RuleSource) -
     let x: Vec<[f64; 3]> = rows.iter().map(|r| [logit(r.primary), logit(r.second), 1.0]).collect();
     let t: Vec<f64> = rows.iter().map(|r| if r.gold { hi } else { lo }).collect();
     // Neither weight may be negative: a family's "present" never counts against a finding.
-    // The loss is convex, so the best rule with both weights at least 0 is the lowest-loss of
-    // the fits free in both, free in one (the other at 0) that respect the bound.
-    let candidates = [[true, true], [true, false], [false, true]].map(|free| {
-        let w = newton(&x, &t, free);
-        (w[0] >= 0.0 && w[1] >= 0.0).then(|| (loss(&x, &t, &w), w))
-    });
-    let best = candidates.into_iter().flatten().min_by(|a, b| a.0.total_cmp(&b.0));
+    // The loss is convex: where the fit free in both weights respects the bound it is the best
+    // bounded rule; otherwise the best lies on a bound, the lower-loss of the fits with one
+    // weight held at 0 that respect it.
+    let bounded = |w: [f64; 3]| w[0] >= 0.0 && w[1] >= 0.0;
+    let free = newton(&x, &t, [true, true]);
+    let best = if bounded(free) {
+        Some(free)
+    } else {
+        [[true, false], [false, true]]
+            .map(|free| newton(&x, &t, free))
+            .into_iter()
+            .filter(|&w| bounded(w))
+            .min_by(|a, b| loss(&x, &t, a).total_cmp(&loss(&x, &t, b)))
+    };
     match best {
-        Some((_, w)) => LabelRule { source, weights: Some(Weights { primary: w[0], second: w[1], bias: w[2] }), n, positives },
+        Some(w) => LabelRule { source, weights: Some(Weights { primary: w[0], second: w[1], bias: w[2] }), n, positives },
         // Both families point the wrong way on these reads: nothing to weigh, the mean.
         None => LabelRule { n, positives, ..LabelRule::MEAN },
     }

@@ -174,12 +174,22 @@ pub fn derive(selection: &Selection, scores: &[ImageScores], questions: &[Questi
     Signal { pairs, devices, traces }
 }
 
+/// How far a confidence that the finding is present agrees with NIH's label: the confidence
+/// where NIH asserts the label, else its complement.
+pub fn agreement(confidence: f64, nih_label: bool) -> f64 {
+    if nih_label {
+        confidence
+    } else {
+        1.0 - confidence
+    }
+}
+
 /// The signal of one row from its questions' p_yes values.
 pub fn pair_signal(ps: &[f64], nih_label: bool, label: &str, device_present: bool, rules: &Rules<'_>) -> PairSignal {
     let spec = rules.spec;
     let raw = mean(ps);
     let confidence = rules.calibrate(label, raw);
-    let agreement = if nih_label { confidence } else { 1.0 - confidence };
+    let agreement = agreement(confidence, nih_label);
     let yes_votes = ps.iter().filter(|p| **p >= 0.5).count();
     let majority = yes_votes.max(ps.len() - yes_votes);
     let consistency = majority as f64 / ps.len() as f64;
