@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
 use super::GoldArgs;
@@ -48,7 +47,8 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     };
     let table = bpals_release::eval::fit_calibration(&args.dir, &args.gold.gold, &gold, method)?;
     let bytes = bpals_release::manifest::to_json_bytes(&table);
-    std::fs::write(&args.out, bytes).with_context(|| format!("cannot write {}", args.out.display()))?;
+    // Whole or not at all: an interrupted run never leaves a truncated file a spec could name.
+    bpals_release::review::write_all(&[(&args.out, &bytes)])?;
     println!("wrote {:?} calibration for {} labels ({}) to {}", method, table.labels.len(), table.fitted_on, args.out.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -60,8 +60,7 @@ fn run_joint(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
     bpals_release::files::check_file(&args.out, "--out", "a joint rule", &ours)?;
     let gold = args.gold.read()?;
     let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold)?;
-    std::fs::write(&args.out, bpals_release::manifest::to_json_bytes(&rule))
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    bpals_release::review::write_all(&[(&args.out, &bpals_release::manifest::to_json_bytes(&rule))])?;
     println!("wrote the joint rule ({}, {} images) to {}", rule.fitted_on, rule.images.len(), args.out.display());
     match rule.pooled.weights {
         Some(w) => println!(
