@@ -113,15 +113,16 @@ impl DecoderCache {
         DecoderCache { layers }
     }
 
-    /// For `n` rows over this one-row prefix without copying it: the attention layers' keys and
-    /// values stay as they are (read once by every row, [`super::shared_prefix`]); the linear
-    /// layers' small per-row states are repeated.
+    /// For `n` rows over each row of this prefix (one row per image) without copying it: the
+    /// attention layers' keys and values stay as they are (read once by all of an image's rows,
+    /// [`super::shared_prefix`]); the linear layers' small per-row states are repeated, image by
+    /// image.
     pub fn shared_by(&self, n: i64) -> DecoderCache {
         let layers = self
             .layers
             .iter()
             .map(|l| match l {
-                LayerCache::Linear(_) => l.map(|t| repeat_rows(t, n)),
+                LayerCache::Linear(_) => l.map(|t| t.repeat_interleave_self_int(n, 0, None)),
                 other => other.map(Tensor::shallow_clone),
             })
             .collect();

@@ -155,51 +155,168 @@ impl VlModel {
         if prompts.is_empty() {
             return Ok(Vec::new());
         }
+        if method == PrefixAttention::Shared {
+            let mut scores = self.score_pass(&[PassImage { prompts, features: image, grid }], answer, 1)?;
+            return Ok(scores.pop().unwrap_or_default());
+        }
         tch::no_grad(|| {
-            let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
-            let mut common = (0..shortest).take_while(|&i| prompts.iter().all(|p| p[i] == prompts[0][i])).count();
-            common = common.min(shortest - 1); // every prompt keeps at least one token of its own
+            let common = common_prefix(prompts);
             let mut cache = DecoderCache::default();
             // Only the cache it leaves is needed.
             let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
-
-            let longest = prompts.iter().map(|p| p.len() - common).max().unwrap_or(1);
-            let mut ids = Vec::new();
-            let mut positions = [Vec::new(), Vec::new(), Vec::new()];
-            for p in prompts {
-                let (axes, _) = self.positions(p, grid)?;
-                let suffix = &p[common..];
-                let pad = longest - suffix.len();
-                ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
-                for (axis, out) in axes.iter().zip(positions.iter_mut()) {
-                    let last = *axis.last().expect("non-empty");
-                    out.extend(axis[common..].iter().copied().chain((1..=pad as i64).map(|k| last + k)));
-                }
-            }
-            let n = prompts.len() as i64;
-            let ids = Tensor::from_slice(&ids).to_device(self.device).view([n, longest as i64]);
-            let flat: Vec<i64> = positions.concat();
-            let positions = Tensor::from_slice(&flat).to_device(self.device).view([3, n, longest as i64]);
-            let embedded = self.text.embed(&ids);
-            let hidden = match method {
-                PrefixAttention::Copied => self.text.forward(&embedded, &positions, &mut cache.expand(n), None),
-                PrefixAttention::Shared => {
-                    self.text.forward_shared_prefix(&embedded, &positions, &mut cache.shared_by(n)).ok_or_else(|| {
-                        VlmError::Input(
-                            "shared prefix attention is implemented for the Qwen decoder only, not yet Gemma 4's: score it copied".into(),
-                        )
-                    })?
-                }
-            };
-            // Each prompt's last real token, then only the two answer rows of the LM head: the
-            // full vocabulary projection would cost vocab/2 times as much and is never read.
-            let last: Vec<i64> =
-                prompts.iter().enumerate().map(|(row, p)| row as i64 * longest as i64 + (p.len() - common - 1) as i64).collect();
-            let last = hidden.view([n * longest as i64, -1]).index_select(0, &Tensor::from_slice(&last).to_device(self.device));
-            let pair = self.text.answer_logits(&last, answer).to_kind(Kind::Float).to_device(Device::Cpu);
-            let values = Vec::<f32>::try_from(pair.view([-1])).map_err(|e| VlmError::Input(format!("reading the answer logits: {e}")))?;
-            let out = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] }).collect();
-            Ok(out)
+            let one = [PassImage { prompts, features: image, grid }];
+            let suffixes = self.suffixes(&one, common)?;
+            let hidden = self.text.forward(&suffixes.embedded, &suffixes.positions, &mut cache.expand(suffixes.rows), None);
+            Ok(self.answers(&hidden, &suffixes, answer)?.pop().unwrap_or_default())
         })
     }
+
+    /// Yes/no logits for the prompts of several images in passes: the images' prefixes (each
+    /// up to where its prompts differ, the image included) prefilled together, then every
+    /// image's suffixes as one batch, each meeting its own image's prefix held once
+    /// ([`PrefixAttention::Shared`], the Qwen decoder only). Images whose prompts have another
+    /// shape (prefix length, number of prompts) go in a pass of their own.
+    ///
+    /// Every pass is padded to `pass_images` images (repeats of its last, their scores dropped),
+    /// so every pass of a build has the same shapes: the kernels chosen, and so the last bits of
+    /// a score, do not depend on how many images share its pass.
+    pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        if !matches!(self.text, TextModel::Shared(_)) {
+            return Err(VlmError::Input(
+                "shared prefix attention is implemented for the Qwen decoder only, not yet Gemma 4's: score it copied".into(),
+            ));
+        }
+        let mut out: Vec<Vec<YesNo>> = images.iter().map(|_| Vec::new()).collect();
+        // Passes of one shape, in the order their first image comes.
+        let mut shapes: Vec<((usize, usize), Vec<usize>)> = Vec::new();
+        for (i, image) in images.iter().enumerate() {
+            if image.prompts.is_empty() {
+                continue;
+            }
+            let shape = (common_prefix(image.prompts), image.prompts.len());
+            match shapes.iter_mut().find(|(s, members)| *s == shape && members.len() < pass_images.max(1)) {
+                Some((_, members)) => members.push(i),
+                None => shapes.push((shape, vec![i])),
+            }
+        }
+        for ((common, _), members) in shapes {
+            let mut pass: Vec<&PassImage<'_>> = members.iter().map(|&i| &images[i]).collect();
+            while pass.len() < pass_images {
+                pass.push(pass[pass.len() - 1]);
+            }
+            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer))?;
+            for (i, s) in members.into_iter().zip(scores) {
+                out[i] = s;
+            }
+        }
+        Ok(out)
+    }
+
+    /// One pass of [`Self::score_pass`]: images with prompts of one shape, `common` tokens shared.
+    fn one_pass(&self, images: &[&PassImage<'_>], common: usize, answer: (u32, u32)) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        let mut cache = DecoderCache::default();
+        self.prefill_images(images, common, &mut cache)?;
+        let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
+        let suffixes = self.suffixes(&images, common)?;
+        let per_image = suffixes.rows / images.len() as i64;
+        let hidden = self
+            .text
+            .forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared_by(per_image))
+            .ok_or_else(|| VlmError::Input("shared prefix attention needs the Qwen decoder".into()))?;
+        self.answers(&hidden, &suffixes, answer)
+    }
+
+    /// Runs the first `len` tokens of each image's first prompt into `cache`, one batch row per
+    /// image (their prefixes have one length).
+    fn prefill_images(&self, images: &[&PassImage<'_>], len: usize, cache: &mut DecoderCache) -> Result<(), VlmError> {
+        let mut embeds = Vec::with_capacity(images.len());
+        let mut axes: [Vec<i64>; 3] = Default::default();
+        for image in images {
+            let ids = &image.prompts[0];
+            embeds.push(self.embed(&ids[..len], Some(&image.features.embeds))?.embeds);
+            let (all, _) = self.positions(ids, image.grid)?;
+            for (out, axis) in axes.iter_mut().zip(all) {
+                out.extend_from_slice(&axis[..len]);
+            }
+        }
+        let positions = Tensor::from_slice(&axes.concat()).to_device(self.device).view([3, images.len() as i64, len as i64]);
+        let first = &images[0];
+        let deepstack = match first.prompts[0][..len].iter().position(|&i| i == self.image_token_id) {
+            Some(start) if !first.features.deepstack.is_empty() => {
+                let layers = (0..first.features.deepstack.len())
+                    .map(|l| Tensor::stack(&images.iter().map(|i| &i.features.deepstack[l]).collect::<Vec<_>>(), 0))
+                    .collect();
+                Some(Deepstack { start: start as i64, layers })
+            }
+            _ => None,
+        };
+        let input = Embedded { embeds: Tensor::cat(&embeds, 0), per_layer: None, image_span: None };
+        let _ = self.text.forward(&input, &positions, cache, deepstack.as_ref());
+        Ok(())
+    }
+
+    /// Every prompt's tokens after the first `common`, image by image, right-padded to the
+    /// longest, with their positions.
+    fn suffixes(&self, images: &[PassImage<'_>], common: usize) -> Result<Suffixes, VlmError> {
+        let longest = images.iter().flat_map(|i| i.prompts.iter()).map(|p| p.len() - common).max().unwrap_or(1);
+        let mut ids = Vec::new();
+        let mut positions = [Vec::new(), Vec::new(), Vec::new()];
+        let mut last = Vec::new();
+        for image in images {
+            for p in image.prompts {
+                let (axes, _) = self.positions(p, image.grid)?;
+                let suffix = &p[common..];
+                let pad = longest - suffix.len();
+                let row = (ids.len() / longest) as i64;
+                last.push(row * longest as i64 + suffix.len() as i64 - 1);
+                ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
+                for (axis, out) in axes.iter().zip(positions.iter_mut()) {
+                    let end = *axis.last().expect("non-empty");
+                    out.extend(axis[common..].iter().copied().chain((1..=pad as i64).map(|k| end + k)));
+                }
+            }
+        }
+        let rows = (ids.len() / longest) as i64;
+        let ids = Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]);
+        let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest as i64]);
+        let per_image = images.iter().map(|i| i.prompts.len()).collect();
+        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, last, per_image })
+    }
+
+    /// Each prompt's yes/no logits from the pass's hidden states, image by image.
+    fn answers(&self, hidden: &Tensor, suffixes: &Suffixes, answer: (u32, u32)) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        // Each prompt's last real token, then only the two answer rows of the LM head: the full
+        // vocabulary projection would cost vocab/2 times as much and is never read.
+        let flat = hidden.view([-1, hidden.size()[2]]);
+        let last = flat.index_select(0, &Tensor::from_slice(&suffixes.last).to_device(self.device));
+        let pair = self.text.answer_logits(&last, answer).to_kind(Kind::Float).to_device(Device::Cpu);
+        let values = Vec::<f32>::try_from(pair.view([-1])).map_err(|e| VlmError::Input(format!("reading the answer logits: {e}")))?;
+        let mut scores = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] });
+        Ok(suffixes.per_image.iter().map(|&n| scores.by_ref().take(n).collect()).collect())
+    }
+}
+
+/// One image's part of a scoring pass: its prompts, its vision features, its patch grid.
+#[derive(Clone, Copy)]
+pub struct PassImage<'a> {
+    pub prompts: &'a [Vec<u32>],
+    pub features: &'a ImageFeatures,
+    pub grid: (usize, usize, usize),
+}
+
+/// The suffix batch of a pass: embedded tokens, positions (3, rows, longest), and where each
+/// prompt's last real token lies in the flattened batch.
+struct Suffixes {
+    embedded: Embedded,
+    positions: Tensor,
+    rows: i64,
+    last: Vec<i64>,
+    per_image: Vec<usize>,
+}
+
+/// Tokens every prompt shares from the start, leaving each at least one of its own.
+fn common_prefix(prompts: &[Vec<u32>]) -> usize {
+    let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
+    let common = (0..shortest).take_while(|&i| prompts.iter().all(|p| p[i] == prompts[0][i])).count();
+    common.min(shortest.saturating_sub(1))
 }

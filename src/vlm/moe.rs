@@ -10,7 +10,9 @@
 //! outputs go back to their (token, slot) places by a gather and are summed over the k slots. No
 //! loop over tokens or experts, no host synchronisation (the group offsets stay on the device),
 //! and no scatter-add, whose atomic adds on a GPU would sum in an unpredictable order: a
-//! release's bytes must not depend on it.
+//! release's bytes must not depend on it. Each group is padded with zero rows to a multiple of
+//! [`GROUP_ROWS`], so a token's output does not depend on how many other tokens chose its expert
+//! (which other images share the pass).
 
 use tch::{Kind, Tensor};
 
@@ -18,6 +20,10 @@ use super::config::{FusedLayout, MoeConfig};
 use super::error::VlmError;
 use super::layers::{GatedMlp, Linear};
 use super::weights::Weights;
+
+/// Rows of an expert's group come in multiples of this (zero rows fill the last): on a CPU a
+/// product of one to three rows takes another path than one of four or more, and its bits differ.
+const GROUP_ROWS: i64 = 8;
 
 pub struct SparseMoe {
     router: Linear,
@@ -57,19 +63,28 @@ impl Experts {
     /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden).
     pub fn forward(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor) -> Tensor {
         let (tokens, k) = (x.size()[0], chosen.size()[1]);
-        // Assignments (token, slot) in row-major order, grouped by expert; stable, so each
-        // expert's tokens keep their order. offsets[e] is where expert e's group ends.
         let flat = chosen.flatten(0, -1);
-        let (_, order) = flat.sort_stable(true, 0, false);
-        let offsets = flat.bincount(None::<&Tensor>, self.experts).cumsum(0, Kind::Int);
-        let grouped = x.index_select(0, &order.divide_scalar_mode(k, "floor"));
+        let (sorted, order) = flat.sort_stable(true, 0, false);
+        // Each expert's group padded with zero rows to a multiple of GROUP_ROWS: a group's size
+        // then never takes a kernel's few-row path, and a token's output is the same bits whatever
+        // else shares the pass. The buffer's size is fixed by the shapes alone (no host sync).
+        let counts = flat.bincount(None::<&Tensor>, self.experts);
+        let padded = (&counts + (GROUP_ROWS - 1)).floor_divide_scalar(GROUP_ROWS) * GROUP_ROWS;
+        let padded_ends = padded.cumsum(0, Kind::Int64);
+        let (starts, padded_starts) = (counts.cumsum(0, Kind::Int64) - &counts, &padded_ends - &padded);
+        let rank = Tensor::arange(tokens * k, (Kind::Int64, x.device())) - starts.index_select(0, &sorted);
+        let place = padded_starts.index_select(0, &sorted) + rank;
+        let offsets = padded_ends.to_kind(Kind::Int);
+        let buffer = Tensor::zeros([tokens * k + self.experts * (GROUP_ROWS - 1), x.size()[1]], (x.kind(), x.device()));
+        let grouped = buffer.index_copy(0, &place, &x.index_select(0, &order.divide_scalar_mode(k, "floor")));
         let both = grouped.internal_grouped_mm(&self.gate_up, Some(&offsets), None::<&Tensor>, None::<Kind>);
         let i = both.size()[1] / 2;
         let gate = both.narrow(1, 0, i);
         let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
         let hidden = gate * both.narrow(1, i, i);
-        let grouped = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>);
-        // Back to (token, slot) order: the grouped row of assignment j is at inverse[j].
+        // The real rows, in sorted order, then back to (token, slot) order: the sorted row of
+        // assignment j is at inverse[j].
+        let grouped = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>).index_select(0, &place);
         let inverse = order.argsort(0, false);
         let routed = grouped.index_select(0, &inverse).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
         routed.sum_dim_intlist(1, false, x.kind())

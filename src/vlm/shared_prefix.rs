@@ -35,22 +35,26 @@ impl PrefixAttention {
     }
 }
 
-/// Softmax attention of `q` (b, heads, s, d) over a prefix held once, `prefix_k` and `prefix_v`
-/// (1, kv_heads, p, d), and the rows' own keys and values `k`, `v` (b, kv_heads, s, d) under the
-/// additive `suffix_mask` (s, s) broadcastable: (b, heads, s, d), in `q`'s dtype. Computed in f32.
+/// Softmax attention of `q` (b, heads, s, d) over prefixes held once, `prefix_k` and `prefix_v`
+/// (images, kv_heads, p, d), and the rows' own keys and values `k`, `v` (b, kv_heads, s, d) under
+/// the additive `suffix_mask` (s, s) broadcastable: (b, heads, s, d), in `q`'s dtype. The rows
+/// come image by image, b / images of each: row r attends to prefix r / (b / images). Computed
+/// in f32.
 pub fn attention(q: &Tensor, prefix_k: &Tensor, prefix_v: &Tensor, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
     let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
-    let (kv_heads, kind) = (prefix_k.size()[1], q.kind());
-    let groups = heads / kv_heads;
+    let (images, kv_heads, kind) = (prefix_k.size()[0], prefix_k.size()[1], q.kind());
+    let (groups, rows) = (heads / kv_heads, b / images);
     let q = q.to_kind(Kind::Float).view([b, kv_heads, groups, s, d]);
 
-    // The prefix: every row's queries of a key/value head as one matrix, one copy of the keys.
-    let stacked = q.permute([1, 0, 2, 3, 4]).reshape([1, kv_heads, b * groups * s, d]);
+    // The prefix: the queries of an image's rows for a key/value head as one matrix, against one
+    // copy of that image's keys (a batched product over the images).
+    let stacked =
+        q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
     let scores = stacked.matmul(&prefix_k.to_kind(Kind::Float).transpose(-2, -1)) * scale;
     let (max_p, sum_p, out_p) = partial(&scores, &prefix_v.to_kind(Kind::Float));
     let per_row = |t: Tensor| {
         let last = t.size()[3];
-        t.view([kv_heads, b, groups, s, last]).permute([1, 0, 2, 3, 4])
+        t.view([images, kv_heads, rows, groups, s, last]).permute([0, 2, 1, 3, 4, 5]).reshape([b, kv_heads, groups, s, last])
     };
     let (max_p, sum_p, out_p) = (per_row(max_p), per_row(sum_p), per_row(out_p));
 
@@ -101,5 +105,25 @@ mod tests {
         let copied = Tensor::scaled_dot_product_attention(&q, &full_k, &full_v, Some(&mask), 0.0, false, scale, false);
         let diff = (shared - copied).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "{diff}");
+    }
+
+    /// Rows of several images in one call: each row meets its own image's prefix, bit for bit as
+    /// that image's rows alone.
+    #[test]
+    fn rows_of_several_images_meet_their_own_prefix() {
+        tch::manual_seed(11);
+        let (images, rows, heads, kv_heads, p, s, d) = (3, 4, 4, 2, 19, 5, 8);
+        let opts = (Kind::Float, tch::Device::Cpu);
+        let q = Tensor::randn([images * rows, heads, s, d], opts);
+        let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], opts), Tensor::randn([images, kv_heads, p, d], opts));
+        let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], opts), Tensor::randn([images * rows, kv_heads, s, d], opts));
+        let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
+        let together = attention(&q, &pk, &pv, &k, &v, &causal, 0.3);
+        for i in 0..images {
+            let at = |t: &Tensor| t.narrow(0, i * rows, rows);
+            let alone = attention(&at(&q), &pk.narrow(0, i, 1), &pv.narrow(0, i, 1), &at(&k), &at(&v), &causal, 0.3);
+            let diff = (at(&together) - alone).abs().max().double_value(&[]);
+            assert!(diff < 1e-6, "image {i}: {diff}");
+        }
     }
 }

@@ -141,9 +141,9 @@ pub enum AttentionPath {
     /// For one new token per row, the query heads folded onto their key/value head: the same
     /// arithmetic without copying the cache (decoding).
     FoldedGroups,
-    /// Every row's suffix after one prefix the cache holds once (batch 1): attention in two
-    /// parts merged exactly ([`shared_prefix`]); the mask covers the suffix alone, and the
-    /// suffixes' keys are not kept (scoring reads one pass).
+    /// Every row's suffix after its image's prefix, which the cache holds once (one row per
+    /// image): attention in two parts merged exactly ([`shared_prefix`]); the mask covers the
+    /// suffix alone, and the suffixes' keys are not kept (scoring reads one pass).
     SharedPrefix,
 }
 
@@ -282,9 +282,10 @@ impl TextModel {
         self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
     }
 
-    /// Runs every row of `input` after the one-row prefix `cache` holds, the prefix read once
-    /// by all ([`AttentionPath::SharedPrefix`]); `cache` must come from
-    /// [`DecoderCache::shared_by`]. The Qwen decoder only: None for Gemma 4's.
+    /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
+    /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
+    /// `cache` must come from [`DecoderCache::shared_by`]. The Qwen decoder only: None for
+    /// Gemma 4's.
     pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Option<Tensor> {
         let TextModel::Shared(d) = self else { return None };
         let embeds = &input.embeds;
@@ -339,8 +340,9 @@ pub struct SharedDecoder {
     rope_axes: Tensor,
 }
 
-/// DeepStack features for one forward pass: the `layers[i].size(0)` sequence positions from
-/// `start` (the image's) get `layers[i]` added after decoder layer i.
+/// DeepStack features for one forward pass: the image's sequence positions from `start` get
+/// `layers[i]` added after decoder layer i, (tokens, hidden) for every row alike or (batch,
+/// tokens, hidden) row by row (a pass of several images).
 pub struct Deepstack {
     pub start: i64,
     pub layers: Vec<Tensor>,
@@ -421,10 +423,12 @@ impl SharedDecoder {
     }
 }
 
-/// `x` (batch, seq, hidden) with `rows` (n, hidden) added at sequence positions start..start + n.
+/// `x` (batch, seq, hidden) with `rows` (n, hidden) or (batch, n, hidden) added at sequence
+/// positions start..start + n.
 fn add_rows(x: &Tensor, start: i64, rows: &Tensor) -> Tensor {
-    let (n, seq) = (rows.size()[0], x.size()[1]);
-    let added = x.narrow(1, start, n) + rows.to_kind(x.kind()).unsqueeze(0);
+    let rows = if rows.dim() == 2 { rows.unsqueeze(0) } else { rows.shallow_clone() };
+    let (n, seq) = (rows.size()[1], x.size()[1]);
+    let added = x.narrow(1, start, n) + rows.to_kind(x.kind());
     Tensor::cat(&[x.narrow(1, 0, start), added, x.narrow(1, start + n, seq - start - n)], 1)
 }
 

@@ -19,7 +19,7 @@ use super::checkpoint::ModelConfig;
 use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
 use super::families::Family;
-use super::model::VlModel;
+use super::model::{PassImage, VlModel};
 use super::pixels;
 use super::shared_prefix::PrefixAttention;
 
@@ -41,6 +41,11 @@ pub struct ScoringBench {
     /// How the questions meet the image prefix (the copied path releases are scored by, or the
     /// prefix held once).
     pub prefix_attention: PrefixAttention,
+    /// Images scored in one pass (the shared path; 1 with the copied one).
+    pub images_per_pass: usize,
+    /// After timing, score the first pass's images each alone (padded to the pass) and compare
+    /// their bits with the pass's.
+    pub check_invariance: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,6 +53,7 @@ pub struct ScoringBenchReport {
     pub family: Family,
     /// `copied` or `shared`.
     pub prefix_attention: &'static str,
+    pub images_per_pass: usize,
     pub text_layers: usize,
     pub vision_blocks: usize,
     pub device: String,
@@ -79,6 +85,21 @@ pub struct ScoringBenchReport {
     pub projected_seconds: f64,
     /// At the peak (the roofline of compute), when a peak was given.
     pub roofline_seconds: Option<f64>,
+    /// Whether every score of the first pass's images was the same bits alone as in the pass.
+    pub invariance: Option<Invariance>,
+}
+
+/// The first pass's images scored in the pass and each alone, compared bit for bit.
+#[derive(Debug, Serialize)]
+pub struct Invariance {
+    pub images: usize,
+    pub scores: usize,
+    /// Alone in a pass padded to the pass's size (the build's way): same bits as in the pass.
+    pub identical_padded: bool,
+    pub max_abs_logit_diff_padded: f32,
+    /// Alone in a pass of one (other shapes): same bits as in the pass.
+    pub identical_unpadded: bool,
+    pub max_abs_logit_diff_unpadded: f32,
 }
 
 /// A deterministic grey image with structure at every scale (so no kernel sees constant input).
@@ -310,7 +331,9 @@ pub fn run(
     let model = VlModel::random(config, device, kind, 0)?;
     let vocab = config.text.vocab_size as u32;
     let answer = (vocab - 1, vocab - 2);
-    let total = bench.warmup + bench.images.max(1);
+    // Whole passes: the warm-up's and the timed images', each rounded up.
+    let pass = bench.images_per_pass.max(1);
+    let total = (bench.warmup.div_ceil(pass) + bench.images.max(1).div_ceil(pass)) * pass;
 
     let start = Instant::now();
     let inputs = (0..total)
@@ -323,17 +346,31 @@ pub fn run(
     let ids = prompts(config, image_tokens, bench.questions, bench.question_tokens);
     let prefix = 14 + 2 + image_tokens;
 
+    let pass = bench.images_per_pass.max(1);
+    if pass > 1 && bench.prefix_attention != PrefixAttention::Shared {
+        return Err(VlmError::Input("several images per pass need the prefix held once (--prefix-attention shared)".into()));
+    }
+    let warmup_passes = bench.warmup.div_ceil(pass);
     let mut timed = Instant::now();
-    for (k, (values, grid)) in inputs.iter().enumerate() {
-        if k == bench.warmup {
+    for (k, chunk) in inputs.chunks(pass).enumerate() {
+        if k == warmup_passes {
             timed = Instant::now();
         }
-        let features = model.encode_image(values, *grid);
         // The scores come back to the host, so the device's work is done when this returns.
-        model.score_with(&ids, &features, *grid, answer, bench.prefix_attention)?;
+        if pass == 1 {
+            let (values, grid) = &chunk[0];
+            model.score_with(&ids, &model.encode_image(values, *grid), *grid, answer, bench.prefix_attention)?;
+        } else {
+            let features: Vec<_> = chunk.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
+            let images: Vec<PassImage<'_>> =
+                features.iter().zip(chunk).map(|(f, (_, grid))| PassImage { prompts: &ids, features: f, grid: *grid }).collect();
+            model.score_pass(&images, answer, pass)?;
+        }
     }
     let seconds = timed.elapsed().as_secs_f64();
-    let images = bench.images.max(1);
+    let images = inputs.len() - warmup_passes * pass;
+    let invariance =
+        if bench.check_invariance { Some(invariance(&model, &inputs[..pass.min(inputs.len())], &ids, answer, pass)?) } else { None };
     let per_image = seconds / images as f64;
     let flops = flops_per_image(config, patches, prefix, bench.questions, bench.question_tokens);
     let prefill_tokens = prefix + bench.questions * bench.question_tokens;
@@ -341,6 +378,7 @@ pub fn run(
     Ok(ScoringBenchReport {
         family: config.family,
         prefix_attention: bench.prefix_attention.name(),
+        images_per_pass: pass,
         text_layers: config.text.num_hidden_layers,
         vision_blocks: config.vision.depth,
         device: format!("{device:?}"),
@@ -365,6 +403,47 @@ pub fn run(
         project_images: bench.project_images,
         projected_seconds: per_image * bench.project_images as f64,
         roofline_seconds: bench.peak_tflops.map(|peak| flops * bench.project_images as f64 / (peak * 1e12)),
+        invariance,
+    })
+}
+
+/// Scores `inputs` in one pass of `pass` images and each alone (padded to `pass`, and in a pass
+/// of one), and compares the bits.
+fn invariance(
+    model: &VlModel,
+    inputs: &[(tch::Tensor, (usize, usize, usize))],
+    ids: &[Vec<u32>],
+    answer: (u32, u32),
+    pass: usize,
+) -> Result<Invariance, VlmError> {
+    // A build scores on the CPU with one thread per worker, as here: a product split over
+    // threads may split its sums by how many rows it has.
+    if model.device == Device::Cpu {
+        tch::set_num_threads(1);
+    }
+    let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
+    let images: Vec<PassImage<'_>> =
+        features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
+    let together = model.score_pass(&images, answer, pass)?;
+    let (mut padded, mut unpadded) = (0f32, 0f32);
+    let (mut same_padded, mut same_unpadded, mut scores) = (true, true, 0);
+    for (image, in_pass) in images.iter().zip(&together) {
+        for (alone_in, diff, same) in [(pass, &mut padded, &mut same_padded), (1, &mut unpadded, &mut same_unpadded)] {
+            let alone = model.score_pass(std::slice::from_ref(image), answer, alone_in)?.remove(0);
+            for (a, b) in alone.iter().zip(in_pass) {
+                *same &= a.logit_yes.to_bits() == b.logit_yes.to_bits() && a.logit_no.to_bits() == b.logit_no.to_bits();
+                *diff = diff.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs());
+            }
+        }
+        scores += in_pass.len();
+    }
+    Ok(Invariance {
+        images: images.len(),
+        scores,
+        identical_padded: same_padded,
+        max_abs_logit_diff_padded: padded,
+        identical_unpadded: same_unpadded,
+        max_abs_logit_diff_unpadded: unpadded,
     })
 }
 
@@ -495,6 +574,8 @@ mod tests {
             warmup: 1,
             peak_tflops: Some(1.0),
             prefix_attention: PrefixAttention::Copied,
+            images_per_pass: 1,
+            check_invariance: false,
             project_images: 4628,
         };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();

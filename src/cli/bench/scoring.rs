@@ -51,6 +51,14 @@ pub struct BenchScoringArgs {
     /// scored by) or `shared`, held once (the Qwen decoder; Gemma 4 not yet).
     #[arg(long, value_enum, default_value_t = PrefixAttentionArg::Copied)]
     pub prefix_attention: PrefixAttentionArg,
+    /// Images scored in one pass, their suffixes in one batch (with `--prefix-attention shared`).
+    /// Timed and warm-up images are rounded up to whole passes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub images_per_pass: u64,
+    /// After timing, score the first pass's images each alone and compare the bits with the
+    /// pass's (reported under `invariance`).
+    #[arg(long)]
+    pub check_invariance: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -83,6 +91,8 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
                 PrefixAttentionArg::Copied => bpals_release::vlm::shared_prefix::PrefixAttention::Copied,
                 PrefixAttentionArg::Shared => bpals_release::vlm::shared_prefix::PrefixAttention::Shared,
             },
+            images_per_pass: args.images_per_pass as usize,
+            check_invariance: args.check_invariance,
         };
         let report = throughput::run(&config, &preprocessor, device, kind, &bench)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
