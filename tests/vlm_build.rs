@@ -90,6 +90,57 @@ fn a_qwen3_vl_release_builds_verifies_and_audits() {
     assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
 }
 
+/// Three images a pass (DeepStack's features stacked per image): the whole build, two sharded
+/// `infer` runs and a build at `--jobs 1` give the same bytes; the lock records the pass, an
+/// auditor's rebuild repeats it from the lock, and one image a pass is another scorer whose
+/// scores differ from these in the last bits only.
+#[test]
+fn images_scored_three_a_pass_are_the_same_bytes_however_the_passes_fall() {
+    let s = Scratch::new();
+    let model = repo().join("fixtures/vlm/qwen3_vl");
+    let spec = derived_spec(
+        &s,
+        "passes.yaml",
+        &format!(
+            "selection:\n  curated_images: 10\n  expected_rows: 13\nmodel:\n  backend: native\n  path: {}\n  id: bpals/tiny-qwen3-vl\n  revision: fixture-v1\n  weight_license: apache-2.0\n  demo_weights: random\n  images_per_pass: 3\n",
+            model.display()
+        ),
+    );
+    let whole = s.path("whole");
+    build(&spec, &whole, &s.path("cache-whole"), &["--jobs", "2"]).success();
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(whole.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["scorer"]["preprocessing"]["scoring"], serde_json::json!({"prefix": "shared", "images_per_pass": 3}));
+    let single = s.path("single");
+    build(&spec, &single, &s.path("cache-single"), &["--jobs", "1"]).success();
+    assert_eq!(tree_digest(&whole), tree_digest(&single), "the passes do not depend on --jobs");
+    for k in 0..2 {
+        bin()
+            .arg("infer")
+            .arg(&spec)
+            .args(["--shard", &format!("{k}/2"), "--no-progress", "--cache-dir"])
+            .arg(s.path("cache-shards"))
+            .assert()
+            .success();
+    }
+    let merged = s.path("merged");
+    let a = build(&spec, &merged, &s.path("cache-shards"), &[]).success();
+    assert!(stderr(&a).contains(", 0 scored"), "scores all came from the shards: {}", stderr(&a));
+    assert_eq!(tree_digest(&whole), tree_digest(&merged), "two shards' passes give the whole build's bytes");
+
+    // One image a pass: another scorer (a fresh cache key), the same scores to 1e-5.
+    let one = s.path("one");
+    build(&spec, &one, &s.path("cache-shards"), &["--images-per-pass", "1"]).success();
+    let lock_one: serde_json::Value = serde_json::from_slice(&std::fs::read(one.join("build.lock")).unwrap()).unwrap();
+    assert_eq!(lock_one["scorer"]["preprocessing"]["scoring"]["images_per_pass"], 1);
+    let ((_, a), (_, b)) = (bpals_release::eval::read_release_rows(&whole).unwrap(), bpals_release::eval::read_release_rows(&one).unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x.logit_yes[0] - y.logit_yes[0]).abs() <= 1e-5 && (x.logit_no[0] - y.logit_no[0]).abs() <= 1e-5, "{}", x.image_index);
+    }
+    // The audit takes the pass from the lock, whatever the spec says.
+    let a = bin().args(["rebuild", "--audit", "--spec"]).arg(&spec).arg(&one).arg("--scratch").arg(s.path("audit")).assert().success();
+    assert!(stdout(&a).contains("PASS: every file is identical, byte for byte"), "{}", stdout(&a));
+}
+
 /// A Qwen3.5 checkpoint (hybrid linear attention, published layout) through S2: the grounding
 /// answers come from batched decoding that carries each row's linear-attention state; sharded
 /// `infer` runs merge into the same bytes as one build; the release verifies and audits.

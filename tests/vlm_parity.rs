@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
-use bpals_release::vlm::model::VlModel;
+use bpals_release::vlm::model::{PassImage, VlModel};
 use bpals_release::vlm::shared_prefix::PrefixAttention;
-use bpals_release::vlm::{pixels, ModelDir, Thinking};
+use bpals_release::vlm::{pixels, ModelDir, Thinking, YesNo};
 use common::*;
 use tch::{Device, Kind, Tensor};
 
@@ -334,6 +334,57 @@ fn rows_of_different_images_decode_together_as_alone() {
             let alone = model.generate_batch(&images, std::slice::from_ref(request), 10, &[]).unwrap().remove(0);
             assert_eq!(together, &alone, "{family}: a batched row differs from its run alone");
         }
+    }
+}
+
+/// An image's scores do not depend on what shares its pass: alone, in a pass of three, or in
+/// either half of the images (two shards), the same bits, every pass padded to three images.
+/// An image of another size goes in a pass of its own. One CPU thread, as a build scores.
+#[test]
+fn a_pass_of_several_images_scores_each_image_as_alone() {
+    tch::set_num_threads(1);
+    let families =
+        [fixture("qwen2_5_vl"), fixture("qwen3_vl"), fixture("qwen3_5"), moe_fixture("qwen3_vl_moe"), moe_fixture("qwen3_5_moe")];
+    for path in families {
+        let dir = ModelDir::open(&path).unwrap();
+        let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
+        let answer = dir.answer_token_ids().unwrap();
+        // Three images of one size (an image and its mirror images) and one of another.
+        let tall = image::open(path.join("goldens/tall-77x123.png")).unwrap();
+        let odd = image::open(path.join("goldens/odd-201x59.png")).unwrap();
+        let encoded: Vec<_> = [tall.clone(), tall.fliph(), tall.flipv(), odd]
+            .iter()
+            .map(|image| {
+                let (pixels, grid) = pixels::pixel_values(image, &dir.preprocessor, Device::Cpu).unwrap();
+                (model.encode_image(&pixels, grid), grid)
+            })
+            .collect();
+        let questions =
+            ["Is there a pleural effusion in this chest X-ray?", "Does this radiograph show cardiomegaly?", "Is a chest tube visible?"];
+        let prompts: Vec<Vec<Vec<u32>>> = encoded
+            .iter()
+            .map(|(_, grid)| questions.iter().map(|q| dir.prompt(q, *grid, Thinking::Off).unwrap().input_ids).collect())
+            .collect();
+        let images: Vec<PassImage> =
+            encoded.iter().zip(&prompts).map(|((features, grid), prompts)| PassImage { prompts, features, grid: *grid }).collect();
+        let together = model.score_pass(&images, answer, 3).unwrap();
+        let bits = |scores: &[YesNo]| scores.iter().flat_map(|s| [s.logit_yes.to_bits(), s.logit_no.to_bits()]).collect::<Vec<_>>();
+        for (k, image) in images.iter().enumerate() {
+            let alone = model.score_pass(std::slice::from_ref(image), answer, 3).unwrap().remove(0);
+            assert_eq!(bits(&alone), bits(&together[k]), "{}: image {k} alone and in a pass of three", path.display());
+            // A pass of one image held once is the copied path's arithmetic, up to the order of sums.
+            let copied = model.score(image.prompts, image.features, image.grid, answer).unwrap();
+            for (a, b) in alone.iter().zip(&copied) {
+                assert!(
+                    (a.logit_yes - b.logit_yes).abs() <= 1e-5 && (a.logit_no - b.logit_no).abs() <= 1e-5,
+                    "{}: {a:?} vs {b:?}",
+                    path.display()
+                );
+            }
+        }
+        let halves = [model.score_pass(&images[..2], answer, 3).unwrap(), model.score_pass(&images[2..], answer, 3).unwrap()].concat();
+        assert_eq!(halves.iter().map(|s| bits(s)).collect::<Vec<_>>(), together.iter().map(|s| bits(s)).collect::<Vec<_>>());
+        eprintln!("{}: 4 images x 3 questions, the same bits alone, in a pass of three and in halves", path.display());
     }
 }
 

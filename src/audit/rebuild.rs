@@ -154,7 +154,13 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
     if !spec_path.is_file() {
         return Err(AuditError::SpecNotFound { spec_file: lock.spec_file.clone(), looked: spec_path });
     }
-    let spec = crate::inputs::load(&spec_path)?;
+    let mut spec = crate::inputs::load(&spec_path)?;
+    // The images a pass the release was scored with (a build may set them on the command line):
+    // the pass's shapes shape the last bits, so the rebuild repeats them.
+    let per_pass = |scorer: Option<&serde_json::Value>| {
+        scorer.and_then(|s| s["preprocessing"]["scoring"]["images_per_pass"].as_u64()).map(|n| n as usize)
+    };
+    spec.repeat_images_per_pass(per_pass(Some(&lock.scorer)), per_pass(lock.second_scorer.as_ref()));
     let now = spec.to_json();
     let mut spec_differences = Vec::new();
     json_differences("", &lock.spec, &now, &mut spec_differences);

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// the spec's model.concurrency, else 16].
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
+    /// Images the native engine scores in one pass [default: the spec's model.images_per_pass,
+    /// else 1]. Several fill a GPU; the scores do not depend on it beyond the last bits, and
+    /// build.lock records it, so a rebuild that must match to the byte uses the same.
+    #[arg(long, value_name = "N")]
+    images_per_pass: Option<usize>,
     /// Hash the model's weights even when the digest cache knows them (a publishable build
     /// always does).
     #[arg(long)]
@@ -58,11 +63,14 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// Loads the spec and the files it names, with --concurrency applied.
+    /// Loads the spec and the files it names, with --concurrency and --images-per-pass applied.
     pub fn load(&self, spec: &std::path::Path) -> anyhow::Result<inputs::ResolvedSpec> {
         let mut spec = inputs::load(spec)?;
         if let Some(n) = self.concurrency {
             spec.set_request_concurrency(n)?;
+        }
+        if let Some(n) = self.images_per_pass {
+            spec.set_images_per_pass(n)?;
         }
         Ok(spec)
     }

@@ -173,6 +173,16 @@ pub trait Scorer: Sync {
     fn identity(&self) -> &ScorerIdentity;
     /// One score per question, in the order given.
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError>;
+    /// How many images [`Self::score_pass`] takes at once: the runner hands it passes of this
+    /// many (fewer where the cache had some).
+    fn images_per_pass(&self) -> usize {
+        1
+    }
+    /// [`Self::score`] for each image of a pass, in the order given; an image's scores must not
+    /// depend on what else is in its pass.
+    fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
+        images.iter().map(|image| self.score(image, questions)).collect()
+    }
     /// Greedy answers to each image's prompts (`prompts[i]` for `images[i]`), decoded together.
     fn generate(
         &self,

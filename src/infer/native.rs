@@ -15,6 +15,8 @@ use crate::hashing::DigestCache;
 use crate::release_spec::{ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::generate::{GenerationImage, GenerationPrompt};
+use crate::vlm::model::PassImage;
+use crate::vlm::shared_prefix::PrefixAttention;
 use crate::vlm::{pixels, Thinking};
 
 pub struct NativeScorer {
@@ -27,6 +29,11 @@ pub struct NativeScorer {
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
     family: crate::vlm::Family,
+    /// How an image's questions meet its prefix: held once (the Qwen decoder) or copied per
+    /// question (Gemma 4's, until it has the shared path).
+    prefix: PrefixAttention,
+    /// Images scored in one pass (`model.images_per_pass`).
+    images_per_pass: usize,
     /// Digest cache entries that failed their check while the weights were hashed.
     notes: Vec<String>,
 }
@@ -118,6 +125,23 @@ impl NativeScorer {
         if !variables.is_empty() {
             preprocessing["chat_template_variables"] = variables.into();
         }
+        // The Qwen decoder scores with the image prefix held once, in passes of
+        // `images_per_pass` images: both shape the last bits of a score, so both are in the
+        // identity (scores made by the copied path are another scorer's). Gemma 4's decoder keeps
+        // the copied path, one image a pass, and the identity it always had.
+        let prefix = if engine.dir.config.family == crate::vlm::Family::Gemma4 { PrefixAttention::Copied } else { PrefixAttention::Shared };
+        match prefix {
+            PrefixAttention::Shared => {
+                preprocessing["scoring"] = serde_json::json!({"prefix": prefix.name(), "images_per_pass": model.images_per_pass});
+            }
+            PrefixAttention::Copied if model.images_per_pass > 1 => {
+                return Err(err(format!(
+                    "model.images_per_pass {}: Gemma 4's decoder scores one image a pass (its questions meet a copied prefix); set 1",
+                    model.images_per_pass
+                )));
+            }
+            PrefixAttention::Copied => {}
+        }
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),
@@ -135,7 +159,7 @@ impl NativeScorer {
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(NativeScorer { identity, engines, answer, pixels, family, notes })
+        Ok(NativeScorer { identity, engines, answer, pixels, family, prefix, images_per_pass: model.images_per_pass, notes })
     }
 }
 
@@ -158,39 +182,64 @@ impl Scorer for NativeScorer {
     }
 
     fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
+        Ok(self.score_pass(std::slice::from_ref(image), questions)?.remove(0))
+    }
+
+    fn images_per_pass(&self) -> usize {
+        self.images_per_pass
+    }
+
+    fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
         // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
         // change the last bits of a sum: pin it to one on every worker.
         if self.pixels.device == tch::Device::Cpu {
             tch::set_num_threads(1);
         }
         let PixelSettings { preprocessor, device } = &self.pixels;
-        let (pixel_values, grid) =
-            pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name)))?;
+        let prepared = images
+            .iter()
+            .map(|image| pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names = images.iter().map(|i| i.name).collect::<Vec<_>>().join(", ");
         // Each pool thread has its own engine on the CPU; on a GPU all share the one.
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
-        let features = engine.model.encode_image(&pixel_values, grid);
+        let features: Vec<_> = prepared.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
         // One pass per prompt section: S1's label and device questions, then S2's location and
         // sign questions (their ids hold a '/'). A pass's shapes follow its questions, and the
         // last bits of a score follow the shapes, so S1's questions are scored as an S1 build
         // scores them and an S2 release keeps S1's values exactly.
-        let mut scores = Vec::with_capacity(questions.len());
+        let mut scores: Vec<Vec<YesNo>> = images.iter().map(|_| Vec::with_capacity(questions.len())).collect();
         for section in questions.chunk_by(|a, b| a.id.contains('/') == b.id.contains('/')) {
             let texts: Vec<&str> = section.iter().map(|q| q.text.as_str()).collect();
-            let key = (grid, crate::hashing::stable_u64(&texts));
-            let prompt_ids = match prompts.entry(key) {
-                Entry::Occupied(known) => known.into_mut(),
-                Entry::Vacant(slot) => slot.insert(
-                    texts
+            let keys: Vec<PromptKey> = prepared.iter().map(|(_, grid)| (*grid, crate::hashing::stable_u64(&texts))).collect();
+            for key in &keys {
+                if let Entry::Vacant(slot) = prompts.entry(*key) {
+                    let rendered = texts
                         .iter()
-                        .map(|q| engine.dir.prompt(q, grid, Thinking::Off).map(|p| p.input_ids))
+                        .map(|q| engine.dir.prompt(q, key.0, Thinking::Off).map(|p| p.input_ids))
                         .collect::<Result<Vec<_>, _>>()
-                        .map_err(engine_err("the prompts"))?,
-                ),
-            };
-            scores
-                .extend(engine.model.score(prompt_ids, &features, grid, self.answer).map_err(engine_err(format!("image {}", image.name)))?);
+                        .map_err(engine_err("the prompts"))?;
+                    slot.insert(rendered);
+                }
+            }
+            let section_scores = match self.prefix {
+                PrefixAttention::Copied => features
+                    .iter()
+                    .zip(&keys)
+                    .map(|(f, key)| engine.model.score(&prompts[key], f, key.0, self.answer))
+                    .collect::<Result<Vec<_>, _>>(),
+                PrefixAttention::Shared => {
+                    let pass: Vec<PassImage<'_>> =
+                        features.iter().zip(&keys).map(|(f, key)| PassImage { prompts: &prompts[key], features: f, grid: key.0 }).collect();
+                    engine.model.score_pass(&pass, self.answer, self.images_per_pass)
+                }
+            }
+            .map_err(engine_err(format!("image {names}")))?;
+            for (all, part) in scores.iter_mut().zip(section_scores) {
+                all.extend(part);
+            }
         }
         Ok(scores)
     }

@@ -81,17 +81,40 @@ pub fn run(
     let question_ids: Vec<String> = questions.iter().map(|q| q.id.clone()).collect();
     let bar = options.progress_bar(images.iter().filter(|j| options.covers(&j.name)).count(), "scoring");
 
-    let score_one = |job: &ImageJob| -> Result<Outcome, InferError> {
-        if !options.covers(&job.name) {
-            return Ok(Outcome::Skipped);
+    // Images go to the scorer in passes of its size (one, or several on a GPU), taken in input
+    // order; the workers read, hash and decode a pass's images while another pass is on the
+    // device. Cached images leave a pass short: the engine pads every pass to one shape, so an
+    // image's scores never depend on what shares its pass.
+    let per_pass = scorer.images_per_pass().max(1);
+    let score_pass = |jobs: &[&ImageJob]| -> Result<Vec<Outcome>, InferError> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        let mut misses = Vec::new();
+        for &job in jobs {
+            let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
+            if let Some(scores) = cache.get(&key, &question_ids)? {
+                outcomes.push(Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores }));
+                bar.inc(1);
+            } else {
+                let decoded = decode_png(&bytes, job)?;
+                misses.push((outcomes.len(), job, bytes, key, decoded));
+                outcomes.push(Outcome::Skipped); // replaced below
+            }
         }
-        let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
-        let outcome = if let Some(scores) = cache.get(&key, &question_ids)? {
-            Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores })
-        } else {
-            let decoded = decode_png(&bytes, job)?;
-            let input = ImageInput { name: &job.name, sha256: &key.image_sha256, bytes: &bytes, image: &decoded };
-            let scores = scorer.score(&input, questions)?;
+        if misses.is_empty() {
+            return Ok(outcomes);
+        }
+        let inputs: Vec<ImageInput<'_>> = misses
+            .iter()
+            .map(|(_, job, bytes, key, decoded)| ImageInput { name: &job.name, sha256: &key.image_sha256, bytes, image: decoded })
+            .collect();
+        let scored = scorer.score_pass(&inputs, questions)?;
+        if scored.len() != inputs.len() {
+            return Err(InferError::Scorer {
+                backend: format!("{:?}", scorer.identity().backend),
+                message: format!("returned scores for {} images of a pass of {}", scored.len(), inputs.len()),
+            });
+        }
+        for ((at, job, _, key, _), scores) in misses.into_iter().zip(scored) {
             if scores.len() != questions.len() {
                 return Err(InferError::Scorer {
                     backend: format!("{:?}", scorer.identity().backend),
@@ -100,13 +123,20 @@ pub fn run(
             }
             super::check_finite(scorer.identity(), &job.name, questions, &scores)?;
             cache.put(&key, &job.name, &question_ids, &scores)?;
-            Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores })
-        };
-        bar.inc(1);
-        Ok(outcome)
+            outcomes[at] = Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores });
+            bar.inc(1);
+        }
+        Ok(outcomes)
     };
 
-    let outcomes: Vec<Outcome> = options.pool()?.install(|| images.par_iter().map(score_one).collect::<Result<_, _>>())?;
+    // Passes of this run's shard only, so a shard's passes are as full as a whole run's.
+    let covered: Vec<&ImageJob> = images.iter().filter(|j| options.covers(&j.name)).collect();
+    let passes: Vec<Vec<Outcome>> = options.pool()?.install(|| covered.par_chunks(per_pass).map(score_pass).collect::<Result<_, _>>())?;
+    let mut scored = passes.into_iter().flatten();
+    let outcomes: Vec<Outcome> = images
+        .iter()
+        .map(|j| if options.covers(&j.name) { scored.next().expect("one per covered image") } else { Outcome::Skipped })
+        .collect();
     bar.finish_and_clear();
 
     let mut report =

@@ -249,6 +249,31 @@ impl ResolvedSpec {
         }
     }
 
+    /// `--images-per-pass N`: the model's images a pass (the native engine only), over the
+    /// spec's `model.images_per_pass`.
+    pub fn set_images_per_pass(&mut self, n: usize) -> Result<(), InputsError> {
+        let at = self.spec.locate("model.backend");
+        if !self.spec.model.backend.is_native() {
+            return Err(InputsError::Option { at, message: "--images-per-pass is for model.backend native only".into() });
+        }
+        if n == 0 {
+            return Err(InputsError::Option { at, message: "--images-per-pass must be at least 1".into() });
+        }
+        self.spec.model.images_per_pass = n;
+        Ok(())
+    }
+
+    /// The images a pass each native model was scored with, where a lock records them: a
+    /// rebuild repeats them.
+    pub fn repeat_images_per_pass(&mut self, model: Option<usize>, second_opinion: Option<usize>) {
+        if let Some(n) = model {
+            self.spec.model.images_per_pass = n;
+        }
+        if let (Some(second), Some(n)) = (self.spec.second_opinion.as_mut(), second_opinion) {
+            second.images_per_pass = n;
+        }
+    }
+
     /// The calibration table, if the spec names one.
     pub fn calibration_table(&self) -> Option<&Calibration> {
         self.calibration.as_ref().map(|c| &c.table)

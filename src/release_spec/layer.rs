@@ -296,6 +296,8 @@ pub struct ModelLayer {
     pub concurrency: Option<usize>,
     /// Backend `openai`: seconds a request may take before it fails (and is retried).
     pub timeout_s: Option<u64>,
+    /// The native engine: images scored in one pass (`--images-per-pass` overrides it).
+    pub images_per_pass: Option<usize>,
 }
 
 impl Merge for ModelLayer {
@@ -318,7 +320,8 @@ impl Merge for ModelLayer {
             self.served_name = None;
         }
         merge_options!(self, c, nulls; backend, path, id, revision, weight_license, demo_weights, dtype, device,
-            max_pixels, min_pixels, thinking, endpoint, family, server, served_name, answer_token_ids, concurrency, timeout_s);
+            max_pixels, min_pixels, thinking, endpoint, family, server, served_name, answer_token_ids, concurrency, timeout_s,
+            images_per_pass);
     }
 }
 

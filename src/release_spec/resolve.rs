@@ -304,6 +304,12 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>, section: &str) -> 
     };
     let commit = None;
     let served = resolve_served(r, backend, &m, section)?;
+    let images_per_pass = match m.images_per_pass {
+        Some(_) if !backend.is_native() => return Err(r.invalid(&key("images_per_pass"), format!("is for {section}.backend native only"))),
+        Some(0) => return Err(r.invalid(&key("images_per_pass"), "must be at least 1".to_string())),
+        Some(n) => n,
+        None => 1,
+    };
     let model = ModelSpec {
         backend,
         path: m.path.clone(),
@@ -319,6 +325,7 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>, section: &str) -> 
         min_pixels: m.min_pixels,
         thinking: m.thinking.unwrap_or_default(),
         served,
+        images_per_pass,
     };
     Ok(model)
 }

@@ -172,6 +172,10 @@ pub struct ModelSpec {
     /// Backend `openai` only (None otherwise, and then left out of the spec's hash).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedModel>,
+    /// The native engine: images scored in one pass (1 unless set). Out of the spec's hash, like
+    /// the device: the scorer's identity records it, since the pass's shapes shape the last bits.
+    #[serde(skip)]
+    pub images_per_pass: usize,
 }
 
 /// A model behind an OpenAI-compatible API.

@@ -179,7 +179,10 @@ impl VlModel {
     ///
     /// Every pass is padded to `pass_images` images (repeats of its last, their scores dropped),
     /// so every pass of a build has the same shapes: the kernels chosen, and so the last bits of
-    /// a score, do not depend on how many images share its pass.
+    /// a score, do not depend on how many images share its pass. On the CPU a pass of several
+    /// carries one more: libtorch's CPU kernels compute a tensor's last few elements in a scalar
+    /// loop whose SiLU differs from the vector one in the last bit, and that tail must not fall
+    /// on a real image only when it comes last.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
         if !matches!(self.text, TextModel::Shared(_)) {
             return Err(VlmError::Input(
@@ -201,7 +204,7 @@ impl VlModel {
         }
         for ((common, _), members) in shapes {
             let mut pass: Vec<&PassImage<'_>> = members.iter().map(|&i| &images[i]).collect();
-            while pass.len() < pass_images {
+            while pass.len() < pass_images + usize::from(self.device == Device::Cpu && pass_images > 1) {
                 pass.push(pass[pass.len() - 1]);
             }
             let scores = tch::no_grad(|| self.one_pass(&pass, common, answer))?;
