@@ -35,34 +35,62 @@ impl PrefixAttention {
     }
 }
 
+/// The prefix part's scores are computed this many elements at most at a time (1 GiB in f32):
+/// the images of a pass go through in groups, so a pass of many images does not need its whole
+/// score matrix at once.
+const PREFIX_SCORES_AT_ONCE: i64 = 1 << 28;
+
 /// Softmax attention of `q` (b, heads, s, d) over prefixes held once, `prefix_k` and `prefix_v`
 /// (images, kv_heads, p, d), and the rows' own keys and values `k`, `v` (b, kv_heads, s, d) under
 /// the additive `suffix_mask` (s, s) broadcastable: (b, heads, s, d), in `q`'s dtype. The rows
-/// come image by image, b / images of each: row r attends to prefix r / (b / images). Computed
-/// in f32.
+/// come image by image, b / images of each: row r attends to prefix r / (b / images). The
+/// products run in the inputs' dtype, as transformers' eager attention runs a bf16 model's; the
+/// softmax and the merge in f32.
 pub fn attention(q: &Tensor, prefix_k: &Tensor, prefix_v: &Tensor, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
+    attention_in_groups(q, prefix_k, prefix_v, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE)
+}
+
+/// [`attention`], the prefix part's scores `at_once` elements at most at a time.
+#[allow(clippy::too_many_arguments)]
+fn attention_in_groups(
+    q: &Tensor,
+    prefix_k: &Tensor,
+    prefix_v: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    suffix_mask: &Tensor,
+    scale: f64,
+    at_once: i64,
+) -> Tensor {
     let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
-    let (images, kv_heads, kind) = (prefix_k.size()[0], prefix_k.size()[1], q.kind());
+    let (images, kv_heads, p, kind) = (prefix_k.size()[0], prefix_k.size()[1], prefix_k.size()[2], q.kind());
     let (groups, rows) = (heads / kv_heads, b / images);
-    let q = q.to_kind(Kind::Float).view([b, kv_heads, groups, s, d]);
+    let q = q.view([b, kv_heads, groups, s, d]);
 
     // The prefix: the queries of an image's rows for a key/value head as one matrix, against one
-    // copy of that image's keys (a batched product over the images).
+    // copy of that image's keys (a batched product over the images, a group of them at a time).
     let stacked =
         q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
-    let scores = stacked.matmul(&prefix_k.to_kind(Kind::Float).transpose(-2, -1)) * scale;
-    let (max_p, sum_p, out_p) = partial(&scores, &prefix_v.to_kind(Kind::Float));
+    let per_group = (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images);
+    let parts: Vec<(Tensor, Tensor, Tensor)> = (0..images)
+        .step_by(per_group as usize)
+        .map(|first| {
+            let n = per_group.min(images - first);
+            let scores = stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
+            partial(&scores, &prefix_v.narrow(0, first, n))
+        })
+        .collect();
+    let joined = |pick: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| Tensor::cat(&parts.iter().map(pick).collect::<Vec<_>>(), 0);
     let per_row = |t: Tensor| {
         let last = t.size()[3];
         t.view([images, kv_heads, rows, groups, s, last]).permute([0, 2, 1, 3, 4, 5]).reshape([b, kv_heads, groups, s, last])
     };
-    let (max_p, sum_p, out_p) = (per_row(max_p), per_row(sum_p), per_row(out_p));
+    let (max_p, sum_p, out_p) = (per_row(joined(|t| &t.0)), per_row(joined(|t| &t.1)), per_row(joined(|t| &t.2)));
 
     // The suffix: each row's own keys, the query heads of a key/value head broadcast over it.
-    let k = k.to_kind(Kind::Float).unsqueeze(2);
     let mask = suffix_mask.to_kind(Kind::Float).view([-1, 1, 1, s, s]);
-    let scores = q.matmul(&k.transpose(-2, -1)) * scale + mask;
-    let (max_s, sum_s, out_s) = partial(&scores, &v.to_kind(Kind::Float).unsqueeze(2));
+    let scores = q.matmul(&k.unsqueeze(2).transpose(-2, -1)).to_kind(Kind::Float) * scale + mask;
+    let (max_s, sum_s, out_s) = partial(&scores, &v.unsqueeze(2));
 
     // Merged by log-sum-exp: each part's terms rescaled to the common maximum.
     let max = max_p.maximum(&max_s);
@@ -71,13 +99,14 @@ pub fn attention(q: &Tensor, prefix_k: &Tensor, prefix_v: &Tensor, k: &Tensor, v
     out.reshape([b, heads, s, d]).to_kind(kind)
 }
 
-/// One part of a softmax: the row maxima, the sums of exp(score - max), and those weights times
-/// the values (not yet divided by the sums).
+/// One part of a softmax over f32 `scores`: the row maxima, the sums of exp(score - max), and
+/// those weights times the values (in the values' dtype, as flash attention multiplies them;
+/// not yet divided by the sums), all three in f32.
 fn partial(scores: &Tensor, values: &Tensor) -> (Tensor, Tensor, Tensor) {
     let max = scores.amax(-1, true);
     let weights = (scores - &max).exp();
     let sum = weights.sum_dim_intlist(-1, true, Kind::Float);
-    let out = weights.matmul(values);
+    let out = weights.to_kind(values.kind()).matmul(values).to_kind(Kind::Float);
     (max, sum, out)
 }
 
@@ -119,6 +148,9 @@ mod tests {
         let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], opts), Tensor::randn([images * rows, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
         let together = attention(&q, &pk, &pv, &k, &v, &causal, 0.3);
+        // The images' prefix scores a group at a time: the same bits.
+        let grouped = attention_in_groups(&q, &pk, &pv, &k, &v, &causal, 0.3, 2 * kv_heads * rows * (heads / kv_heads) * s * p);
+        assert!(grouped.equal(&together));
         for i in 0..images {
             let at = |t: &Tensor| t.narrow(0, i * rows, rows);
             let alone = attention(&at(&q), &pk.narrow(0, i, 1), &pv.narrow(0, i, 1), &at(&k), &at(&v), &causal, 0.3);
