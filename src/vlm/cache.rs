@@ -113,20 +113,12 @@ impl DecoderCache {
         DecoderCache { layers }
     }
 
-    /// For `n` rows over each row of this prefix (one row per image) without copying it: the
-    /// attention layers' keys and values stay as they are (read once by all of an image's rows,
-    /// [`super::shared_prefix`]); the linear layers' small per-row states are repeated, image by
-    /// image.
-    pub fn shared_by(&self, n: i64) -> DecoderCache {
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                LayerCache::Linear(_) => l.map(|t| t.repeat_interleave_self_int(n, 0, None)),
-                other => other.map(Tensor::shallow_clone),
-            })
-            .collect();
-        DecoderCache { layers }
+    /// For rows over each row of this prefix (one row per image) without copying it: every
+    /// slot stays as it is. The attention layers' keys and values are read once by all of an
+    /// image's rows ([`super::shared_prefix`]); a linear layer repeats its small per-row state for
+    /// the rows when it runs, one layer at a time, and drops it after.
+    pub fn shared(&self) -> DecoderCache {
+        self.map(Tensor::shallow_clone)
     }
 
     /// The same cache repeated `n` times along the batch (one copy per question).

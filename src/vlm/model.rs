@@ -221,10 +221,9 @@ impl VlModel {
         self.prefill_images(images, common, &mut cache)?;
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let per_image = suffixes.rows / images.len() as i64;
         let hidden = self
             .text
-            .forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared_by(per_image))
+            .forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared())
             .ok_or_else(|| VlmError::Input("shared prefix attention needs the Qwen decoder".into()))?;
         self.answers(&hidden, &suffixes, answer)
     }

@@ -14,7 +14,7 @@ use super::cache::LayerCache;
 use super::config::{LayerKind, TextConfig};
 use super::error::VlmError;
 use super::families::gemma4::text::Gemma4Decoder;
-use super::families::qwen3_5::linear_attention::GatedDeltaNet;
+use super::families::qwen3_5::linear_attention::{GatedDeltaNet, LinearState};
 use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
 use super::shared_prefix;
@@ -217,9 +217,24 @@ impl DecoderLayer {
                     LayerCache::Linear(state) => Some(state),
                     _ => None,
                 };
-                let out = linear.forward(&normed, &mut state, step.valid);
-                *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
-                out
+                if step.path == AttentionPath::SharedPrefix {
+                    // Each image's state, repeated for its rows here and dropped after: the
+                    // pass is read once, and a whole stack of repeated states would take
+                    // gigabytes on a full-size model.
+                    let rows = x.size()[0];
+                    let mut repeated = state.map(|s| {
+                        let n = rows / s.recurrent.size()[0];
+                        LinearState {
+                            conv: s.conv.repeat_interleave_self_int(n, 0, None),
+                            recurrent: s.recurrent.repeat_interleave_self_int(n, 0, None),
+                        }
+                    });
+                    linear.forward(&normed, &mut repeated, step.valid)
+                } else {
+                    let out = linear.forward(&normed, &mut state, step.valid);
+                    *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
+                    out
+                }
             }
         };
         let x = x + mixed;
@@ -284,7 +299,7 @@ impl TextModel {
 
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
     /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
-    /// `cache` must come from [`DecoderCache::shared_by`]. The Qwen decoder only: None for
+    /// `cache` must come from [`DecoderCache::shared`]. The Qwen decoder only: None for
     /// Gemma 4's.
     pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Option<Tensor> {
         let TextModel::Shared(d) = self else { return None };
