@@ -171,6 +171,29 @@ fn the_openai_backend_needs_its_endpoint_and_family_and_no_other_backend_takes_t
     assert_eq!((served.endpoint.as_str(), served.concurrency, served.timeout_s), ("http://host:8000/v1", 16, 120));
 }
 
+/// `model.images_per_pass` is the native engine's, at least 1, out of the spec's hash (the
+/// scorer's identity records it), and `--images-per-pass` is refused for another backend.
+#[test]
+fn images_per_pass_is_the_native_engines_and_stays_out_of_the_spec_hash() {
+    let s = Scratch::new();
+    let load = |name: &str, yaml: &str| release_spec::load_with_env(&derived_spec(&s, name, yaml), |_| None);
+    // The fixture spec's scorer is the fixture backend.
+    let e = load("fixture.yaml", "model:\n  images_per_pass: 4\n").map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("model.images_per_pass") && e.contains("is for model.backend native only"), "{e}");
+    let native = format!(
+        "model:\n  backend: native\n  path: {}\n  id: a/b\n  revision: r1\n  weight_license: apache-2.0\n",
+        repo().join("fixtures/vlm/qwen2_vl").display()
+    );
+    let e = load("zero.yaml", &format!("{native}  images_per_pass: 0\n")).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("model.images_per_pass") && e.contains("must be at least 1"), "{e}");
+    let (one, eight) = (load("one.yaml", &native).unwrap(), load("eight.yaml", &format!("{native}  images_per_pass: 8\n")).unwrap());
+    assert_eq!((one.model.images_per_pass, eight.model.images_per_pass), (1, 8));
+    let resolve = |spec| bpals_release::inputs::resolve(spec).unwrap();
+    assert_eq!(resolve(one).hash(), resolve(eight).hash());
+    let a = bin().arg("build").arg(fixture_s1a()).args(["--images-per-pass", "2", "--out"]).arg(s.path("out")).assert().failure();
+    assert!(stderr(&a).contains("--images-per-pass is for model.backend native only"), "{}", stderr(&a));
+}
+
 /// Every leaf key the committed S1b chain sets, as `key: null` in a child spec.
 fn leaf_keys() -> Vec<String> {
     fn walk(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {

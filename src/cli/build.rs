@@ -52,8 +52,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
     /// Images the native engine scores in one pass [default: the spec's model.images_per_pass,
-    /// else 1]. Several fill a GPU; the scores do not depend on it beyond the last bits, and
-    /// build.lock records it, so a rebuild that must match to the byte uses the same.
+    /// else 1]. Several fill a GPU; the pass size can move the scores' last bits, so build.lock
+    /// records it and `rebuild --audit` repeats it.
     #[arg(long, value_name = "N")]
     images_per_pass: Option<usize>,
     /// Hash the model's weights even when the digest cache knows them (a publishable build
