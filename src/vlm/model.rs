@@ -180,9 +180,9 @@ impl VlModel {
     /// Every pass is padded to `pass_images` images (repeats of its last, their scores dropped),
     /// so every pass of a build has the same shapes: the kernels chosen, and so the last bits of
     /// a score, do not depend on how many images share its pass. On the CPU a pass of several
-    /// carries one more: libtorch's CPU kernels compute a tensor's last few elements in a scalar
-    /// loop whose SiLU differs from the vector one in the last bit, and that tail must not fall
-    /// on a real image only when it comes last.
+    /// carries one spare image more: libtorch's CPU kernels compute a tensor's last few elements
+    /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
+    /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
         if !matches!(self.text, TextModel::Shared(_)) {
             return Err(VlmError::Input(
