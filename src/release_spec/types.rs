@@ -173,7 +173,8 @@ pub struct ModelSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedModel>,
     /// The native engine: images scored in one pass (1 unless set). Out of the spec's hash, like
-    /// the device: the scorer's identity records it, since the pass's shapes shape the last bits.
+    /// `served.concurrency`, so `--images-per-pass` can set it; since the pass's shapes shape the
+    /// last bits, the scorer's identity (and so build.lock and the cache key) records it.
     #[serde(skip)]
     pub images_per_pass: usize,
 }
