@@ -335,7 +335,7 @@ fn an_oversized_listing_is_refused_by_its_length() {
     hub.inject("access-list", Fault::Pad { bytes: 40 * 1024 * 1024, announced: true });
     let err = stderr(&sync(&hub, &s, &payments, &["--retries", "3"]).failure());
     assert!(err.contains(&hub.url) && err.contains("/user-access-request/"), "the server and the route: {err}");
-    assert!(err.contains("the answer announces") && err.contains("above the cap of 33554432 bytes"), "{err}");
+    assert!(err.contains("it announces") && err.contains("above the cap of 33554432 bytes"), "{err}");
     assert!(!err.contains("retrying"), "a cap is not a transient failure: {err}");
     assert_eq!(hub.access(REPO), before);
 }

@@ -22,6 +22,9 @@ enum Fault {
     /// Send this many bytes of the body, then drop the connection.
     DropAfter(usize),
     Status(u16),
+    /// Announce this Content-Length (more than the archive cap), send the real bytes, then
+    /// hold the connection open as if the rest were coming.
+    Announce(u64),
 }
 
 #[derive(Default)]
@@ -71,6 +74,10 @@ async fn serve(State(state): State<Shared>, UrlPath(file): UrlPath<String>, head
     };
     if let Some(Fault::Status(code)) = fault {
         return StatusCode::from_u16(code).unwrap().into_response();
+    }
+    if let Some(Fault::Announce(length)) = fault {
+        let stream = futures::StreamExt::chain(futures::stream::iter(vec![Ok::<_, std::io::Error>(bytes)]), futures::stream::pending());
+        return Response::builder().header("content-length", length).body(axum::body::Body::from_stream(stream)).unwrap();
     }
     let start = headers
         .get("range")
@@ -282,6 +289,12 @@ fn bad_arguments_and_a_missing_archive_give_clear_errors() {
     }
     let err = stderr(&fetch(&giving_up, &s.path("nih6"), &["--parts", "6"]).failure());
     assert!(err.contains("gave up after 3 retries"), "{err}");
+    // A server announcing more than any archive holds is refused before a byte is written.
+    giving_up.fault(6, Fault::Announce(9 << 30));
+    let err = stderr(&fetch(&giving_up, &s.path("nih6"), &["--parts", "6"]).failure());
+    assert!(err.contains("refused: the archive announces 9663676416 bytes, above the cap of 8589934592 bytes"), "{err}");
+    assert!(!err.contains("retrying"), "{err}");
+    assert!(!s.path("nih6/downloads/images_006.tar.gz.part").exists(), "nothing of it is kept");
 }
 
 #[test]

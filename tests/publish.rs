@@ -306,7 +306,7 @@ fn the_token_never_appears_in_any_output_or_file() {
     let wrong = "hf_wrongTOKENvalue9876543210";
     run(&["publish", d, "--repo", "bpals-test/other", "--endpoint", &hub.url, "--allow-demo", "--retries", "0"], wrong);
     let (_, last) = outputs.last().unwrap();
-    assert!(last.contains("Authentication required") && last.contains("[token redacted]"), "the echo is redacted: {last}");
+    assert!(last.contains("401 Unauthorized") && last.contains("[token redacted]"), "the echo is redacted: {last}");
     for (command, text) in &outputs {
         assert!(!text.contains(TOKEN) && !text.contains(wrong), "`{command}` printed the token:\n{text}");
     }

@@ -6,14 +6,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::{Hub, HubError, RepoRef};
-
-/// The ceiling for a release's small JSON files (manifest, lock, signature and provenance):
-/// far above any real one (the 112,120-image manifest lists a few dozen files).
-pub const JSON_CAP: u64 = 64 * 1024 * 1024;
 
 impl Hub {
     /// The bytes of a small file, refused above `cap`.
@@ -60,35 +55,12 @@ impl Hub {
         revision: &str,
         path: &str,
         cap: u64,
-        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+        sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, HubError> {
         let route = format!("{}@{revision}/{path}", repo.id());
-        let too_large = |what: String| HubError::TooLarge { server: self.endpoint.clone(), route: route.clone(), cap, what };
-        let call = |source| HubError::Call { action: format!("downloading {path} from {}@{revision}", repo.id()), source };
-        let runtime = match self.runtime.get() {
-            Some(runtime) => runtime,
-            None => {
-                let started = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                let started = started.map_err(|e| HubError::Protocol(format!("starting the download runtime: {e}")))?;
-                self.runtime.get_or_init(|| started)
-            }
-        };
-        runtime.block_on(async {
-            let repository = self.streaming.dataset(&repo.owner, &repo.name);
-            let (announced, mut body) = repository.download_file_stream().filename(path).revision(revision).send().await.map_err(call)?;
-            if let Some(n) = announced.filter(|&n| n > cap) {
-                return Err(too_large(format!("it announces {n} bytes")));
-            }
-            let mut total: u64 = 0;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(call)?;
-                total += chunk.len() as u64;
-                if total > cap {
-                    return Err(too_large("it sent more than that".to_string()));
-                }
-                sink(&chunk).map_err(|e| HubError::Protocol(format!("{route}: {e}")))?;
-            }
-            Ok(total)
-        })
+        let action = format!("downloading {path} from {}@{revision}", repo.id());
+        let mut segments = vec!["datasets", &repo.owner, &repo.name, "resolve", revision];
+        segments.extend(path.split('/'));
+        self.http.stream(&action, &route, &self.http.url(&segments), cap, sink)
     }
 }

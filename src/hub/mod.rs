@@ -1,8 +1,10 @@
-//! The Hugging Face Hub, as publish and the remote audits see it: a thin layer over hf-hub's
-//! blocking client that names each call's purpose in its errors.
+//! The Hugging Face Hub, as publish and the remote audits see it. Every call names its purpose
+//! in its errors. Reads and small writes go through [`http::HubHttp`], which bounds every answer;
+//! hf-hub makes the commit (its upload protocol), reads file metadata and fetches models.
 
 pub mod access;
 mod download;
+mod http;
 pub mod model;
 pub mod retry;
 pub mod token;
@@ -10,10 +12,12 @@ pub mod token;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hf_hub::repository::RepoTreeEntry;
 use hf_hub::{HFClient, HFClientBuilder, HFClientSync, HFError, RepoTypeDataset};
+use reqwest::Method;
+use serde::Deserialize;
 
-pub use download::JSON_CAP;
+use http::HubHttp;
+pub use http::JSON_CAP;
 
 /// The public Hub. Demo builds may only go to another endpoint (a staging or fake Hub).
 pub const PUBLIC_HUB: &str = "https://huggingface.co";
@@ -28,7 +32,7 @@ pub const GITATTRIBUTES: &str = ".gitattributes";
 pub enum HubError {
     #[error("{action}")]
     Call { action: String, source: HFError },
-    #[error("{action}: the Hub answered {status}: {message}")]
+    #[error("{action}: the Hub answered {status}{}: {message}", reason(*.status))]
     Status { action: String, status: u16, message: String },
     #[error("{0:?} is not a repo id: expected ORG/NAME or ORG/NAME@REVISION")]
     BadRepo(String),
@@ -109,12 +113,16 @@ pub enum DigestSource {
 }
 
 pub struct Hub {
+    /// hf-hub, for the commit, file metadata and model snapshots.
     client: HFClientSync,
-    /// The same Hub through hf-hub's async client, for downloads streamed under a cap (the
-    /// blocking client only hands out whole files), and the runtime it runs on.
-    streaming: HFClient,
-    runtime: std::sync::OnceLock<tokio::runtime::Runtime>,
+    /// Every other call, each answer under a cap.
+    http: HubHttp,
     pub endpoint: String,
+}
+
+/// " Unauthorized" and the like, after a status code people may not know by heart.
+fn reason(status: u16) -> String {
+    reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).map_or_else(String::new, |r| format!(" {r}"))
 }
 
 /// `endpoint`, else HF_ENDPOINT, else the public Hub; without a trailing slash.
@@ -143,29 +151,22 @@ impl Hub {
     /// receives nothing for `stall` fails (a long transfer that keeps moving is never cut).
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let endpoint = endpoint_or_default(endpoint);
-        let http = || http_client(stall).map(|c| HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(c));
-        Hub::build(&endpoint, http, retries)
+        let builder = http_client(stall).map(|c| HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(c))?;
+        Hub::build(&endpoint, builder, retries, stall)
     }
 
-    /// Two clients of one configuration (`builder` makes each its own, with its own connection
-    /// pool): the blocking one runs on hf-hub's runtime thread, the streaming one on a runtime of
-    /// this Hub's, started on the first download. The token comes from the usual places.
-    fn build(endpoint: &str, builder: impl Fn() -> Result<HFClientBuilder, HubError>, retries: Option<usize>) -> Result<Hub, HubError> {
+    /// hf-hub's client and this tool's bounded one, of one configuration. The token comes from
+    /// the usual places, read once.
+    fn build(endpoint: &str, mut builder: HFClientBuilder, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
         let token = token::value()?;
-        let configured = || -> Result<HFClientBuilder, HubError> {
-            let mut builder = builder()?;
-            if let Some(token) = &token {
-                builder = builder.token(token.clone());
-            }
-            if let Some(n) = retries {
-                builder = builder.retry_max_attempts(n);
-            }
-            Ok(builder)
-        };
-        let connecting = |source| HubError::Call { action: format!("connecting to {endpoint}"), source };
-        let client = configured()?.build_sync().map_err(connecting)?;
-        let streaming = configured()?.build().map_err(connecting)?;
-        Ok(Hub { client, streaming, runtime: std::sync::OnceLock::new(), endpoint: endpoint.to_string() })
+        if let Some(token) = &token {
+            builder = builder.token(token.clone());
+        }
+        if let Some(n) = retries {
+            builder = builder.retry_max_attempts(n);
+        }
+        let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
+        Ok(Hub { client, http: HubHttp::connect(endpoint, retries, stall)?, endpoint: endpoint.to_string() })
     }
 
     pub fn is_public_hub(&self) -> bool {
@@ -180,61 +181,93 @@ impl Hub {
         result.map_err(|source| HubError::Call { action: action(), source })
     }
 
+    /// `/api/datasets/OWNER/NAME/...`
+    fn api(&self, repo: &RepoRef, tail: &[&str]) -> reqwest::Url {
+        let mut segments = vec!["api", "datasets", &repo.owner, &repo.name];
+        segments.extend_from_slice(tail);
+        self.http.url(&segments)
+    }
+
     /// The repo's main branch, or None when the repo does not exist.
     pub fn repo(&self, repo: &RepoRef) -> Result<Option<RemoteRepo>, HubError> {
-        match self.dataset(repo).info().send() {
+        let action = format!("reading dataset repo {}", repo.id());
+        match self.http.get_json::<RepoInfo>(&action, &self.api(repo, &[]), JSON_CAP) {
             Ok(info) => {
                 let head = info.sha.ok_or_else(|| HubError::Protocol(format!("the Hub sent no commit sha for {}", repo.id())))?;
                 let gated = info.gated.is_some_and(|g| g != serde_json::Value::Bool(false) && !g.is_null());
                 Ok(Some(RemoteRepo { head, private: info.private.unwrap_or(false), gated }))
             }
-            Err(HFError::RepoNotFound { .. }) => Ok(None),
-            Err(source) => Err(HubError::Call { action: format!("reading dataset repo {}", repo.id()), source }),
+            Err(HubError::Status { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
     /// The commit a branch, tag or commit id names.
     pub fn commit_of(&self, repo: &RepoRef, revision: &str) -> Result<String, HubError> {
-        let info = self.dataset(repo).info().revision(revision).send();
-        let info = Self::call(|| format!("resolving {}@{revision}", repo.id()), info)?;
+        let action = format!("resolving {}@{revision}", repo.id());
+        let info: RepoInfo = self.http.get_json(&action, &self.api(repo, &["revision", revision]), JSON_CAP)?;
         info.sha.ok_or_else(|| HubError::Protocol(format!("the Hub sent no commit sha for {}@{revision}", repo.id())))
     }
 
+    /// Creates the repo; one that exists already (an earlier attempt's) is fine.
     pub fn create_repo(&self, repo: &RepoRef, private: bool) -> Result<(), HubError> {
-        let id = repo.id();
-        let made = self.client.create_repository().repo_id(&id).repo_type(RepoTypeDataset).private(private).exist_ok(true).send();
-        Self::call(|| format!("creating dataset repo {id}"), made).map(|_| ())
+        let body = serde_json::json!({ "name": repo.name, "organization": repo.owner, "type": "dataset", "private": private });
+        let action = format!("creating dataset repo {}", repo.id());
+        match self.http.send(&action, Method::POST, &self.http.url(&["api", "repos", "create"]), Some(&body), JSON_CAP) {
+            Ok(_) | Err(HubError::Status { status: 409, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets the repo private, or gated with manual approval.
     pub fn restrict(&self, repo: &RepoRef, private: bool, gated: bool) -> Result<(), HubError> {
-        let gated = gated.then_some(hf_hub::repository::GatedApprovalMode::Manual);
-        let done = self.dataset(repo).update_settings().maybe_private(private.then_some(true)).maybe_gated(gated).send();
-        Self::call(|| format!("updating the settings of {}", repo.id()), done)
+        let mut body = serde_json::Map::new();
+        if private {
+            body.insert("private".into(), true.into());
+        }
+        if gated {
+            body.insert("gated".into(), "manual".into());
+        }
+        let action = format!("updating the settings of {}", repo.id());
+        let url = self.api(repo, &["settings"]);
+        self.http.send(&action, Method::PUT, &url, Some(&serde_json::Value::Object(body)), JSON_CAP).map(|_| ())
     }
 
-    /// Every file at `revision`, by path.
+    /// Every file at `revision`, by path: the whole listing, every page of it, under [`JSON_CAP`].
     pub fn files(&self, repo: &RepoRef, revision: &str) -> Result<BTreeMap<String, RemoteFile>, HubError> {
-        let entries = self.dataset(repo).list_tree().revision(revision).recursive(true).send();
-        let entries = Self::call(|| format!("listing the files of {}@{revision}", repo.id()), entries)?;
-        Ok(entries
+        let action = format!("listing the files of {}@{revision}", repo.id());
+        let mut url = self.api(repo, &["tree", revision]);
+        url.query_pairs_mut().append_pair("recursive", "true");
+        let entries: Vec<TreeEntry> = self.http.get_pages(&action, &url, JSON_CAP)?;
+        entries
             .into_iter()
-            .filter_map(|e| match e {
-                RepoTreeEntry::File { oid, size, path, lfs, .. } => Some((path, RemoteFile { size, git_oid: oid, lfs: lfs.is_some() })),
-                _ => None,
+            .filter(|e| e.kind == "file")
+            .map(|e| {
+                let size = e.size.ok_or_else(|| HubError::Protocol(format!("{action}: the Hub lists {} without a size", e.path)))?;
+                Ok((e.path, RemoteFile { size, git_oid: e.oid, lfs: e.lfs.is_some_and(|l| !l.is_null()) }))
             })
-            .collect())
+            .collect()
     }
 
     /// Tags and the commits they name.
     pub fn tags(&self, repo: &RepoRef) -> Result<BTreeMap<String, String>, HubError> {
-        let refs = Self::call(|| format!("listing the refs of {}", repo.id()), self.dataset(repo).list_refs().send())?;
+        let refs: Refs = self.http.get_json(&format!("listing the refs of {}", repo.id()), &self.api(repo, &["refs"]), JSON_CAP)?;
         Ok(refs.tags.into_iter().map(|t| (t.name, t.target_commit)).collect())
     }
 
+    /// Tags `commit`. A retry whose first attempt landed meets "tag exists": the refs say
+    /// whether it names this commit (done) or another (refused).
     pub fn create_tag(&self, repo: &RepoRef, tag: &str, commit: &str, message: &str) -> Result<(), HubError> {
-        let made = self.dataset(repo).create_tag().tag(tag).revision(commit).message(message).send();
-        Self::call(|| format!("tagging {} as {tag}", repo.id()), made)
+        let body = serde_json::json!({ "tag": tag, "message": message });
+        let action = format!("tagging {} as {tag}", repo.id());
+        match self.http.send(&action, Method::POST, &self.api(repo, &["tag", commit]), Some(&body), JSON_CAP) {
+            Ok(_) => Ok(()),
+            Err(conflict @ HubError::Status { status: 409, .. }) => match self.tags(repo)?.get(tag) {
+                Some(at) if at == commit => Ok(()),
+                _ => Err(conflict),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// One commit holding every operation, on top of `parent` (the Hub refuses it if main moved).
@@ -269,6 +302,40 @@ impl Hub {
         let (size, sha256) = self.download_digest(repo, revision, path, meta.file_size)?;
         Ok((size, sha256, DigestSource::Download))
     }
+}
+
+/// What this tool reads of `GET /api/datasets/ID[/revision/REV]`.
+#[derive(Deserialize)]
+struct RepoInfo {
+    sha: Option<String>,
+    private: Option<bool>,
+    gated: Option<serde_json::Value>,
+}
+
+/// One entry of `GET /api/datasets/ID/tree/REV?recursive=true`: a file or a directory.
+#[derive(Deserialize)]
+struct TreeEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    path: String,
+    #[serde(default)]
+    oid: String,
+    size: Option<u64>,
+    lfs: Option<serde_json::Value>,
+}
+
+/// What this tool reads of `GET /api/datasets/ID/refs`.
+#[derive(Deserialize)]
+struct Refs {
+    #[serde(default)]
+    tags: Vec<Tag>,
+}
+
+#[derive(Deserialize)]
+struct Tag {
+    name: String,
+    #[serde(rename = "targetCommit")]
+    target_commit: String,
 }
 
 pub fn short(sha: &str) -> &str {

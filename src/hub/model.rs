@@ -72,11 +72,9 @@ impl Hub {
     /// [`Hub::connect`]; the token comes from the usual places (HF_TOKEN, the login file).
     pub fn connect_for_models(endpoint: Option<&str>, cache: &Path) -> Result<Hub, HubError> {
         let endpoint = super::endpoint_or_default(endpoint);
-        let http = || {
-            let client = super::http_client(DEFAULT_STALL_TIMEOUT)?;
-            Ok(HFClient::builder().endpoint(&endpoint).cache_enabled(true).cache_dir(cache).client(client))
-        };
-        Hub::build(&endpoint, http, None)
+        let client = super::http_client(DEFAULT_STALL_TIMEOUT)?;
+        let builder = HFClient::builder().endpoint(&endpoint).cache_enabled(true).cache_dir(cache).client(client);
+        Hub::build(&endpoint, builder, None, DEFAULT_STALL_TIMEOUT)
     }
 
     /// Fetches the files the engine needs of `id`@`revision` into the cache (files already

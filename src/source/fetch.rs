@@ -227,6 +227,16 @@ async fn download_once(client: &reqwest::Client, url: &str, part: &Path, bar: &i
         _ => return Err(Attempt::Fatal(FetchError::Http { url: url.into(), message: format!("HTTP {status}") })),
     };
     let expected = response.content_length().map(|n| if append { n + have } else { n });
+    let too_large = |what: String| {
+        let _ = std::fs::remove_file(part);
+        Attempt::Fatal(FetchError::Http {
+            url: url.into(),
+            message: format!("refused: {what}, above the cap of {MAX_ARCHIVE_BYTES} bytes for one archive; nothing of it is kept"),
+        })
+    };
+    if let Some(n) = expected.filter(|&n| n > MAX_ARCHIVE_BYTES) {
+        return Err(too_large(format!("the archive announces {n} bytes")));
+    }
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -240,8 +250,11 @@ async fn download_once(client: &reqwest::Client, url: &str, part: &Path, bar: &i
     loop {
         match response.chunk().await {
             Ok(Some(bytes)) => {
-                file.write_all(&bytes).map_err(|e| Attempt::Fatal(io(part)(e)))?;
                 written += bytes.len() as u64;
+                if written > MAX_ARCHIVE_BYTES {
+                    return Err(too_large("the server sent more than that".into()));
+                }
+                file.write_all(&bytes).map_err(|e| Attempt::Fatal(io(part)(e)))?;
                 bar.set_position(written);
             }
             Ok(None) => break,
@@ -268,6 +281,10 @@ fn progress_bar(enabled: bool, dest: &Path) -> indicatif::ProgressBar {
     bar.set_message(dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     bar
 }
+
+/// The most bytes one archive may hold: NIH's twelve hold about 45 GB together, none of them
+/// more than a few GB. A server sending more would fill the disk, so it is refused.
+pub const MAX_ARCHIVE_BYTES: u64 = 8 << 30;
 
 /// The most bytes one image of an archive may hold. NIH's PNGs are 1024 x 1024, mostly 8-bit
 /// greyscale and 0.2 to 1 MB; even stored uncompressed as 16-bit RGBA such an image is 8 MiB.

@@ -42,6 +42,9 @@ pub enum Fault {
     /// For a commit: apply it, then answer with another commit's id (the parent's), as a Hub
     /// that misreports would.
     WrongCommitOid,
+    /// Answer with this status and a body of `bytes` bytes, made as it is sent (never held):
+    /// `announced` in the Content-Length, else chunked. What was sent adds to `HubState::sent`.
+    Huge { status: u16, bytes: u64, announced: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +91,14 @@ pub struct HubState {
     /// (repo key, path) -> the sha256 its ETag keeps stating after its bytes were swapped: a
     /// storage fault, or a Hub that lies, which only a download can catch.
     stale_etags: BTreeMap<(String, String), String>,
+    /// Bytes of `Fault::Huge` bodies handed to the connection so far.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
+    /// Entries per page of a tree listing (the real Hub pages by 1,000), and the origin its
+    /// `Link: rel="next"` names (this fake's own unless set, as a hostile Hub might).
+    pub tree_page: Option<usize>,
+    pub next_page_origin: Option<String>,
+    /// This fake's own URL.
+    pub url: String,
 }
 
 pub struct FakeHub {
@@ -123,6 +134,7 @@ impl FakeHub {
         let app = access::routes(app).with_state(state.clone());
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        state.lock().unwrap().url = url.clone();
         runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
         FakeHub { url, state, _runtime: runtime }
     }
@@ -234,8 +246,28 @@ fn enter(
     Ok(fault)
 }
 
-async fn apply_pre(fault: &Option<Fault>) -> Option<Response> {
+async fn apply_pre(state: &Shared, fault: &Option<Fault>) -> Option<Response> {
     match fault {
+        Some(Fault::Huge { status, bytes, announced }) => {
+            let sent = state.lock().unwrap().sent.clone();
+            let chunk = bytes::Bytes::from(vec![b' '; 64 * 1024]);
+            let total = *bytes;
+            let body = futures::stream::unfold(0u64, move |done| {
+                let (chunk, sent) = (chunk.clone(), sent.clone());
+                async move {
+                    (done < total).then(|| {
+                        let n = (total - done).min(chunk.len() as u64);
+                        sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        (Ok::<_, std::io::Error>(chunk.slice(..n as usize)), done + n)
+                    })
+                }
+            });
+            let mut response = Response::builder().status(*status).header("content-type", "application/json");
+            if *announced {
+                response = response.header("content-length", total);
+            }
+            Some(response.body(Body::from_stream(body)).unwrap())
+        }
         Some(Fault::Status(code)) => Some(error(StatusCode::from_u16(*code).unwrap(), "injected fault")),
         Some(Fault::Drop) => {
             let body = Body::from_stream(futures::stream::once(async {
@@ -257,7 +289,7 @@ macro_rules! enter_or_return {
             Ok(f) => f,
             Err(r) => return r,
         };
-        if let Some(r) = apply_pre(&fault).await {
+        if let Some(r) = apply_pre(&$state, &fault).await {
             return r;
         }
         fault
@@ -569,10 +601,32 @@ async fn tree_under(
     method: Method,
     headers: HeaderMap,
     Path((owner, name, rev, under)): Path<(String, String, String, String)>,
-    Query(_q): Query<BTreeMap<String, String>>,
+    Query(q): Query<BTreeMap<String, String>>,
 ) -> Response {
     let id = format!("{owner}/{name}");
-    tree_in(state, method, headers, &id, &format!("/api/datasets/{id}/tree/{rev}/{under}"), &rev, &under).await
+    let logged = format!("/api/datasets/{id}/tree/{rev}/{under}");
+    let page = tree_in(state.clone(), method, headers, &id, &logged, &rev, &under).await;
+    paged(&state, page, &format!("/api/datasets/{id}/tree/{rev}"), q.get("cursor")).await
+}
+
+/// A whole listing cut to the page `cursor` names, with a `Link` to the next, when
+/// `HubState::tree_page` is set (as the Hub pages, by an opaque cursor in an absolute URL).
+async fn paged(state: &Shared, listing: Response, route: &str, cursor: Option<&String>) -> Response {
+    let (page, origin) = {
+        let s = state.lock().unwrap();
+        (s.tree_page, s.next_page_origin.clone().unwrap_or_else(|| s.url.clone()))
+    };
+    let Some(page) = page.filter(|_| listing.status() == StatusCode::OK) else { return listing };
+    let body = axum::body::to_bytes(listing.into_body(), usize::MAX).await.unwrap();
+    let all: Vec<Value> = serde_json::from_slice(&body).unwrap();
+    let start: usize = cursor.map_or(0, |c| c.parse().unwrap());
+    let end = (start + page).min(all.len());
+    let mut response = Json(Value::Array(all[start..end].to_vec())).into_response();
+    if end < all.len() {
+        let link = format!("<{origin}{route}?recursive=true&cursor={end}>; rel=\"next\"");
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
 }
 
 async fn model_tree(
