@@ -6,7 +6,8 @@
 # device times per path, the rounds alternating the paths, their ratio (shared / copied), and
 # each path's peak resident memory (GNU time's maximum RSS of the process).
 #
-#   benches/prefix-attention.sh                       # the Qwen families (Gemma 4's decoder: not yet)
+#   benches/prefix-attention.sh                       # four Qwen models
+#   BENCH_MODELS="gemma4_31b gemma4_26b_a4b" benches/prefix-attention.sh
 #   BENCH_MODELS="qwen2_5_vl_7b" BENCH_SIZE=448 benches/prefix-attention.sh
 #
 # BENCH_BIN=PATH times a binary already built (the test build left in the cargo target dir).

@@ -343,8 +343,17 @@ fn rows_of_different_images_decode_together_as_alone() {
 #[test]
 fn a_pass_of_several_images_scores_each_image_as_alone() {
     tch::set_num_threads(1);
-    let families =
-        [fixture("qwen2_5_vl"), fixture("qwen3_vl"), fixture("qwen3_5"), moe_fixture("qwen3_vl_moe"), moe_fixture("qwen3_5_moe")];
+    let families = [
+        fixture("qwen2_5_vl"),
+        fixture("qwen3_vl"),
+        fixture("qwen3_5"),
+        moe_fixture("qwen3_vl_moe"),
+        moe_fixture("qwen3_5_moe"),
+        // Sliding windows of 16 over prefixes of dozens of tokens, KV-shared layers, experts.
+        gemma4_fixture("gemma4_dense"),
+        gemma4_fixture("gemma4_ple"),
+        gemma4_fixture("gemma4_moe"),
+    ];
     for path in families {
         let dir = ModelDir::open(&path).unwrap();
         let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
@@ -458,19 +467,15 @@ fn parity_at(path: &std::path::Path) {
             );
         }
         // The prefix held once instead of copied per question: the same logits within 1e-5 (the
-        // softmax's sums in another order), or, for Gemma 4's decoder, a clear refusal.
-        match model.score_with(&prompts, &features, grid, answer, PrefixAttention::Shared) {
-            Ok(once) => {
-                let worst = shared
-                    .iter()
-                    .zip(&once)
-                    .map(|(a, b)| (a.logit_yes - b.logit_yes).abs().max((a.logit_no - b.logit_no).abs()))
-                    .fold(0.0f32, f32::max);
-                eprintln!("{family} {name}: prefix held once, logits within {worst:.1e} of the copied prefix");
-                assert!(worst <= 1e-5, "{name}: shared prefix attention differs by {worst}");
-            }
-            Err(e) => assert!(family.starts_with("gemma4") && e.to_string().contains("not yet Gemma 4's"), "{name}: {e}"),
-        }
+        // softmax's sums in another order), Gemma 4's sliding windows and shared layers included.
+        let once = model.score_with(&prompts, &features, grid, answer, PrefixAttention::Shared).unwrap();
+        let worst = shared
+            .iter()
+            .zip(&once)
+            .map(|(a, b)| (a.logit_yes - b.logit_yes).abs().max((a.logit_no - b.logit_no).abs()))
+            .fold(0.0f32, f32::max);
+        eprintln!("{family} {name}: prefix held once, logits within {worst:.1e} of the copied prefix");
+        assert!(worst <= 1e-5, "{name}: shared prefix attention differs by {worst}");
 
         // Those prompts decoded as one batch equal each decoded alone.
         let image = GenerationImage { features: &features, grid };

@@ -29,8 +29,8 @@ pub struct NativeScorer {
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
     family: crate::vlm::Family,
-    /// How an image's questions meet its prefix: held once (the Qwen decoder) or copied per
-    /// question (Gemma 4's, until it has the shared path).
+    /// How an image's questions meet its prefix: held once, whatever the family (the copied
+    /// path stays for `bench scoring`'s comparison).
     prefix: PrefixAttention,
     /// Images scored in one pass (`model.images_per_pass`).
     images_per_pass: usize,
@@ -125,23 +125,11 @@ impl NativeScorer {
         if !variables.is_empty() {
             preprocessing["chat_template_variables"] = variables.into();
         }
-        // The Qwen decoder scores with the image prefix held once, in passes of
-        // `images_per_pass` images: both shape the last bits of a score, so both are in the
-        // identity (scores made by the copied path are another scorer's). Gemma 4's decoder keeps
-        // the copied path, one image a pass, and the identity it always had.
-        let prefix = if engine.dir.config.family == crate::vlm::Family::Gemma4 { PrefixAttention::Copied } else { PrefixAttention::Shared };
-        match prefix {
-            PrefixAttention::Shared => {
-                preprocessing["scoring"] = serde_json::json!({"prefix": prefix.name(), "images_per_pass": model.images_per_pass});
-            }
-            PrefixAttention::Copied if model.images_per_pass > 1 => {
-                return Err(err(format!(
-                    "model.images_per_pass {}: Gemma 4's decoder scores one image a pass (its questions meet a copied prefix); set 1",
-                    model.images_per_pass
-                )));
-            }
-            PrefixAttention::Copied => {}
-        }
+        // Every family scores with the image prefix held once, in passes of `images_per_pass`
+        // images: both shape the last bits of a score, so both are in the identity (scores made
+        // by the copied path are another scorer's).
+        let prefix = PrefixAttention::Shared;
+        preprocessing["scoring"] = serde_json::json!({"prefix": prefix.name(), "images_per_pass": model.images_per_pass});
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),

@@ -23,6 +23,8 @@ mod yes_no;
 #[cfg(feature = "vlm")]
 mod cache;
 #[cfg(feature = "vlm")]
+mod decoder_input;
+#[cfg(feature = "vlm")]
 pub mod engine;
 #[cfg(feature = "vlm")]
 pub mod generate;

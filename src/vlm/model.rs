@@ -143,7 +143,7 @@ impl VlModel {
     }
 
     /// [`Self::score`], the suffixes meeting the prefix as `method` says: on copies of its cache,
-    /// or on the one cache ([`PrefixAttention::Shared`], the Qwen decoder only).
+    /// or on the one cache ([`PrefixAttention::Shared`]).
     pub fn score_with(
         &self,
         prompts: &[Vec<u32>],
@@ -174,7 +174,7 @@ impl VlModel {
     /// Yes/no logits for the prompts of several images in passes: the images' prefixes (each
     /// up to where its prompts differ, the image included) prefilled together, then every
     /// image's suffixes as one batch, each meeting its own image's prefix held once
-    /// ([`PrefixAttention::Shared`], the Qwen decoder only). Images whose prompts have another
+    /// ([`PrefixAttention::Shared`]). Images whose prompts have another
     /// shape (prefix length, number of prompts) go in a pass of their own.
     ///
     /// Every pass is padded to `pass_images` images (repeats of its last, their scores dropped),
@@ -184,11 +184,6 @@ impl VlModel {
     /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
     /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
-        if !matches!(self.text, TextModel::Shared(_)) {
-            return Err(VlmError::Input(
-                "shared prefix attention is implemented for the Qwen decoder only, not yet Gemma 4's: score it copied".into(),
-            ));
-        }
         let mut out: Vec<Vec<YesNo>> = images.iter().map(|_| Vec::new()).collect();
         // Passes of one shape, in the order their first image comes.
         let mut shapes: Vec<((usize, usize), Vec<usize>)> = Vec::new();
@@ -221,21 +216,18 @@ impl VlModel {
         self.prefill_images(images, common, &mut cache)?;
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let hidden = self
-            .text
-            .forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared())
-            .ok_or_else(|| VlmError::Input("shared prefix attention needs the Qwen decoder".into()))?;
+        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared());
         self.answers(&hidden, &suffixes, answer)
     }
 
     /// Runs the first `len` tokens of each image's first prompt into `cache`, one batch row per
     /// image (their prefixes have one length).
     fn prefill_images(&self, images: &[&PassImage<'_>], len: usize, cache: &mut DecoderCache) -> Result<(), VlmError> {
-        let mut embeds = Vec::with_capacity(images.len());
+        let mut embedded = Vec::with_capacity(images.len());
         let mut axes: [Vec<i64>; 3] = Default::default();
         for image in images {
             let ids = &image.prompts[0];
-            embeds.push(self.embed(&ids[..len], Some(&image.features.embeds))?.embeds);
+            embedded.push(self.embed(&ids[..len], Some(&image.features.embeds))?);
             let (all, _) = self.positions(ids, image.grid)?;
             for (out, axis) in axes.iter_mut().zip(all) {
                 out.extend_from_slice(&axis[..len]);
@@ -252,7 +244,14 @@ impl VlModel {
             }
             _ => None,
         };
-        let input = Embedded { embeds: Tensor::cat(&embeds, 0), per_layer: None, image_span: None };
+        // Gemma 4's per-layer embeddings stack too; its image attends both ways within the span,
+        // which prompts of one shape place alike.
+        let image_span = embedded[0].image_span;
+        if embedded.iter().any(|e| e.image_span != image_span) {
+            return Err(VlmError::Input("the images of a pass have their image tokens in different places".into()));
+        }
+        let per_layer = embedded.iter().map(|e| e.per_layer.as_ref()).collect::<Option<Vec<_>>>().map(|p| Tensor::cat(&p, 0));
+        let input = Embedded { embeds: Tensor::cat(&embedded.iter().map(|e| &e.embeds).collect::<Vec<_>>(), 0), per_layer, image_span };
         let _ = self.text.forward(&input, &positions, cache, deepstack.as_ref());
         Ok(())
     }

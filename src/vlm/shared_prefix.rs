@@ -40,28 +40,27 @@ impl PrefixAttention {
 /// score matrix at once.
 const PREFIX_SCORES_AT_ONCE: i64 = 1 << 28;
 
-/// Softmax attention of `q` (b, heads, s, d) over prefixes held once, `prefix_k` and `prefix_v`
-/// (images, kv_heads, p, d), and the rows' own keys and values `k`, `v` (b, kv_heads, s, d) under
-/// the additive `suffix_mask` (s, s) broadcastable: (b, heads, s, d), in `q`'s dtype. The rows
-/// come image by image, b / images of each: row r attends to prefix r / (b / images). The
-/// products run in the inputs' dtype, as transformers' eager attention runs a bf16 model's; the
-/// softmax and the merge in f32.
-pub fn attention(q: &Tensor, prefix_k: &Tensor, prefix_v: &Tensor, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
-    attention_in_groups(q, prefix_k, prefix_v, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE)
+/// A prefix held once, one per image: keys and values (images, kv_heads, p, d), and where some
+/// queries may not see all of it (a sliding window), an additive mask (s, p) of what each of a
+/// row's s queries sees.
+pub struct Prefix<'a> {
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub mask: Option<&'a Tensor>,
+}
+
+/// Softmax attention of `q` (b, heads, s, d) over `prefix`, and the rows' own keys and values
+/// `k`, `v` (b, kv_heads, s, d) under the additive `suffix_mask` (s, s) broadcastable: (b, heads,
+/// s, d), in `q`'s dtype. The rows come image by image, b / images of each: row r attends to
+/// prefix r / (b / images). The products run in the inputs' dtype, as transformers' eager
+/// attention runs a bf16 model's; the softmax and the merge in f32.
+pub fn attention(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
+    attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE)
 }
 
 /// [`attention`], the prefix part's scores `at_once` elements at most at a time.
-#[allow(clippy::too_many_arguments)]
-fn attention_in_groups(
-    q: &Tensor,
-    prefix_k: &Tensor,
-    prefix_v: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    suffix_mask: &Tensor,
-    scale: f64,
-    at_once: i64,
-) -> Tensor {
+fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64, at_once: i64) -> Tensor {
+    let (prefix_k, prefix_v) = (prefix.k, prefix.v);
     let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
     let (images, kv_heads, p, kind) = (prefix_k.size()[0], prefix_k.size()[1], prefix_k.size()[2], q.kind());
     let (groups, rows) = (heads / kv_heads, b / images);
@@ -77,6 +76,13 @@ fn attention_in_groups(
         .map(|first| {
             let n = per_group.min(images - first);
             let scores = stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
+            let scores =
+                match prefix.mask {
+                    // Each row's and head's s queries, in the order they were stacked.
+                    Some(mask) => (scores.view([n, kv_heads, rows * groups, s, p]) + mask.to_kind(Kind::Float).view([1, 1, 1, s, p]))
+                        .view([n, kv_heads, rows * groups * s, p]),
+                    None => scores,
+                };
             partial(&scores, &prefix_v.narrow(0, first, n))
         })
         .collect();
@@ -125,7 +131,7 @@ mod tests {
         let (k, v) = (Tensor::randn([b, kv_heads, s, d], opts), Tensor::randn([b, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
         let scale = (d as f64).powf(-0.5);
-        let shared = attention(&q, &pk, &pv, &k, &v, &causal, scale);
+        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: None }, &k, &v, &causal, scale);
 
         let groups = heads / kv_heads;
         let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
@@ -147,15 +153,46 @@ mod tests {
         let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], opts), Tensor::randn([images, kv_heads, p, d], opts));
         let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], opts), Tensor::randn([images * rows, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
-        let together = attention(&q, &pk, &pv, &k, &v, &causal, 0.3);
+        let prefix = Prefix { k: &pk, v: &pv, mask: None };
+        let together = attention(&q, &prefix, &k, &v, &causal, 0.3);
         // The images' prefix scores a group at a time: the same bits.
-        let grouped = attention_in_groups(&q, &pk, &pv, &k, &v, &causal, 0.3, 2 * kv_heads * rows * (heads / kv_heads) * s * p);
+        let grouped = attention_in_groups(&q, &prefix, &k, &v, &causal, 0.3, 2 * kv_heads * rows * (heads / kv_heads) * s * p);
         assert!(grouped.equal(&together));
         for i in 0..images {
             let at = |t: &Tensor| t.narrow(0, i * rows, rows);
-            let alone = attention(&at(&q), &pk.narrow(0, i, 1), &pv.narrow(0, i, 1), &at(&k), &at(&v), &causal, 0.3);
+            let own = Prefix { k: &pk.narrow(0, i, 1), v: &pv.narrow(0, i, 1), mask: None };
+            let alone = attention(&at(&q), &own, &at(&k), &at(&v), &causal, 0.3);
             let diff = (at(&together) - alone).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "image {i}: {diff}");
         }
+    }
+
+    /// A mask on the prefix (a sliding window's) hides those keys as one call's mask would.
+    #[test]
+    fn a_prefix_mask_hides_keys_as_one_calls_mask_does() {
+        tch::manual_seed(3);
+        let (b, heads, kv_heads, p, s, d, window) = (4, 4, 2, 23, 5, 8, 20);
+        let opts = (Kind::Float, tch::Device::Cpu);
+        let q = Tensor::randn([b, heads, s, d], opts);
+        let (pk, pv) = (Tensor::randn([1, kv_heads, p, d], opts), Tensor::randn([1, kv_heads, p, d], opts));
+        let (k, v) = (Tensor::randn([b, kv_heads, s, d], opts), Tensor::randn([b, kv_heads, s, d], opts));
+        // Query i sits at p + i and sees the keys less than `window` behind it.
+        let query = Tensor::arange(s, (Kind::Int64, tch::Device::Cpu)).view([s, 1]) + p;
+        let hidden = |keys: &Tensor| {
+            let far = (&query - keys).ge(window).logical_or(&keys.gt_tensor(&query));
+            Tensor::zeros(far.size().as_slice(), opts).masked_fill(&far, f64::from(f32::MIN))
+        };
+        let keys = Tensor::arange(p + s, (Kind::Int64, tch::Device::Cpu)).view([1, p + s]);
+        let full_mask = hidden(&keys);
+        let (prefix_mask, suffix_mask) = (full_mask.narrow(1, 0, p), full_mask.narrow(1, p, s));
+        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask) }, &k, &v, &suffix_mask, 0.5);
+
+        let groups = heads / kv_heads;
+        let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
+        let full_v = Tensor::cat(&[pv.expand([b, kv_heads, p, d], false), v], 2).repeat_interleave_self_int(groups, 1, None);
+        let copied =
+            Tensor::scaled_dot_product_attention(&q, &full_k, &full_v, Some(&full_mask.view([1, 1, s, p + s])), 0.0, false, 0.5, false);
+        let diff = (shared - copied).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{diff}");
     }
 }

@@ -12,6 +12,7 @@ use tch::{Kind, Tensor};
 pub use super::cache::DecoderCache;
 use super::cache::LayerCache;
 use super::config::{LayerKind, TextConfig};
+pub use super::decoder_input::Embedded;
 use super::error::VlmError;
 use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::{GatedDeltaNet, LinearState};
@@ -80,7 +81,9 @@ impl SelfAttention {
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
             // The prefix stays in the slot, once; the suffixes' own keys are not kept.
-            (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix) => shared_prefix::attention(&q, pk, pv, &k, &v, mask, scale),
+            (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix) => {
+                shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None }, &k, &v, mask, scale)
+            }
             _ => self.attend_appended(q, k, v, mask, slot, path, scale),
         };
         let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
@@ -259,15 +262,6 @@ impl Rotary {
     }
 }
 
-/// The input of a decoder pass: token embeddings (batch, seq, hidden), the image's among them.
-pub struct Embedded {
-    pub embeds: Tensor,
-    /// Gemma 4 E2B/E4B: each token's per-layer embeddings (batch, seq, layers, width).
-    pub per_layer: Option<Tensor>,
-    /// The image's run of positions in this pass, [start, end), where it has one.
-    pub image_span: Option<(i64, i64)>,
-}
-
 /// A family's text decoder: the shared one of the Qwen families, or Gemma 4's own.
 pub enum TextModel {
     Shared(SharedDecoder),
@@ -299,13 +293,14 @@ impl TextModel {
 
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
     /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
-    /// `cache` must come from [`DecoderCache::shared`]. The Qwen decoder only: None for
-    /// Gemma 4's.
-    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Option<Tensor> {
-        let TextModel::Shared(d) = self else { return None };
+    /// `cache` must come from [`DecoderCache::shared`].
+    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Tensor {
         let embeds = &input.embeds;
         let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
-        Some(d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix, None, None))
+        match self {
+            TextModel::Shared(d) => d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix, None, None),
+            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask),
+        }
     }
 
     /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
@@ -324,7 +319,9 @@ impl TextModel {
     ) -> Tensor {
         match self {
             TextModel::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
-            TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask, path),
+            // Gemma 4's decoder repeats its key/value heads for every call: `path` is the Qwen
+            // decoder's choice.
+            TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask),
         }
     }
 

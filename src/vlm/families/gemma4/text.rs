@@ -14,10 +14,11 @@ use tch::{Kind, Tensor};
 use super::{Gemma4Layer, Gemma4Text, RopeSettings};
 use crate::vlm::cache::{DecoderCache, LayerCache};
 use crate::vlm::config::TextConfig;
+use crate::vlm::decoder_input::Embedded;
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{self, apply_rotary, attention, GatedMlp, Linear};
 use crate::vlm::moe::Experts;
-use crate::vlm::text::{AttentionPath, Embedded};
+use crate::vlm::shared_prefix::{self, Prefix};
 use crate::vlm::weights::Weights;
 
 /// Gemma 4's RMSNorm: x * (mean(x^2) + eps)^-0.5, times the weight in f32 (or no weight).
@@ -121,20 +122,11 @@ impl Attention {
     /// `x` (batch, seq, hidden) -> (batch, seq, hidden). An own layer appends its keys and values
     /// to `slot`; a shared one reads `shared` (the source layer's, already updated).
     fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, shared: Option<(Tensor, Tensor)>) -> Tensor {
-        let (b, s) = (x.size()[0], x.size()[1]);
-        let heads_of = |t: Tensor, n: i64| t.view([b, s, n, self.head_dim]);
-        let q = self.q_norm.forward(&heads_of(self.q.forward(x), self.heads)).transpose(1, 2);
-        let q = apply_rotary(&q, &rotary.cos, &rotary.sin);
+        let q = self.queries(x, rotary);
         let (k, v) = match (&self.kv, shared) {
             (_, Some(kv)) => kv,
-            (Some(p), None) => {
-                let raw_k = heads_of(p.k.forward(x), self.kv_heads);
-                let raw_v = match &p.v {
-                    Some(v) => heads_of(v.forward(x), self.kv_heads),
-                    None => raw_k.shallow_clone(),
-                };
-                let k = apply_rotary(&p.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
-                let v = p.v_norm.forward(&raw_v).transpose(1, 2);
+            (Some(own), None) => {
+                let (k, v) = self.keys_values(own, x, rotary);
                 let (k, v) = match std::mem::take(slot) {
                     LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
                     _ => (k, v),
@@ -147,7 +139,53 @@ impl Attention {
         let groups = self.heads / self.kv_heads;
         let k = k.repeat_interleave_self_int(groups, 1, None);
         let v = v.repeat_interleave_self_int(groups, 1, None);
-        let out = attention(&q, &k, &v, Some(mask), 1.0);
+        self.output(&attention(&q, &k, &v, Some(mask), 1.0))
+    }
+
+    /// [`Self::forward`] for rows after prefixes held once ([`shared_prefix`]): the rows' own
+    /// keys and values are not kept in the cache but returned (a KV-shared layer after this one
+    /// reads them), or, on a KV-shared layer, given as `shared` with the source layer's prefix.
+    fn forward_shared(
+        &self,
+        x: &Tensor,
+        rotary: &Rotary,
+        prefix: &Prefix<'_>,
+        suffix_mask: &Tensor,
+        shared: Option<(Tensor, Tensor)>,
+    ) -> (Tensor, Option<(Tensor, Tensor)>) {
+        let q = self.queries(x, rotary);
+        let (k, v) = match (&self.kv, shared) {
+            (_, Some(kv)) => kv,
+            (Some(own), None) => self.keys_values(own, x, rotary),
+            (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
+        };
+        let out = shared_prefix::attention(&q, prefix, &k, &v, suffix_mask, 1.0);
+        (self.output(&out), self.kv.as_ref().map(|_| (k, v)))
+    }
+
+    /// Queries (batch, heads, seq, head_dim), normed per head and turned.
+    fn queries(&self, x: &Tensor, rotary: &Rotary) -> Tensor {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim])).transpose(1, 2);
+        apply_rotary(&q, &rotary.cos, &rotary.sin)
+    }
+
+    /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq, head_dim).
+    fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary) -> (Tensor, Tensor) {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
+        let raw_k = heads_of(own.k.forward(x));
+        let raw_v = match &own.v {
+            Some(v) => heads_of(v.forward(x)),
+            None => raw_k.shallow_clone(),
+        };
+        let k = apply_rotary(&own.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
+        (k, own.v_norm.forward(&raw_v).transpose(1, 2))
+    }
+
+    /// Attention's output (batch, heads, seq, head_dim) projected back: (batch, seq, hidden).
+    fn output(&self, out: &Tensor) -> Tensor {
+        let (b, s) = (out.size()[0], out.size()[2]);
         self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
     }
 }
@@ -242,16 +280,9 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(
-        &self,
-        x: &Tensor,
-        rotary: &Rotary,
-        mask: &Tensor,
-        slot: &mut LayerCache,
-        shared: Option<(Tensor, Tensor)>,
-        per_layer_input: Option<&Tensor>,
-    ) -> Tensor {
-        let attended = self.attn.forward(&self.input_norm.forward(x), rotary, mask, slot, shared);
+    /// The layer around its attention, which `attend` runs on the normed input.
+    fn forward(&self, x: &Tensor, per_layer_input: Option<&Tensor>, attend: impl FnOnce(&Attention, &Tensor) -> Tensor) -> Tensor {
+        let attended = attend(&self.attn, &self.input_norm.forward(x));
         let x = x + self.post_attention_norm.forward(&attended);
         let mlp = self.mlp.forward(&self.pre_mlp_norm.forward(&x));
         let mlp = match &self.routed {
@@ -405,14 +436,7 @@ impl Gemma4Decoder {
     /// Runs `input` at `positions` (3, batch, seq; the first axis is the position) after what
     /// `cache` holds, under `mask` (batch or 1, 1, seq, cached + seq), and returns the final
     /// hidden states (batch, seq, hidden).
-    pub fn forward_masked(
-        &self,
-        input: &Embedded,
-        positions: &Tensor,
-        cache: &mut DecoderCache,
-        mask: &Tensor,
-        _path: AttentionPath,
-    ) -> Tensor {
+    pub fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
         let seq = input.embeds.size()[1];
         let past = cache.len();
         let positions = positions.get(0);
@@ -430,9 +454,63 @@ impl Gemma4Decoder {
                 _ => unreachable!("the source layer ran before this one"),
             });
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
-            x = layer.forward(&x, rotary, mask, &mut cache.layers[index], shared, own.as_ref());
+            let slot = &mut cache.layers[index];
+            x = layer.forward(&x, own.as_ref(), |attn, normed| attn.forward(normed, rotary, mask, slot, shared));
         }
         self.norm.forward(&x)
+    }
+
+    /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows image
+    /// by image), each read once by its image's rows ([`shared_prefix`]); `cache` comes from
+    /// [`DecoderCache::shared`] and is left as it was. `suffix_mask` (seq, seq) is the rows'
+    /// causal mask. A sliding layer's query at prefix length + i sees only the prefix keys less
+    /// than `sliding_window` behind it; a KV-shared layer reads its source layer's prefix from
+    /// the cache and its rows' keys from this pass.
+    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &DecoderCache, suffix_mask: &Tensor) -> Tensor {
+        let (seq, past) = (input.embeds.size()[1], cache.len());
+        let positions = positions.get(0);
+        let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
+        let (window_prefix, window_suffix) = self.window_masks(past, seq, suffix_mask);
+        let per_layer = self.per_layer_inputs(input);
+        let mut rows_kv: Vec<Option<(Tensor, Tensor)>> = (0..self.layers.len()).map(|_| None).collect();
+        let mut x = input.embeds.shallow_clone();
+        for (index, layer) in self.layers.iter().enumerate() {
+            let source = layer.kv_from.unwrap_or(index);
+            let LayerCache::Attention(k, v) = &cache.layers[source] else { unreachable!("every layer's prefix was prefilled") };
+            let (rotary, prefix, mask) = match layer.sliding {
+                true => (&sliding_rotary, Prefix { k, v, mask: Some(&window_prefix) }, &window_suffix),
+                false => (&full_rotary, Prefix { k, v, mask: None }, suffix_mask),
+            };
+            let shared =
+                layer.kv_from.map(|s| rows_kv[s].as_ref().map(|(k, v)| (k.shallow_clone(), v.shallow_clone())).expect("ran before"));
+            let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
+            let mut kept = None;
+            x = layer.forward(&x, own.as_ref(), |attn, normed| {
+                let (out, kv) = attn.forward_shared(normed, rotary, &prefix, mask, shared);
+                kept = kv;
+                out
+            });
+            rows_kv[index] = kept;
+        }
+        self.norm.forward(&x)
+    }
+
+    /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`
+    /// queries sees of the prefix (seq, past) and of its own row (`suffix_mask` narrowed), as
+    /// additive f32 masks. Query i sits at `past + i`; a key `sliding_window` or more behind it
+    /// is hidden, as [`Self::sliding_mask`] hides it for the same rows run after a copied prefix.
+    fn window_masks(&self, past: i64, seq: i64, suffix_mask: &Tensor) -> (Tensor, Tensor) {
+        let device = suffix_mask.device();
+        let hidden = f64::from(f32::MIN);
+        let query = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([seq, 1]);
+        let too_far = |keys: Tensor| (&query - keys).ge(self.window);
+        let prefix_keys = Tensor::arange(past, (Kind::Int64, device)).view([1, past]);
+        let prefix = Tensor::zeros([seq, past], (Kind::Float, device)).masked_fill(&too_far(prefix_keys), hidden);
+        let own_keys = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([1, seq]);
+        let suffix = suffix_mask.to_kind(Kind::Float).view([seq, seq]).masked_fill(&too_far(own_keys), hidden);
+        // Kept in f32: a hidden key is the most negative f32, never -inf, so a query that sees
+        // none of the prefix still gives that part a finite maximum (and zero weight).
+        (prefix, suffix)
     }
 
     fn softcap(&self, logits: Tensor) -> Tensor {
