@@ -393,6 +393,12 @@ fn a_pass_of_several_images_scores_each_image_as_alone() {
         }
         let halves = [model.score_pass(&images[..2], answer, 3).unwrap(), model.score_pass(&images[2..], answer, 3).unwrap()].concat();
         assert_eq!(halves.iter().map(|s| bits(s)).collect::<Vec<_>>(), together.iter().map(|s| bits(s)).collect::<Vec<_>>());
+        // The fused kernel keeps each image's bits whatever shares its pass too.
+        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused).unwrap();
+        for (k, image) in images.iter().enumerate() {
+            let alone = model.score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused).unwrap().remove(0);
+            assert_eq!(bits(&alone), bits(&fused[k]), "{}: fused, image {k} alone and in a pass of three", path.display());
+        }
         eprintln!("{}: 4 images x 3 questions, the same bits alone, in a pass of three and in halves", path.display());
     }
 }
@@ -468,14 +474,17 @@ fn parity_at(path: &std::path::Path) {
         }
         // The prefix held once instead of copied per question: the same logits within 1e-5 (the
         // softmax's sums in another order), Gemma 4's sliding windows and shared layers included.
-        let once = model.score_with(&prompts, &features, grid, answer, PrefixAttention::Shared).unwrap();
-        let worst = shared
-            .iter()
-            .zip(&once)
-            .map(|(a, b)| (a.logit_yes - b.logit_yes).abs().max((a.logit_no - b.logit_no).abs()))
-            .fold(0.0f32, f32::max);
-        eprintln!("{family} {name}: prefix held once, logits within {worst:.1e} of the copied prefix");
-        assert!(worst <= 1e-5, "{name}: shared prefix attention differs by {worst}");
+        // The fused kernel for the prefix part likewise.
+        for method in [PrefixAttention::Shared, PrefixAttention::Fused] {
+            let once = model.score_with(&prompts, &features, grid, answer, method).unwrap();
+            let worst = shared
+                .iter()
+                .zip(&once)
+                .map(|(a, b)| (a.logit_yes - b.logit_yes).abs().max((a.logit_no - b.logit_no).abs()))
+                .fold(0.0f32, f32::max);
+            eprintln!("{family} {name}: prefix held once ({}), logits within {worst:.1e} of the copied prefix", method.name());
+            assert!(worst <= 1e-5, "{name}: {} prefix attention differs by {worst}", method.name());
+        }
 
         // Those prompts decoded as one batch equal each decoded alone.
         let image = GenerationImage { features: &features, grid };

@@ -29,9 +29,6 @@ pub struct NativeScorer {
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
     family: crate::vlm::Family,
-    /// How an image's questions meet its prefix: held once, whatever the family (the copied
-    /// path stays for `bench scoring`'s comparison).
-    prefix: PrefixAttention,
     /// Images scored in one pass (`model.images_per_pass`).
     images_per_pass: usize,
     /// Digest cache entries that failed their check while the weights were hashed.
@@ -128,8 +125,7 @@ impl NativeScorer {
         // Every family scores with the image prefix held once, in passes of `images_per_pass`
         // images: both shape the last bits of a score, so both are in the identity (scores made
         // by the copied path are another scorer's).
-        let prefix = PrefixAttention::Shared;
-        preprocessing["scoring"] = serde_json::json!({"prefix": prefix.name(), "images_per_pass": model.images_per_pass});
+        preprocessing["scoring"] = serde_json::json!({"prefix": PrefixAttention::Shared.name(), "images_per_pass": model.images_per_pass});
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),
@@ -147,7 +143,7 @@ impl NativeScorer {
         for _ in 1..replicas {
             engines.push(Mutex::new(open_engine()?));
         }
-        Ok(NativeScorer { identity, engines, answer, pixels, family, prefix, images_per_pass: model.images_per_pass, notes })
+        Ok(NativeScorer { identity, engines, answer, pixels, family, images_per_pass: model.images_per_pass, notes })
     }
 }
 
@@ -212,19 +208,10 @@ impl Scorer for NativeScorer {
                     slot.insert(rendered);
                 }
             }
-            let section_scores = match self.prefix {
-                PrefixAttention::Copied => features
-                    .iter()
-                    .zip(&keys)
-                    .map(|(f, key)| engine.model.score(&prompts[key], f, key.0, self.answer))
-                    .collect::<Result<Vec<_>, _>>(),
-                PrefixAttention::Shared => {
-                    let pass: Vec<PassImage<'_>> =
-                        features.iter().zip(&keys).map(|(f, key)| PassImage { prompts: &prompts[key], features: f, grid: key.0 }).collect();
-                    engine.model.score_pass(&pass, self.answer, self.images_per_pass)
-                }
-            }
-            .map_err(engine_err(format!("image {names}")))?;
+            let pass: Vec<PassImage<'_>> =
+                features.iter().zip(&keys).map(|(f, key)| PassImage { prompts: &prompts[key], features: f, grid: key.0 }).collect();
+            let section_scores =
+                engine.model.score_pass(&pass, self.answer, self.images_per_pass).map_err(engine_err(format!("image {names}")))?;
             for (all, part) in scores.iter_mut().zip(section_scores) {
                 all.extend(part);
             }

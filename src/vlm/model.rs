@@ -155,8 +155,8 @@ impl VlModel {
         if prompts.is_empty() {
             return Ok(Vec::new());
         }
-        if method == PrefixAttention::Shared {
-            let mut scores = self.score_pass(&[PassImage { prompts, features: image, grid }], answer, 1)?;
+        if method != PrefixAttention::Copied {
+            let mut scores = self.score_pass_with(&[PassImage { prompts, features: image, grid }], answer, 1, method)?;
             return Ok(scores.pop().unwrap_or_default());
         }
         tch::no_grad(|| {
@@ -184,6 +184,21 @@ impl VlModel {
     /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
     /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        self.score_pass_with(images, answer, pass_images, PrefixAttention::Shared)
+    }
+
+    /// [`Self::score_pass`], the prefix part as `method` says ([`PrefixAttention::Shared`], or
+    /// [`PrefixAttention::Fused`] to measure its kernel).
+    pub fn score_pass_with(
+        &self,
+        images: &[PassImage<'_>],
+        answer: (u32, u32),
+        pass_images: usize,
+        method: PrefixAttention,
+    ) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        if method == PrefixAttention::Copied {
+            return Err(VlmError::Input("a pass holds its images' prefixes once: the copied path scores one image at a time".into()));
+        }
         let mut out: Vec<Vec<YesNo>> = images.iter().map(|_| Vec::new()).collect();
         // Passes of one shape, in the order their first image comes.
         let mut shapes: Vec<((usize, usize), Vec<usize>)> = Vec::new();
@@ -202,7 +217,7 @@ impl VlModel {
             while pass.len() < pass_images + usize::from(self.device == Device::Cpu && pass_images > 1) {
                 pass.push(pass[pass.len() - 1]);
             }
-            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer))?;
+            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused))?;
             for (i, s) in members.into_iter().zip(scores) {
                 out[i] = s;
             }
@@ -211,12 +226,12 @@ impl VlModel {
     }
 
     /// One pass of [`Self::score_pass`]: images with prompts of one shape, `common` tokens shared.
-    fn one_pass(&self, images: &[&PassImage<'_>], common: usize, answer: (u32, u32)) -> Result<Vec<Vec<YesNo>>, VlmError> {
+    fn one_pass(&self, images: &[&PassImage<'_>], common: usize, answer: (u32, u32), fused: bool) -> Result<Vec<Vec<YesNo>>, VlmError> {
         let mut cache = DecoderCache::default();
         self.prefill_images(images, common, &mut cache)?;
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared());
+        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused);
         self.answers(&hidden, &suffixes, answer)
     }
 

@@ -24,6 +24,11 @@ pub enum PrefixAttention {
     Copied,
     /// The prefix held once, its attention merged with the suffix's by log-sum-exp.
     Shared,
+    /// [`Self::Shared`] with the prefix part through libtorch's fused attention kernel, which
+    /// returns its log-sum-exp instead of a score matrix the size of queries x prefix (flash
+    /// attention on the CPU, memory-efficient attention on CUDA). For measuring beside `shared`
+    /// (`bench scoring`, the GPU runner); releases are scored by `shared`.
+    Fused,
 }
 
 impl PrefixAttention {
@@ -31,6 +36,7 @@ impl PrefixAttention {
         match self {
             PrefixAttention::Copied => "copied",
             PrefixAttention::Shared => "shared",
+            PrefixAttention::Fused => "fused",
         }
     }
 }
@@ -47,6 +53,8 @@ pub struct Prefix<'a> {
     pub k: &'a Tensor,
     pub v: &'a Tensor,
     pub mask: Option<&'a Tensor>,
+    /// The prefix part through the fused kernel ([`PrefixAttention::Fused`]).
+    pub fused: bool,
 }
 
 /// Softmax attention of `q` (b, heads, s, d) over `prefix`, and the rows' own keys and values
@@ -70,10 +78,17 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
     // copy of that image's keys (a batched product over the images, a group of them at a time).
     let stacked =
         q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
-    let per_group = (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images);
+    let per_group = match prefix.fused {
+        // The kernel keeps no score matrix: every image at once.
+        true => images,
+        false => (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images),
+    };
     let parts: Vec<(Tensor, Tensor, Tensor)> = (0..images)
         .step_by(per_group as usize)
         .map(|first| {
+            if prefix.fused {
+                return fused(&stacked, prefix, rows * groups, scale);
+            }
             let n = per_group.min(images - first);
             let scores = stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
             let scores =
@@ -105,6 +120,34 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
     out.reshape([b, heads, s, d]).to_kind(kind)
 }
 
+/// The prefix part of every stacked query (images, kv_heads, repeats x s, d) through libtorch's
+/// fused attention, in the form [`partial`] gives: its log-sum-exp stands for the maximum, a sum
+/// of one, and the normalised output. A prefix mask (s, p) repeats for each of a head's
+/// `repeats` rows and query heads.
+fn fused(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Tensor, Tensor, Tensor) {
+    let (l, p, kind) = (stacked.size()[2], prefix.k.size()[2], stacked.kind());
+    // The kernels take a mask in the queries' dtype: hidden keys at a large finite value, so a
+    // query that sees none of the prefix gets a finite log-sum-exp (and zero weight in the merge).
+    let hidden = if kind == Kind::Half { -65504.0 } else { -1e30 };
+    let mask = prefix.mask.map(|m| m.to_kind(Kind::Float).clamp_min(hidden).repeat([repeats, 1]).to_kind(kind));
+    let (out, lse) = if stacked.device().is_cuda() {
+        // Memory-efficient attention wants the bias's rows 16-aligned: padded storage, narrowed.
+        let bias = mask.map(|m| {
+            let padded = Tensor::zeros([l, (p + 15) / 16 * 16], (kind, stacked.device()));
+            padded.narrow(1, 0, p).copy_(&m);
+            padded.narrow(1, 0, p).view([1, 1, l, p])
+        });
+        let (out, lse, _, _) =
+            Tensor::internal_scaled_dot_product_efficient_attention(stacked, prefix.k, prefix.v, bias, true, 0.0, false, scale);
+        (out, lse.narrow(2, 0, l))
+    } else {
+        let mask = mask.map(|m| m.view([1, 1, l, p]));
+        Tensor::internal_scaled_dot_product_flash_attention_for_cpu(stacked, prefix.k, prefix.v, 0.0, false, mask, scale)
+    };
+    let lse = lse.to_kind(Kind::Float).unsqueeze(-1);
+    (lse.shallow_clone(), lse.ones_like(), out.to_kind(Kind::Float))
+}
+
 /// One part of a softmax over f32 `scores`: the row maxima, the sums of exp(score - max), and
 /// those weights times the values (in the values' dtype, as flash attention multiplies them;
 /// not yet divided by the sums), all three in f32.
@@ -131,15 +174,18 @@ mod tests {
         let (k, v) = (Tensor::randn([b, kv_heads, s, d], opts), Tensor::randn([b, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
         let scale = (d as f64).powf(-0.5);
-        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: None }, &k, &v, &causal, scale);
+        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: false }, &k, &v, &causal, scale);
+        let fused = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: true }, &k, &v, &causal, scale);
 
         let groups = heads / kv_heads;
         let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
         let full_v = Tensor::cat(&[pv.expand([b, kv_heads, p, d], false), v], 2).repeat_interleave_self_int(groups, 1, None);
         let mask = Tensor::cat(&[Tensor::zeros([s, p], opts), causal], 1).view([1, 1, s, p + s]);
         let copied = Tensor::scaled_dot_product_attention(&q, &full_k, &full_v, Some(&mask), 0.0, false, scale, false);
-        let diff = (shared - copied).abs().max().double_value(&[]);
-        assert!(diff < 1e-5, "{diff}");
+        for (path, out) in [("products", shared), ("fused kernel", fused)] {
+            let diff = (out - &copied).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{path}: {diff}");
+        }
     }
 
     /// Rows of several images in one call: each row meets its own image's prefix, bit for bit as
@@ -153,14 +199,14 @@ mod tests {
         let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], opts), Tensor::randn([images, kv_heads, p, d], opts));
         let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], opts), Tensor::randn([images * rows, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
-        let prefix = Prefix { k: &pk, v: &pv, mask: None };
+        let prefix = Prefix { k: &pk, v: &pv, mask: None, fused: false };
         let together = attention(&q, &prefix, &k, &v, &causal, 0.3);
         // The images' prefix scores a group at a time: the same bits.
         let grouped = attention_in_groups(&q, &prefix, &k, &v, &causal, 0.3, 2 * kv_heads * rows * (heads / kv_heads) * s * p);
         assert!(grouped.equal(&together));
         for i in 0..images {
             let at = |t: &Tensor| t.narrow(0, i * rows, rows);
-            let own = Prefix { k: &pk.narrow(0, i, 1), v: &pv.narrow(0, i, 1), mask: None };
+            let own = Prefix { k: &pk.narrow(0, i, 1), v: &pv.narrow(0, i, 1), mask: None, fused: false };
             let alone = attention(&at(&q), &own, &at(&k), &at(&v), &causal, 0.3);
             let diff = (at(&together) - alone).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "image {i}: {diff}");
@@ -185,14 +231,17 @@ mod tests {
         let keys = Tensor::arange(p + s, (Kind::Int64, tch::Device::Cpu)).view([1, p + s]);
         let full_mask = hidden(&keys);
         let (prefix_mask, suffix_mask) = (full_mask.narrow(1, 0, p), full_mask.narrow(1, p, s));
-        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask) }, &k, &v, &suffix_mask, 0.5);
+        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: false }, &k, &v, &suffix_mask, 0.5);
+        let fused = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: true }, &k, &v, &suffix_mask, 0.5);
 
         let groups = heads / kv_heads;
         let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
         let full_v = Tensor::cat(&[pv.expand([b, kv_heads, p, d], false), v], 2).repeat_interleave_self_int(groups, 1, None);
         let copied =
             Tensor::scaled_dot_product_attention(&q, &full_k, &full_v, Some(&full_mask.view([1, 1, s, p + s])), 0.0, false, 0.5, false);
-        let diff = (shared - copied).abs().max().double_value(&[]);
-        assert!(diff < 1e-5, "{diff}");
+        for (path, out) in [("products", shared), ("fused kernel", fused)] {
+            let diff = (out - &copied).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{path}: {diff}");
+        }
     }
 }

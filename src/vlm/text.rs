@@ -81,8 +81,8 @@ impl SelfAttention {
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
             // The prefix stays in the slot, once; the suffixes' own keys are not kept.
-            (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix) => {
-                shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None }, &k, &v, mask, scale)
+            (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix { fused }) => {
+                shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None, fused }, &k, &v, mask, scale)
             }
             _ => self.attend_appended(q, k, v, mask, slot, path, scale),
         };
@@ -146,8 +146,9 @@ pub enum AttentionPath {
     FoldedGroups,
     /// Every row's suffix after its image's prefix, which the cache holds once (one row per
     /// image): attention in two parts merged exactly ([`shared_prefix`]); the mask covers the
-    /// suffix alone, and the suffixes' keys are not kept (scoring reads one pass).
-    SharedPrefix,
+    /// suffix alone, and the suffixes' keys are not kept (scoring reads one pass). `fused`: the
+    /// prefix part through libtorch's fused kernel ([`shared_prefix::PrefixAttention::Fused`]).
+    SharedPrefix { fused: bool },
 }
 
 /// How a layer mixes tokens.
@@ -220,7 +221,7 @@ impl DecoderLayer {
                     LayerCache::Linear(state) => Some(state),
                     _ => None,
                 };
-                if step.path == AttentionPath::SharedPrefix {
+                if matches!(step.path, AttentionPath::SharedPrefix { .. }) {
                     // Each image's state, repeated for its rows here and dropped after: the
                     // pass is read once, and a whole stack of repeated states would take
                     // gigabytes on a full-size model.
@@ -293,13 +294,14 @@ impl TextModel {
 
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
     /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
-    /// `cache` must come from [`DecoderCache::shared`].
-    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache) -> Tensor {
+    /// `cache` must come from [`DecoderCache::shared`]. `fused`: the prefix part through
+    /// libtorch's fused kernel.
+    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, fused: bool) -> Tensor {
         let embeds = &input.embeds;
         let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
         match self {
-            TextModel::Shared(d) => d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix, None, None),
-            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask),
+            TextModel::Shared(d) => d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix { fused }, None, None),
+            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused),
         }
     }
 

@@ -348,8 +348,8 @@ pub fn run(
     let prefix = 14 + 2 + image_tokens;
 
     let pass = bench.images_per_pass.max(1);
-    if pass > 1 && bench.prefix_attention != PrefixAttention::Shared {
-        return Err(VlmError::Input("several images per pass need the prefix held once (--prefix-attention shared)".into()));
+    if pass > 1 && bench.prefix_attention == PrefixAttention::Copied {
+        return Err(VlmError::Input("several images per pass need the prefix held once (--prefix-attention shared or fused)".into()));
     }
     let warmup_passes = bench.warmup.div_ceil(pass);
     let mut timed = Instant::now();
@@ -365,13 +365,16 @@ pub fn run(
             let features: Vec<_> = chunk.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
             let images: Vec<PassImage<'_>> =
                 features.iter().zip(chunk).map(|(f, (_, grid))| PassImage { prompts: &ids, features: f, grid: *grid }).collect();
-            model.score_pass(&images, answer, pass)?;
+            model.score_pass_with(&images, answer, pass, bench.prefix_attention)?;
         }
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = inputs.len() - warmup_passes * pass;
-    let invariance =
-        if bench.check_invariance { Some(invariance(&model, &inputs[..pass.min(inputs.len())], &ids, answer, pass)?) } else { None };
+    let invariance = if bench.check_invariance {
+        Some(invariance(&model, &inputs[..pass.min(inputs.len())], &ids, answer, pass, bench.prefix_attention)?)
+    } else {
+        None
+    };
     let per_image = seconds / images as f64;
     let flops = flops_per_image(config, patches, prefix, bench.questions, bench.question_tokens);
     let prefill_tokens = prefix + bench.questions * bench.question_tokens;
@@ -416,6 +419,7 @@ fn invariance(
     ids: &[Vec<u32>],
     answer: (u32, u32),
     pass: usize,
+    method: PrefixAttention,
 ) -> Result<Invariance, VlmError> {
     // A build scores on the CPU with one thread per worker, as here: a product split over
     // threads may split its sums by how many rows it has.
@@ -425,7 +429,7 @@ fn invariance(
     let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
     let images: Vec<PassImage<'_>> =
         features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
-    let together = model.score_pass(&images, answer, pass)?;
+    let together = model.score_pass_with(&images, answer, pass, method)?;
     let (mut padded, mut unpadded) = (0f32, 0f32);
     let (mut same_padded, mut same_unpadded, mut scores) = (true, true, 0);
     // The first, a middle and the last image of the pass: each place in it, at a third of the cost.
@@ -433,7 +437,7 @@ fn invariance(
     places.dedup();
     for (image, in_pass) in places.iter().map(|&k| (&images[k], &together[k])) {
         for (alone_in, diff, same) in [(pass, &mut padded, &mut same_padded), (1, &mut unpadded, &mut same_unpadded)] {
-            let alone = model.score_pass(std::slice::from_ref(image), answer, alone_in)?.remove(0);
+            let alone = model.score_pass_with(std::slice::from_ref(image), answer, alone_in, method)?.remove(0);
             for (a, b) in alone.iter().zip(in_pass) {
                 *same &= a.logit_yes.to_bits() == b.logit_yes.to_bits() && a.logit_no.to_bits() == b.logit_no.to_bits();
                 *diff = diff.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs());

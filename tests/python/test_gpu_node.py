@@ -66,11 +66,13 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
     demo = report["steps"]["demo"]
     assert demo["rows"] == demo["same_class"] == 776 and demo["max_abs_p_yes_change"] == 0.0, demo
     # Old beside new: the prefix copied per question, then held once, then held once with two
-    # images a pass, whose scores are each image's alone, bit for bit.
+    # images a pass, whose scores are each image's alone, bit for bit; the fused kernel likewise.
     results = report["steps"]["throughput"]["results"]
-    assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [("copied", 1), ("shared", 1), ("shared", 2)]
-    assert results[1]["time_ratio_to_copied"] > 0 and results[2]["time_ratio_to_copied"] > 0
-    assert results[2]["invariance"]["identical_padded"] and report["steps"]["throughput"]["batch_invariant"]
+    assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [
+        ("copied", 1), ("shared", 1), ("shared", 2), ("fused", 2)]
+    assert all(r["time_ratio_to_copied"] > 0 for r in results[1:])
+    assert results[2]["invariance"]["identical_padded"] and results[3]["invariance"]["identical_padded"]
+    assert report["steps"]["throughput"]["batch_invariant"]
     throughput = report["steps"]["throughput"]["results"][0]
     assert throughput["config"] == "qwen2_5_vl_7b" and throughput["text_layers"] == 1 and throughput["images_per_second"] > 0
     prep = report["steps"]["prep"]

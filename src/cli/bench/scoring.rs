@@ -47,11 +47,13 @@ pub struct BenchScoringArgs {
     /// Images to project a run time for [default: the 4,628-image baseline].
     #[arg(long, default_value_t = 4628)]
     pub project_images: usize,
-    /// How the questions meet the image prefix: `copied` per question (the path releases are
-    /// scored by) or `shared`, held once (the Qwen decoder; Gemma 4 not yet).
+    /// How the questions meet the image prefix: `copied` per question (the old path), `shared`,
+    /// held once (the path releases are scored by), or `fused`, held once with its part of the
+    /// attention through libtorch's fused kernel (measured beside `shared`).
     #[arg(long, value_enum, default_value_t = PrefixAttentionArg::Copied)]
     pub prefix_attention: PrefixAttentionArg,
-    /// Images scored in one pass, their suffixes in one batch (with `--prefix-attention shared`).
+    /// Images scored in one pass, their suffixes in one batch (with `--prefix-attention shared` or
+    /// `fused`).
     /// Timed and warm-up images are rounded up to whole passes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub images_per_pass: u64,
@@ -65,6 +67,7 @@ pub struct BenchScoringArgs {
 pub enum PrefixAttentionArg {
     Copied,
     Shared,
+    Fused,
 }
 
 pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
@@ -90,6 +93,7 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             prefix_attention: match args.prefix_attention {
                 PrefixAttentionArg::Copied => bpals_release::vlm::shared_prefix::PrefixAttention::Copied,
                 PrefixAttentionArg::Shared => bpals_release::vlm::shared_prefix::PrefixAttention::Shared,
+                PrefixAttentionArg::Fused => bpals_release::vlm::shared_prefix::PrefixAttention::Fused,
             },
             images_per_pass: args.images_per_pass as usize,
             check_invariance: args.check_invariance,

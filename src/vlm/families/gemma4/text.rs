@@ -465,8 +465,16 @@ impl Gemma4Decoder {
     /// [`DecoderCache::shared`] and is left as it was. `suffix_mask` (seq, seq) is the rows'
     /// causal mask. A sliding layer's query at prefix length + i sees only the prefix keys less
     /// than `sliding_window` behind it; a KV-shared layer reads its source layer's prefix from
-    /// the cache and its rows' keys from this pass.
-    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &DecoderCache, suffix_mask: &Tensor) -> Tensor {
+    /// the cache and its rows' keys from this pass. `fused`: the prefix part through libtorch's
+    /// fused kernel.
+    pub fn forward_shared_prefix(
+        &self,
+        input: &Embedded,
+        positions: &Tensor,
+        cache: &DecoderCache,
+        suffix_mask: &Tensor,
+        fused: bool,
+    ) -> Tensor {
         let (seq, past) = (input.embeds.size()[1], cache.len());
         let positions = positions.get(0);
         let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
@@ -478,8 +486,8 @@ impl Gemma4Decoder {
             let source = layer.kv_from.unwrap_or(index);
             let LayerCache::Attention(k, v) = &cache.layers[source] else { unreachable!("every layer's prefix was prefilled") };
             let (rotary, prefix, mask) = match layer.sliding {
-                true => (&sliding_rotary, Prefix { k, v, mask: Some(&window_prefix) }, &window_suffix),
-                false => (&full_rotary, Prefix { k, v, mask: None }, suffix_mask),
+                true => (&sliding_rotary, Prefix { k, v, mask: Some(&window_prefix), fused }, &window_suffix),
+                false => (&full_rotary, Prefix { k, v, mask: None, fused }, suffix_mask),
             };
             let shared =
                 layer.kv_from.map(|s| rows_kv[s].as_ref().map(|(k, v)| (k.shallow_clone(), v.shallow_clone())).expect("ran before"));
