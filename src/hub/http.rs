@@ -94,10 +94,12 @@ impl HubHttp {
         Err(HubError::Protocol(format!("{action}: the Hub's listing runs past {MAX_PAGES} pages")))
     }
 
-    /// A page link is followed only on the Hub's own origin: the token goes with it.
+    /// A page link is followed only on the Hub's own origin: the token goes with it. The public
+    /// Hub answers under both of its names, so either stands for the other.
     fn same_origin(&self, action: &str, link: &str) -> Result<Url, HubError> {
         let url = self.endpoint.join(link).map_err(|e| HubError::Protocol(format!("{action}: the next page {link:?}: {e}")))?;
-        if url.origin() != self.endpoint.origin() {
+        let public = |u: &Url| u.scheme() == "https" && matches!(u.host_str(), Some("huggingface.co" | "hf.co")) && u.port().is_none();
+        if url.origin() != self.endpoint.origin() && !(public(&url) && public(&self.endpoint)) {
             return Err(HubError::Protocol(format!(
                 "{action}: the Hub names its next page on another server ({}); not followed, the token would go with it",
                 url.origin().ascii_serialization()
@@ -283,5 +285,8 @@ mod tests {
         let err = http.same_origin("listing", "http://evil.example/api/x").unwrap_err().to_string();
         assert!(err.contains("another server (http://evil.example)") && err.contains("not followed"), "{err}");
         assert!(http.same_origin("listing", "http://127.0.0.1:10/x").is_err(), "another port is another origin");
+        let public = HubHttp::connect("https://hf.co", Some(0), Duration::from_secs(1)).unwrap();
+        assert!(public.same_origin("listing", "https://huggingface.co/api/x?cursor=y").is_ok(), "the public Hub's two names");
+        assert!(public.same_origin("listing", "http://huggingface.co/api/x").is_err(), "not over plain HTTP");
     }
 }
