@@ -480,6 +480,9 @@ impl Gemma4Decoder {
         let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
         let (window_prefix, window_suffix) = self.window_masks(past, seq, suffix_mask);
         let per_layer = self.per_layer_inputs(input);
+        // The rows' own keys and values, kept only where a later layer reads them: a whole stack
+        // of them would take gigabytes at many images a pass.
+        let read_later: Vec<bool> = (0..self.layers.len()).map(|i| self.layers.iter().any(|l| l.kv_from == Some(i))).collect();
         let mut rows_kv: Vec<Option<(Tensor, Tensor)>> = (0..self.layers.len()).map(|_| None).collect();
         let mut x = input.embeds.shallow_clone();
         for (index, layer) in self.layers.iter().enumerate() {
@@ -498,7 +501,9 @@ impl Gemma4Decoder {
                 kept = kv;
                 out
             });
-            rows_kv[index] = kept;
+            if read_later[index] {
+                rows_kv[index] = kept;
+            }
         }
         self.norm.forward(&x)
     }
