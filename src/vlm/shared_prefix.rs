@@ -78,29 +78,27 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
     // copy of that image's keys (a batched product over the images, a group of them at a time).
     let stacked =
         q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
-    let per_group = match prefix.fused {
+    let per_group = (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images);
+    let parts: Vec<(Tensor, Tensor, Tensor)> = if prefix.fused {
         // The kernel keeps no score matrix: every image at once.
-        true => images,
-        false => (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images),
-    };
-    let parts: Vec<(Tensor, Tensor, Tensor)> = (0..images)
-        .step_by(per_group as usize)
-        .map(|first| {
-            if prefix.fused {
-                return fused(&stacked, prefix, rows * groups, scale);
-            }
-            let n = per_group.min(images - first);
-            let scores = stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
-            let scores =
-                match prefix.mask {
+        vec![fused(&stacked, prefix, rows * groups, scale)]
+    } else {
+        (0..images)
+            .step_by(per_group as usize)
+            .map(|first| {
+                let n = per_group.min(images - first);
+                let scores =
+                    stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
+                let scores = match prefix.mask {
                     // Each row's and head's s queries, in the order they were stacked.
                     Some(mask) => (scores.view([n, kv_heads, rows * groups, s, p]) + mask.to_kind(Kind::Float).view([1, 1, 1, s, p]))
                         .view([n, kv_heads, rows * groups * s, p]),
                     None => scores,
                 };
-            partial(&scores, &prefix_v.narrow(0, first, n))
-        })
-        .collect();
+                partial(&scores, &prefix_v.narrow(0, first, n))
+            })
+            .collect()
+    };
     let joined = |pick: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| Tensor::cat(&parts.iter().map(pick).collect::<Vec<_>>(), 0);
     let per_row = |t: Tensor| {
         let last = t.size()[3];
