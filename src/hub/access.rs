@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::http::{Answer, HubHttp};
-use super::{endpoint_or_default, HubError, RepoRef};
+use super::{endpoint_or_default, token, HubError, RepoRef};
 
 /// Where a user's access request stands on a gated repo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -50,19 +50,17 @@ struct ListedUser {
 /// The owner's side of a gated dataset repo's access requests.
 pub struct GatedAccess {
     http: HubHttp,
-    endpoint: String,
 }
 
 impl GatedAccess {
     /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. The token comes from the
     /// same places hf-hub reads it; these calls need one with write access to the repo.
     pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<GatedAccess, HubError> {
-        let endpoint = endpoint_or_default(endpoint);
-        Ok(GatedAccess { http: HubHttp::connect(&endpoint, retries, stall)?, endpoint })
+        Ok(GatedAccess { http: HubHttp::connect(&endpoint_or_default(endpoint), token::value()?, retries, stall)? })
     }
 
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        self.http.endpoint()
     }
 
     fn url(&self, repo: &RepoRef, tail: &str) -> reqwest::Url {

@@ -49,9 +49,10 @@ pub struct Answer {
 }
 
 impl HubHttp {
-    /// `endpoint` without a trailing slash. A request that connects or receives nothing for
-    /// `stall` fails (and is retried); a long transfer that keeps moving is never cut.
-    pub fn connect(endpoint: &str, retries: Option<usize>, stall: Duration) -> Result<HubHttp, HubError> {
+    /// `endpoint` without a trailing slash; `token` as [`token::value`] read it. A request that
+    /// connects or receives nothing for `stall` fails (and is retried); a long transfer that
+    /// keeps moving is never cut.
+    pub fn connect(endpoint: &str, token: Option<String>, retries: Option<usize>, stall: Duration) -> Result<HubHttp, HubError> {
         let endpoint = Url::parse(&format!("{endpoint}/"))
             .map_err(|e| HubError::Protocol(format!("the Hub endpoint {endpoint:?} is not a URL: {e}")))?;
         let client = Client::builder()
@@ -62,7 +63,12 @@ impl HubHttp {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
-        Ok(HubHttp { client, endpoint, retries: retries.unwrap_or(DEFAULT_RETRIES), token: token::value()? })
+        Ok(HubHttp { client, endpoint, retries: retries.unwrap_or(DEFAULT_RETRIES), token })
+    }
+
+    /// The endpoint as the user gave it, without a trailing slash.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_str().trim_end_matches('/')
     }
 
     /// The endpoint's URL with `segments` appended, each percent-encoded as one segment (a
@@ -231,8 +237,7 @@ impl HubHttp {
 
     /// Names the endpoint as the user gave it, and the route as the caller names it.
     fn too_large(&self, route: &str, cap: u64, what: &str) -> HubError {
-        let server = self.endpoint.as_str().trim_end_matches('/').to_string();
-        HubError::TooLarge { server, route: route.to_string(), cap, what: what.to_string() }
+        HubError::TooLarge { server: self.endpoint().to_string(), route: route.to_string(), cap, what: what.to_string() }
     }
 
     fn failed(&self, action: &str, error: impl std::fmt::Display) -> HubError {
@@ -269,7 +274,7 @@ mod tests {
 
     #[test]
     fn segments_are_encoded_one_by_one() {
-        let http = HubHttp::connect("http://127.0.0.1:9/hub", Some(0), Duration::from_secs(1)).unwrap();
+        let http = HubHttp::connect("http://127.0.0.1:9/hub", None, Some(0), Duration::from_secs(1)).unwrap();
         let url = http.url(&["api", "datasets", "o", "n", "tree", "refs/pr/1"]);
         assert_eq!(url.as_str(), "http://127.0.0.1:9/hub/api/datasets/o/n/tree/refs%2Fpr%2F1");
         let mut segments = vec!["datasets", "o", "n", "resolve", "main"];
@@ -279,13 +284,13 @@ mod tests {
 
     #[test]
     fn a_next_page_on_another_server_is_not_followed() {
-        let http = HubHttp::connect("http://127.0.0.1:9", Some(0), Duration::from_secs(1)).unwrap();
+        let http = HubHttp::connect("http://127.0.0.1:9", None, Some(0), Duration::from_secs(1)).unwrap();
         assert!(http.same_origin("listing", "/api/datasets/o/n/tree/main?cursor=x").is_ok());
         assert!(http.same_origin("listing", "http://127.0.0.1:9/api/x?cursor=y").is_ok());
         let err = http.same_origin("listing", "http://evil.example/api/x").unwrap_err().to_string();
         assert!(err.contains("another server (http://evil.example)") && err.contains("not followed"), "{err}");
         assert!(http.same_origin("listing", "http://127.0.0.1:10/x").is_err(), "another port is another origin");
-        let public = HubHttp::connect("https://hf.co", Some(0), Duration::from_secs(1)).unwrap();
+        let public = HubHttp::connect("https://hf.co", None, Some(0), Duration::from_secs(1)).unwrap();
         assert!(public.same_origin("listing", "https://huggingface.co/api/x?cursor=y").is_ok(), "the public Hub's two names");
         assert!(public.same_origin("listing", "http://huggingface.co/api/x").is_err(), "not over plain HTTP");
     }

@@ -166,7 +166,7 @@ impl Hub {
             builder = builder.retry_max_attempts(n);
         }
         let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
-        Ok(Hub { client, http: HubHttp::connect(endpoint, retries, stall)?, endpoint: endpoint.to_string() })
+        Ok(Hub { client, http: HubHttp::connect(endpoint, token, retries, stall)?, endpoint: endpoint.to_string() })
     }
 
     pub fn is_public_hub(&self) -> bool {
