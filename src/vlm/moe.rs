@@ -7,7 +7,8 @@
 //! Tokens are grouped by expert (one stable sort of the (token, slot) assignments), and each
 //! projection of every expert runs as one grouped matrix product over the groups (libtorch's
 //! `_grouped_mm`, as transformers' default `grouped_mm` experts use on the CPU and the GPU); the
-//! outputs go back to their (token, slot) places by a gather and are summed over the k slots. No
+//! outputs go back to their (token, slot) places by a gather and are summed over the k slots.
+//! Each way, the rows move in one gather: the index arithmetic runs on the indexes. No
 //! loop over tokens or experts, no host synchronisation (the group offsets stay on the device),
 //! and no scatter-add, whose atomic adds on a GPU would sum in an unpredictable order: a
 //! release's bytes must not depend on it. Each group is padded with zero rows to a multiple of
@@ -62,7 +63,7 @@ impl Experts {
     /// `x` (tokens, hidden), each token's k experts `chosen` (tokens, k) and their `weights`
     /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden).
     pub fn forward(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor) -> Tensor {
-        let (tokens, k) = (x.size()[0], chosen.size()[1]);
+        let (tokens, k, device) = (x.size()[0], chosen.size()[1], x.device());
         let flat = chosen.flatten(0, -1);
         let (sorted, order) = flat.sort_stable(true, 0, false);
         // Each expert's group padded with zero rows to a multiple of GROUP_ROWS: a group's size
@@ -72,21 +73,25 @@ impl Experts {
         let padded = (&counts + (GROUP_ROWS - 1)).floor_divide_scalar(GROUP_ROWS) * GROUP_ROWS;
         let padded_ends = padded.cumsum(0, Kind::Int64);
         let (starts, padded_starts) = (counts.cumsum(0, Kind::Int64) - &counts, &padded_ends - &padded);
-        let rank = Tensor::arange(tokens * k, (Kind::Int64, x.device())) - starts.index_select(0, &sorted);
+        let rank = Tensor::arange(tokens * k, (Kind::Int64, device)) - starts.index_select(0, &sorted);
         let place = padded_starts.index_select(0, &sorted) + rank;
         let offsets = padded_ends.to_kind(Kind::Int);
-        let buffer = Tensor::zeros([tokens * k + self.experts * (GROUP_ROWS - 1), x.size()[1]], (x.kind(), x.device()));
-        let grouped = buffer.index_copy(0, &place, &x.index_select(0, &order.divide_scalar_mode(k, "floor")));
+        // The rows are moved once each way, the index arithmetic done on the (small) indexes:
+        // each row of the grouped buffer names the token it holds, or the zero row after the
+        // last token; and each (token, slot) names the grouped row of its output.
+        let rows = tokens * k + self.experts * (GROUP_ROWS - 1);
+        let source = Tensor::full([rows], tokens, (Kind::Int64, device)).index_copy(0, &place, &order.divide_scalar_mode(k, "floor"));
+        let with_zero_row = Tensor::cat(&[x, &Tensor::zeros([1, x.size()[1]], (x.kind(), device))], 0);
+        let grouped = with_zero_row.index_select(0, &source);
         let both = grouped.internal_grouped_mm(&self.gate_up, Some(&offsets), None::<&Tensor>, None::<Kind>);
         let i = both.size()[1] / 2;
         let gate = both.narrow(1, 0, i);
         let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
         let hidden = gate * both.narrow(1, i, i);
-        // The real rows, in sorted order, then back to (token, slot) order: the sorted row of
-        // assignment j is at inverse[j].
-        let grouped = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>).index_select(0, &place);
-        let inverse = order.argsort(0, false);
-        let routed = grouped.index_select(0, &inverse).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
+        let out = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>);
+        // The sorted assignment j is (token, slot) order[j] and sits at grouped row place[j].
+        let output_row = place.index_select(0, &order.argsort(0, false));
+        let routed = out.index_select(0, &output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
         routed.sum_dim_intlist(1, false, x.kind())
     }
 }
