@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
 use bpals_release::vlm::model::{PassImage, VlModel};
 use bpals_release::vlm::shared_prefix::PrefixAttention;
+use bpals_release::vlm::stage_clock::StageClock;
 use bpals_release::vlm::{pixels, ModelDir, Thinking, YesNo};
 use common::*;
 use tch::{Device, Kind, Tensor};
@@ -394,9 +395,12 @@ fn a_pass_of_several_images_scores_each_image_as_alone() {
         let halves = [model.score_pass(&images[..2], answer, 3).unwrap(), model.score_pass(&images[2..], answer, 3).unwrap()].concat();
         assert_eq!(halves.iter().map(|s| bits(s)).collect::<Vec<_>>(), together.iter().map(|s| bits(s)).collect::<Vec<_>>());
         // The fused kernel keeps each image's bits whatever shares its pass too.
-        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused).unwrap();
+        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused, &mut StageClock::off()).unwrap();
         for (k, image) in images.iter().enumerate() {
-            let alone = model.score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused).unwrap().remove(0);
+            let alone = model
+                .score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused, &mut StageClock::off())
+                .unwrap()
+                .remove(0);
             assert_eq!(bits(&alone), bits(&fused[k]), "{}: fused, image {k} alone and in a pass of three", path.display());
         }
         eprintln!("{}: 4 images x 3 questions, the same bits alone, in a pass of three and in halves", path.display());
@@ -476,7 +480,7 @@ fn parity_at(path: &std::path::Path) {
         // softmax's sums in another order), Gemma 4's sliding windows and shared layers included.
         // The fused kernel for the prefix part likewise.
         for method in [PrefixAttention::Shared, PrefixAttention::Fused] {
-            let once = model.score_with(&prompts, &features, grid, answer, method).unwrap();
+            let once = model.score_with(&prompts, &features, grid, answer, method, &mut StageClock::off()).unwrap();
             let worst = shared
                 .iter()
                 .zip(&once)

@@ -187,7 +187,7 @@ impl Engine {
         let model = VlModel::load(&dir, device, kind)?;
         let parameters = model.parameters();
         // What a token costs is its active parameters: a mixture of experts runs k of its experts.
-        let active = super::throughput::active_parameters(&dir.config, parameters);
+        let active = super::flops::active_parameters(&dir.config, parameters);
         if device == Device::Cpu && active > FULL_SIZE_PARAMS && !options.allow_cpu {
             let of = if active == parameters { String::new() } else { format!(" active (of {parameters})") };
             return Err(VlmError::Input(format!(

@@ -4,8 +4,9 @@
 //!
 //! This part needs no libtorch: reading a Hugging Face model directory (config in both layouts,
 //! preprocessor config, tokenizer, chat template, weight files), the image sizing rule, the
-//! prompt and its token ids, and the multimodal rotary position ids. The tensor code (vision
-//! tower, decoder, its cache) builds on it behind the `vlm` feature.
+//! prompt and its token ids, the multimodal rotary position ids, and the FLOPs of scoring an
+//! image. The tensor code (vision tower, decoder, its cache) builds on it behind the `vlm`
+//! feature.
 
 pub mod chat_template;
 pub mod checkpoint;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod cpu_kernels;
 pub mod error;
 pub mod families;
+pub mod flops;
 pub mod grounding;
 pub mod model_dir;
 pub mod preprocess;
@@ -42,6 +44,8 @@ pub mod preparation;
 mod safetensors_file;
 #[cfg(feature = "vlm")]
 pub mod shared_prefix;
+#[cfg(feature = "vlm")]
+pub mod stage_clock;
 #[cfg(feature = "vlm")]
 mod text;
 #[cfg(feature = "vlm")]

@@ -11,6 +11,7 @@ use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
 use super::shared_prefix::PrefixAttention;
+use super::stage_clock::StageClock;
 use super::text::{DecoderCache, Deepstack, Embedded, TextModel};
 use super::weights::Weights;
 use super::YesNo;
@@ -139,11 +140,11 @@ impl VlModel {
         grid: (usize, usize, usize),
         answer: (u32, u32),
     ) -> Result<Vec<YesNo>, VlmError> {
-        self.score_with(prompts, image, grid, answer, PrefixAttention::Copied)
+        self.score_with(prompts, image, grid, answer, PrefixAttention::Copied, &mut StageClock::off())
     }
 
     /// [`Self::score`], the suffixes meeting the prefix as `method` says: on copies of its cache,
-    /// or on the one cache ([`PrefixAttention::Shared`]).
+    /// or on the one cache ([`PrefixAttention::Shared`]); `clock` marks the stages.
     pub fn score_with(
         &self,
         prompts: &[Vec<u32>],
@@ -151,12 +152,13 @@ impl VlModel {
         grid: (usize, usize, usize),
         answer: (u32, u32),
         method: PrefixAttention,
+        clock: &mut StageClock,
     ) -> Result<Vec<YesNo>, VlmError> {
         if prompts.is_empty() {
             return Ok(Vec::new());
         }
         if method != PrefixAttention::Copied {
-            let mut scores = self.score_pass_with(&[PassImage { prompts, features: image, grid }], answer, 1, method)?;
+            let mut scores = self.score_pass_with(&[PassImage { prompts, features: image, grid }], answer, 1, method, clock)?;
             return Ok(scores.pop().unwrap_or_default());
         }
         tch::no_grad(|| {
@@ -164,10 +166,14 @@ impl VlModel {
             let mut cache = DecoderCache::default();
             // Only the cache it leaves is needed.
             let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
+            clock.mark("prefix");
             let one = [PassImage { prompts, features: image, grid }];
             let suffixes = self.suffixes(&one, common)?;
             let hidden = self.text.forward(&suffixes.embedded, &suffixes.positions, &mut cache.expand(suffixes.rows), None);
-            Ok(self.answers(&hidden, &suffixes, answer)?.pop().unwrap_or_default())
+            clock.mark("questions");
+            let scores = self.answers(&hidden, &suffixes, answer)?.pop().unwrap_or_default();
+            clock.mark("answers");
+            Ok(scores)
         })
     }
 
@@ -184,17 +190,18 @@ impl VlModel {
     /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
     /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
-        self.score_pass_with(images, answer, pass_images, PrefixAttention::Shared)
+        self.score_pass_with(images, answer, pass_images, PrefixAttention::Shared, &mut StageClock::off())
     }
 
     /// [`Self::score_pass`], the prefix part as `method` says ([`PrefixAttention::Shared`], or
-    /// [`PrefixAttention::Fused`] to measure its kernel).
+    /// [`PrefixAttention::Fused`] to measure its kernel); `clock` marks the stages.
     pub fn score_pass_with(
         &self,
         images: &[PassImage<'_>],
         answer: (u32, u32),
         pass_images: usize,
         method: PrefixAttention,
+        clock: &mut StageClock,
     ) -> Result<Vec<Vec<YesNo>>, VlmError> {
         if method == PrefixAttention::Copied {
             return Err(VlmError::Input("a pass holds its images' prefixes once: the copied path scores one image at a time".into()));
@@ -217,7 +224,7 @@ impl VlModel {
             while pass.len() < pass_images + usize::from(self.device == Device::Cpu && pass_images > 1) {
                 pass.push(pass[pass.len() - 1]);
             }
-            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused))?;
+            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused, clock))?;
             for (i, s) in members.into_iter().zip(scores) {
                 out[i] = s;
             }
@@ -226,13 +233,24 @@ impl VlModel {
     }
 
     /// One pass of [`Self::score_pass`]: images with prompts of one shape, `common` tokens shared.
-    fn one_pass(&self, images: &[&PassImage<'_>], common: usize, answer: (u32, u32), fused: bool) -> Result<Vec<Vec<YesNo>>, VlmError> {
+    fn one_pass(
+        &self,
+        images: &[&PassImage<'_>],
+        common: usize,
+        answer: (u32, u32),
+        fused: bool,
+        clock: &mut StageClock,
+    ) -> Result<Vec<Vec<YesNo>>, VlmError> {
         let mut cache = DecoderCache::default();
         self.prefill_images(images, common, &mut cache)?;
+        clock.mark("prefix");
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
         let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused);
-        self.answers(&hidden, &suffixes, answer)
+        clock.mark("questions");
+        let scores = self.answers(&hidden, &suffixes, answer)?;
+        clock.mark("answers");
+        Ok(scores)
     }
 
     /// Runs the first `len` tokens of each image's first prompt into `cache`, one batch row per

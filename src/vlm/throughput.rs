@@ -3,11 +3,7 @@
 //! image. Reports images and prefill tokens per second and the model FLOP utilisation (MFU)
 //! against the device's dense peak. `bpals-release bench scoring`; benches/gpu.sh runs it on the
 //! Qwen2.5-VL-7B config.
-//!
-//! FLOPs are counted from the config, the way MFU is usually reported: 2 per multiply-add of
-//! every linear layer, plus attention's two matrix products over the context each token sees
-//! (causal, the shared image prefix once, and Qwen2.5-VL's vision windows). Norms, rotary
-//! embeddings and softmax are left out, so the figure is slightly conservative.
+//! The FLOPs are counted from the config ([`super::flops`]).
 
 use std::time::Instant;
 
@@ -19,9 +15,11 @@ use super::checkpoint::ModelConfig;
 use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
 use super::families::Family;
+use super::flops::{active_parameters, flops_by_stage};
 use super::model::{PassImage, VlModel};
 use super::pixels;
 use super::shared_prefix::PrefixAttention;
+use super::stage_clock::StageClock;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -87,6 +85,23 @@ pub struct ScoringBenchReport {
     pub roofline_seconds: Option<f64>,
     /// Whether every score of the first pass's images was the same bits alone as in the pass.
     pub invariance: Option<Invariance>,
+    /// Where an image's device time goes, stage by stage (the device waited for at each stage's
+    /// end), with each stage's share of the FLOPs and its MFU where a peak was given.
+    pub stages: Vec<StageTime>,
+    /// With `fused`: the largest difference of the first pass's logits from the same pass
+    /// scored by `shared` (the products the releases are scored by).
+    pub max_abs_logit_diff_to_shared: Option<f32>,
+}
+
+/// One stage of scoring an image: `vision` (the tower), `prefix` (the prompt up to the questions,
+/// the image in it), `questions` (every question's own tokens over the prefix), `answers` (the
+/// two logits of each question, read back to the host).
+#[derive(Debug, Serialize)]
+pub struct StageTime {
+    pub stage: &'static str,
+    pub ms_per_image: f64,
+    pub tflop_per_image: f64,
+    pub mfu: Option<f64>,
 }
 
 /// Images of the first pass (its first, middle and last) scored in the pass and each alone,
@@ -157,16 +172,6 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
     c
 }
 
-/// The parameters one token goes through: all of a dense model's; in a sparse model, all but
-/// the experts the router does not choose (each sparse layer runs k of its E experts).
-pub fn active_parameters(config: &ModelConfig, parameters: i64) -> i64 {
-    let t = &config.text;
-    let Some(moe) = &t.moe else { return parameters };
-    let expert = 3 * t.hidden_size as i64 * moe.moe_intermediate_size as i64;
-    let idle = (moe.num_experts - moe.num_experts_per_tok) as i64 * expert;
-    parameters - moe.sparse_layers.iter().filter(|&&s| s).count() as i64 * idle
-}
-
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
 /// question's own tokens (its first token differs, so the shared prefix ends at the image).
 fn prompts(config: &ModelConfig, image_tokens: usize, questions: usize, question_tokens: usize) -> Vec<Vec<u32>> {
@@ -183,142 +188,6 @@ fn prompts(config: &ModelConfig, image_tokens: usize, questions: usize, question
             ids
         })
         .collect()
-}
-
-/// Dense FLOPs of scoring one image: the vision tower over `patches`, the text prefix of
-/// `prefix` tokens once, then `questions` suffixes of `suffix` tokens and their answer logits.
-pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> f64 {
-    if config.family == Family::Gemma4 {
-        return gemma4_flops_per_image(config, patches, prefix, questions, suffix);
-    }
-    let v = &config.vision;
-    let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
-    let mlp = match config.family {
-        Family::Qwen25Vl => 3.0 * d * i, // gate, up, down
-        _ => 2.0 * d * i,                // fc1, fc2
-    };
-    let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
-    let patches_f = patches as f64;
-    let window = v.window_size.map(|w| {
-        let side = (w / v.patch_size / v.spatial_merge_size * v.spatial_merge_size) as f64;
-        (side * side).min(patches_f)
-    });
-    let mut vision = 2.0 * patches_f * (3.0 * (v.temporal_patch_size * v.patch_size * v.patch_size) as f64) * d; // patch embedding
-    for block in 0..v.depth {
-        let context = match window {
-            Some(w) if !v.fullatt_block_indexes.contains(&block) => w,
-            _ => patches_f,
-        };
-        vision += 2.0 * patches_f * block_linear + 4.0 * patches_f * context * d;
-    }
-    let merged = patches_f / (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    let m = d * (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    // The merger, and Qwen3-VL's DeepStack mergers (the same shape, one per index).
-    let mergers = (1 + v.deepstack_visual_indexes.len()) as f64;
-    vision += mergers * 2.0 * merged * (m * m + m * v.out_hidden_size as f64);
-
-    let t = &config.text;
-    let h = t.hidden_size as f64;
-    // The query heads' width: hidden_size in Qwen2, heads x head_dim in Qwen3 (4,096 in the 8B).
-    let q = (t.num_attention_heads * t.head_dim()) as f64;
-    let kv = (t.num_key_value_heads * t.head_dim()) as f64;
-    let gate = if t.variant.gated_attention { 2.0 } else { 1.0 }; // Qwen3.5's q_proj also makes the gate
-    let full_layers = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count() as f64;
-    let linear_layers = t.layer_types.len() as f64 - full_layers;
-    let full = 2.0 * (gate * h * q + 2.0 * h * kv + q * h);
-    // A Gated DeltaNet layer per token: its projections (qkv, z, b, a, out), the convolution, and
-    // the delta rule's reads and writes of each value head's state as the recurrent form does them.
-    let linear = t.linear.map_or(0.0, |l| {
-        let (kd, vd, heads) = (l.key_dim() as f64, l.value_dim() as f64, l.num_value_heads as f64);
-        let projections = 2.0 * h * (2.0 * kd + vd + vd + 2.0 * heads) + 2.0 * vd * h;
-        let conv = 2.0 * l.conv_dim() as f64 * l.conv_kernel_dim as f64;
-        // Per value head: decay the state, read k^T S, write k delta^T, read q^T S (1 + 2 + 2 + 2).
-        let rule = 7.0 * heads * (l.key_head_dim * l.value_head_dim) as f64;
-        projections + conv + rule
-    });
-    // The MLPs a token goes through: a dense layer's, or in a sparse layer the router, its
-    // top-k experts and the shared expert (the active parameters, not all the experts).
-    let dense_mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
-    let mlps: f64 = (0..t.num_hidden_layers)
-        .map(|l| match &t.moe {
-            Some(m) if m.sparse_layers[l] => {
-                let shared = m.shared_expert_intermediate_size.map_or(0.0, |s| 2.0 * (3.0 * h * s as f64 + h));
-                2.0 * h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 2.0 * 3.0 * h * m.moe_intermediate_size as f64 + shared
-            }
-            _ => dense_mlp,
-        })
-        .sum();
-    let per_token = full_layers * full + linear_layers * linear + mlps;
-    let attention = |context_sum: f64| 4.0 * full_layers * q * context_sum;
-    let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
-    let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
-    let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));
-    let logits = n * 2.0 * h * t.vocab_size as f64;
-    vision + prefix_flops + suffix_flops + logits
-}
-
-/// [`flops_per_image`] for Gemma 4: its tower (q/k/v/o and a gated MLP per block, no merger but
-/// the projection of the pooled tokens) and its decoder (per layer its own head width and key
-/// and value heads, none on a KV-shared layer; the dense MLP, doubled where wide, and the routed
-/// experts; the per-layer inputs; attention over at most the sliding window on sliding layers).
-fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> f64 {
-    let v = &config.vision;
-    let gv = v.gemma4.as_ref().expect("a Gemma 4 vision config");
-    let (d, i, p) = (v.hidden_size as f64, v.intermediate_size as f64, patches as f64);
-    let attn_width = (v.num_heads * gv.head_dim) as f64;
-    let kv_width = (gv.kv_heads * gv.head_dim) as f64;
-    let block = 2.0 * (2.0 * d * attn_width + 2.0 * d * kv_width + 3.0 * d * i);
-    let tokens = p / (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    let vision = 2.0 * p * 3.0 * (v.patch_size * v.patch_size) as f64 * d
-        + v.depth as f64 * (p * block + 4.0 * p * p * attn_width)
-        + 2.0 * tokens * d * v.out_hidden_size as f64;
-
-    let t = &config.text;
-    let g = t.gemma4.as_ref().expect("a Gemma 4 text config");
-    let h = t.hidden_size as f64;
-    let heads = t.num_attention_heads as f64;
-    let window = g.sliding_window as f64;
-    // Per token: each layer's projections and MLPs; per (query, key) pair: 4 x the query width.
-    let mut per_token = 0.0;
-    let mut pair_width = (0.0, 0.0); // (sliding layers, full layers): summed query widths
-    for layer in &g.layers {
-        let q = heads * layer.head_dim as f64;
-        let kv = (layer.kv_heads * layer.head_dim) as f64;
-        let kv_projections = match (layer.kv_from, layer.k_eq_v) {
-            (Some(_), _) => 0.0,
-            (None, true) => 1.0,
-            (None, false) => 2.0,
-        };
-        let mlp = 3.0 * h * t.intermediate_size as f64 * if layer.double_wide { 2.0 } else { 1.0 };
-        let experts = t
-            .moe
-            .as_ref()
-            .map_or(0.0, |m| h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 3.0 * h * m.moe_intermediate_size as f64);
-        let per_layer = g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * width as f64);
-        per_token += 2.0 * (2.0 * h * q + kv_projections * h * kv + mlp + experts + per_layer);
-        if layer.sliding {
-            pair_width.0 += q;
-        } else {
-            pair_width.1 += q;
-        }
-    }
-    per_token += g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * (g.layers.len() * width) as f64);
-    // Keys seen by queries at positions from..to (0-based), summed; capped at the window.
-    let seen = |from: f64, to: f64, cap: f64| -> f64 {
-        let mut total = 0.0;
-        let mut k = from;
-        while k < to {
-            total += (k + 1.0).min(cap);
-            k += 1.0;
-        }
-        total
-    };
-    let (pf, s, n) = (prefix as f64, suffix as f64, questions as f64);
-    let attention = |from: f64, to: f64| 4.0 * (pair_width.0 * seen(from, to, window) + pair_width.1 * seen(from, to, f64::INFINITY));
-    let prefix_flops = pf * per_token + attention(0.0, pf);
-    let suffix_flops = n * (s * per_token + attention(pf, pf + s));
-    let logits = n * 2.0 * h * t.vocab_size as f64;
-    vision + prefix_flops + suffix_flops + logits
 }
 
 /// Runs the benchmark on a model with random weights.
@@ -353,30 +222,50 @@ pub fn run(
     }
     let warmup_passes = bench.warmup.div_ceil(pass);
     let mut timed = Instant::now();
+    let mut clock = StageClock::on(device);
     for (k, chunk) in inputs.chunks(pass).enumerate() {
         if k == warmup_passes {
+            clock.restart();
             timed = Instant::now();
         }
         // The scores come back to the host, so the device's work is done when this returns.
         if pass == 1 {
             let (values, grid) = &chunk[0];
-            model.score_with(&ids, &model.encode_image(values, *grid), *grid, answer, bench.prefix_attention)?;
+            let features = model.encode_image(values, *grid);
+            clock.mark("vision");
+            model.score_with(&ids, &features, *grid, answer, bench.prefix_attention, &mut clock)?;
         } else {
             let features: Vec<_> = chunk.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
+            clock.mark("vision");
             let images: Vec<PassImage<'_>> =
                 features.iter().zip(chunk).map(|(f, (_, grid))| PassImage { prompts: &ids, features: f, grid: *grid }).collect();
-            model.score_pass_with(&images, answer, pass, bench.prefix_attention)?;
+            model.score_pass_with(&images, answer, pass, bench.prefix_attention, &mut clock)?;
         }
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = inputs.len() - warmup_passes * pass;
-    let invariance = if bench.check_invariance {
-        Some(invariance(&model, &inputs[..pass.min(inputs.len())], &ids, answer, pass, bench.prefix_attention)?)
-    } else {
-        None
+    let first_pass = &inputs[..pass.min(inputs.len())];
+    let max_abs_logit_diff_to_shared = match bench.prefix_attention {
+        PrefixAttention::Fused => {
+            Some(difference(&model, first_pass, &ids, answer, pass, (PrefixAttention::Fused, PrefixAttention::Shared))?)
+        }
+        _ => None,
     };
+    let invariance =
+        if bench.check_invariance { Some(invariance(&model, first_pass, &ids, answer, pass, bench.prefix_attention)?) } else { None };
     let per_image = seconds / images as f64;
-    let flops = flops_per_image(config, patches, prefix, bench.questions, bench.question_tokens);
+    let by_stage = flops_by_stage(config, patches, prefix, bench.questions, bench.question_tokens);
+    let flops = by_stage.total();
+    let stages = clock
+        .seconds()
+        .iter()
+        .map(|&(stage, spent)| {
+            let ms_per_image = spent * 1000.0 / images as f64;
+            let tflop_per_image = by_stage.of(stage) / 1e12;
+            let mfu = bench.peak_tflops.filter(|_| tflop_per_image > 0.0).map(|peak| tflop_per_image / (ms_per_image / 1000.0) / peak);
+            StageTime { stage, ms_per_image, tflop_per_image, mfu }
+        })
+        .collect();
     let prefill_tokens = prefix + bench.questions * bench.question_tokens;
     let achieved = flops / per_image / 1e12;
     Ok(ScoringBenchReport {
@@ -408,7 +297,28 @@ pub fn run(
         projected_seconds: per_image * bench.project_images as f64,
         roofline_seconds: bench.peak_tflops.map(|peak| flops * bench.project_images as f64 / (peak * 1e12)),
         invariance,
+        stages,
+        max_abs_logit_diff_to_shared,
     })
+}
+
+/// Scores `inputs` as one pass by each of `methods` and returns the largest difference of their
+/// logits.
+fn difference(
+    model: &VlModel,
+    inputs: &[(tch::Tensor, (usize, usize, usize))],
+    ids: &[Vec<u32>],
+    answer: (u32, u32),
+    pass: usize,
+    methods: (PrefixAttention, PrefixAttention),
+) -> Result<f32, VlmError> {
+    let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
+    let images: Vec<PassImage<'_>> =
+        features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
+    let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
+    let second = model.score_pass_with(&images, answer, pass, methods.1, &mut StageClock::off())?;
+    let pairs = first.iter().flatten().zip(second.iter().flatten());
+    Ok(pairs.fold(0f32, |most, (a, b)| most.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs())))
 }
 
 /// Scores `inputs` in one pass of `pass` images, then its first, middle and last image alone
@@ -429,7 +339,7 @@ fn invariance(
     let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
     let images: Vec<PassImage<'_>> =
         features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
-    let together = model.score_pass_with(&images, answer, pass, method)?;
+    let together = model.score_pass_with(&images, answer, pass, method, &mut StageClock::off())?;
     let (mut padded, mut unpadded) = (0f32, 0f32);
     let (mut same_padded, mut same_unpadded, mut scores) = (true, true, 0);
     // The first, a middle and the last image of the pass: each place in it, at a third of the cost.
@@ -437,7 +347,7 @@ fn invariance(
     places.dedup();
     for (image, in_pass) in places.iter().map(|&k| (&images[k], &together[k])) {
         for (alone_in, diff, same) in [(pass, &mut padded, &mut same_padded), (1, &mut unpadded, &mut same_unpadded)] {
-            let alone = model.score_pass_with(std::slice::from_ref(image), answer, alone_in, method)?.remove(0);
+            let alone = model.score_pass_with(std::slice::from_ref(image), answer, alone_in, method, &mut StageClock::off())?.remove(0);
             for (a, b) in alone.iter().zip(in_pass) {
                 *same &= a.logit_yes.to_bits() == b.logit_yes.to_bits() && a.logit_no.to_bits() == b.logit_no.to_bits();
                 *diff = diff.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs());
@@ -458,75 +368,7 @@ fn invariance(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(family: &str) -> ModelConfig {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm").join(family).join("config.json");
-        ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()).unwrap()
-    }
-
-    #[test]
-    fn flops_grow_with_every_input_and_count_the_linear_layers() {
-        let c = config("qwen2_5_vl");
-        let base = flops_per_image(&c, 256, 80, 10, 20);
-        assert!(flops_per_image(&c, 512, 80, 10, 20) > base);
-        assert!(flops_per_image(&c, 256, 160, 10, 20) > base);
-        assert!(flops_per_image(&c, 256, 80, 20, 20) > base);
-        // One text token with no context is 2 x the text linear weights (the logits aside).
-        let t = &c.text;
-        let (h, kv) = (t.hidden_size as f64, (t.num_key_value_heads * t.head_dim()) as f64);
-        let linear = t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
-        let one = flops_per_image(&c, 0, 1, 0, 0);
-        assert!((one - (2.0 * linear + 4.0 * t.num_hidden_layers as f64 * h)).abs() < 1e-6, "{one} vs {linear}");
-    }
-
-    fn bench_config(name: &str) -> (ModelConfig, PreprocessorConfig) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
-        let read = |file: String| serde_json::from_slice::<serde_json::Value>(&std::fs::read(dir.join(file)).unwrap()).unwrap();
-        (
-            ModelConfig::from_json(&read(format!("{name}.config.json"))).unwrap(),
-            PreprocessorConfig::from_json(&read(format!("{name}.preprocessor.json"))).unwrap(),
-        )
-    }
-
-    /// benches/configs holds Qwen3-VL-8B's architecture; its FLOPs per 1024 x 1024 image with 57
-    /// questions, pinned to the closed form worked out separately: vision 5.798 TFLOP (27 blocks
-    /// over 4,096 patches, the merger and three DeepStack mergers), text 34.690 TFLOP (36 layers,
-    /// 1,040 prefix tokens, 57 x 24 suffix tokens, 57 answer rows of the LM head).
-    #[test]
-    fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
-        let (c, pre) = bench_config("qwen3_vl_8b");
-        assert_eq!((c.family, pre.patch_size, pre.factor(), pre.max_pixels), (Family::Qwen3Vl, 16, 32, 16_777_216));
-        assert_eq!((c.text.head_dim, c.vision.deepstack_visual_indexes.as_slice()), (128, &[8, 16, 24][..]));
-        let t = &c.text;
-        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
-        assert!((text_linear - 6.945767424e9).abs() < 1.0, "{text_linear}");
-        let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 40488189296640.0).abs() / flops < 1e-12, "{flops}");
-        // DeepStack's three mergers: 4 x 2 x 1,024 x (4,608² + 4,608 x 4,096) of the vision part.
-        let mut no_deepstack = c.clone();
-        no_deepstack.vision.deepstack_visual_indexes.clear();
-        let deepstack = flops - flops_per_image(&no_deepstack, 64 * 64, 16 + 1024, 57, 24);
-        assert!((deepstack - 3.0 * 2.0 * 1024.0 * (4608.0 * 4608.0 + 4608.0 * 4096.0)).abs() < 1.0, "{deepstack}");
-    }
-
-    /// Qwen3.5-9B's architecture and its FLOPs per 1024 x 1024 image with 57 questions, pinned to
-    /// a closed form worked out separately: per text token 13.927 GFLOP (8 gated-attention layers
-    /// at 117.4 MFLOP, 24 Gated DeltaNet layers at 138.5 MFLOP with their convolution and delta
-    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 33.911 TFLOP.
-    #[test]
-    fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
-        let (c, pre) = bench_config("qwen3_5_9b");
-        assert_eq!((c.family, pre.factor()), (Family::Qwen35, 32));
-        let t = &c.text;
-        assert_eq!((t.head_dim, t.rotary_dim, t.variant.gated_attention), (256, 64, true));
-        let full = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count();
-        assert_eq!((t.layer_types.len(), full), (32, 8));
-        assert!(c.vision.deepstack_visual_indexes.is_empty());
-        let one = flops_per_image(&c, 0, 1, 0, 0);
-        assert!((one - (13926662144.0 + 4.0 * 8.0 * 4096.0)).abs() < 1.0, "{one}");
-        let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 39462506070016.0).abs() / flops < 1e-12, "{flops}");
-    }
+    use crate::vlm::flops::tests::{bench_config, config};
 
     /// Two layers each, the widths kept; the block indexes follow into the slice.
     #[test]
@@ -541,26 +383,6 @@ mod tests {
         // A hybrid stack's slice keeps one layer of each kind.
         let (c, _) = bench_config("qwen3_5_9b");
         assert_eq!(slice(&c, 2).text.layer_types, vec![LayerKind::LinearAttention, LayerKind::FullAttention]);
-    }
-
-    /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in
-    /// the text decoder's linear layers, and about 40 TFLOP to score a 1024 x 1024 image.
-    #[test]
-    fn the_benchmark_config_is_the_7b() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
-        let c = ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.config.json")).unwrap()).unwrap())
-            .unwrap();
-        let pre = PreprocessorConfig::from_json(
-            &serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.preprocessor.json")).unwrap()).unwrap(),
-        )
-        .unwrap();
-        assert_eq!((c.family, pre.patch_size, pre.max_pixels), (Family::Qwen25Vl, 14, 12845056));
-        let t = &c.text;
-        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;
-        assert!((6.4e9..6.6e9).contains(&text_linear), "{text_linear}");
-        // 1036 x 1036 after resizing: 74 x 74 patches, 1,369 image tokens.
-        let tflop = flops_per_image(&c, 74 * 74, 16 + 1369, 57, 24) / 1e12;
-        assert!((30.0..60.0).contains(&tflop), "{tflop}");
     }
 
     #[test]
@@ -591,5 +413,37 @@ mod tests {
         assert_eq!(r.prefill_tokens_per_image, 16 + r.image_tokens + 5 * 6);
         assert!(r.parameters > 0 && r.images_per_second > 0.0 && r.mfu.unwrap() > 0.0);
         assert!((r.projected_seconds - 4628.0 / r.images_per_second).abs() < 1e-6);
+        // Every stage timed, their sum the image's time (the marks cover the timed loop).
+        let stages: Vec<&str> = r.stages.iter().map(|s| s.stage).collect();
+        assert_eq!(stages, ["vision", "prefix", "questions", "answers"]);
+        let sum: f64 = r.stages.iter().map(|s| s.ms_per_image).sum();
+        assert!(sum <= r.device_ms_per_image * 1.001 && sum >= r.device_ms_per_image * 0.8, "{sum} of {}", r.device_ms_per_image);
+        let flops: f64 = r.stages.iter().map(|s| s.tflop_per_image).sum();
+        assert!((flops - r.tflop_per_image).abs() < 1e-9 && r.stages[3].mfu.is_none() && r.stages[2].mfu.unwrap() > 0.0);
+        assert!(r.max_abs_logit_diff_to_shared.is_none());
+    }
+
+    /// The fused kernel measured beside the products: its logits' distance from them reported.
+    #[test]
+    fn the_fused_path_reports_its_distance_from_the_products() {
+        let c = config("qwen2_vl");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm/qwen2_vl/preprocessor_config.json");
+        let pre = PreprocessorConfig::from_json(&serde_json::from_slice(&std::fs::read(dir).unwrap()).unwrap()).unwrap();
+        let bench = ScoringBench {
+            images: 2,
+            size: 112,
+            questions: 4,
+            question_tokens: 5,
+            warmup: 0,
+            peak_tflops: None,
+            prefix_attention: PrefixAttention::Fused,
+            images_per_pass: 2,
+            check_invariance: false,
+            project_images: 10,
+        };
+        let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
+        let diff = r.max_abs_logit_diff_to_shared.unwrap();
+        assert!(diff < 1e-4, "{diff}");
+        assert!(r.stages.iter().all(|s| s.mfu.is_none()));
     }
 }

@@ -73,6 +73,13 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
     assert all(r["time_ratio_to_copied"] > 0 for r in results[1:])
     assert results[2]["invariance"]["identical_padded"] and results[3]["invariance"]["identical_padded"]
     assert report["steps"]["throughput"]["batch_invariant"]
+    # Each run says where an image's time went, stage by stage, and the fused kernel how far its
+    # logits are from the products' (f32 on a CPU: rounding only).
+    for r in results:
+        assert [s["stage"] for s in r["stages"]] == ["vision", "prefix", "questions", "answers"]
+        assert sum(s["ms_per_image"] for s in r["stages"]) <= r["device_ms_per_image"] * 1.001
+    assert results[3]["max_abs_logit_diff_to_shared"] < 1e-4 and results[2]["max_abs_logit_diff_to_shared"] is None
+    assert "per image: vision" in run.stdout and "the fused kernel's logits within" in run.stdout
     throughput = report["steps"]["throughput"]["results"][0]
     assert throughput["config"] == "qwen2_5_vl_7b" and throughput["text_layers"] == 1 and throughput["images_per_second"] > 0
     prep = report["steps"]["prep"]
