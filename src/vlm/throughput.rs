@@ -14,7 +14,7 @@ use tch::{Device, Kind};
 use super::checkpoint::ModelConfig;
 use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
-use super::families::Family;
+use super::families::{Family, ImageFeatures};
 use super::flops::{active_parameters, flops_by_stage};
 use super::model::{PassImage, VlModel};
 use super::pixels;
@@ -235,11 +235,9 @@ pub fn run(
             clock.mark("vision");
             model.score_with(&ids, &features, *grid, answer, bench.prefix_attention, &mut clock)?;
         } else {
-            let features: Vec<_> = chunk.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
+            let features = encode(&model, chunk);
             clock.mark("vision");
-            let images: Vec<PassImage<'_>> =
-                features.iter().zip(chunk).map(|(f, (_, grid))| PassImage { prompts: &ids, features: f, grid: *grid }).collect();
-            model.score_pass_with(&images, answer, pass, bench.prefix_attention, &mut clock)?;
+            model.score_pass_with(&pass_of(&features, chunk, &ids), answer, pass, bench.prefix_attention, &mut clock)?;
         }
     }
     let seconds = timed.elapsed().as_secs_f64();
@@ -302,6 +300,16 @@ pub fn run(
     })
 }
 
+/// The vision tower's features of each of `inputs` (pixel values and patch grid).
+fn encode(model: &VlModel, inputs: &[(tch::Tensor, (usize, usize, usize))]) -> Vec<ImageFeatures> {
+    inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect()
+}
+
+/// One pass of `inputs`, each asked every prompt of `ids`.
+fn pass_of<'a>(features: &'a [ImageFeatures], inputs: &[(tch::Tensor, (usize, usize, usize))], ids: &'a [Vec<u32>]) -> Vec<PassImage<'a>> {
+    features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect()
+}
+
 /// Scores `inputs` as one pass by each of `methods` and returns the largest difference of their
 /// logits.
 fn difference(
@@ -312,9 +320,8 @@ fn difference(
     pass: usize,
     methods: (PrefixAttention, PrefixAttention),
 ) -> Result<f32, VlmError> {
-    let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
-    let images: Vec<PassImage<'_>> =
-        features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
+    let features = encode(model, inputs);
+    let images = pass_of(&features, inputs, ids);
     let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
     let second = model.score_pass_with(&images, answer, pass, methods.1, &mut StageClock::off())?;
     let pairs = first.iter().flatten().zip(second.iter().flatten());
@@ -336,9 +343,8 @@ fn invariance(
     if model.device == Device::Cpu {
         tch::set_num_threads(1);
     }
-    let features: Vec<_> = inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect();
-    let images: Vec<PassImage<'_>> =
-        features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect();
+    let features = encode(model, inputs);
+    let images = pass_of(&features, inputs, ids);
     let together = model.score_pass_with(&images, answer, pass, method, &mut StageClock::off())?;
     let (mut padded, mut unpadded) = (0f32, 0f32);
     let (mut same_padded, mut same_unpadded, mut scores) = (true, true, 0);
