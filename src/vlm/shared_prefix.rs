@@ -129,11 +129,14 @@ fn fused(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Te
     let hidden = if kind == Kind::Half { -65504.0 } else { -1e30 };
     let mask = prefix.mask.map(|m| m.to_kind(Kind::Float).clamp_min(hidden).repeat([repeats, 1]).to_kind(kind));
     let (out, lse) = if stacked.device().is_cuda() {
-        // Memory-efficient attention wants the bias's rows 16-aligned: padded storage, narrowed.
+        // Memory-efficient attention wants the bias's rows 16-aligned (padded storage, narrowed)
+        // and its size to be the queries' batch and heads exactly (libtorch's SDPA expands the
+        // mask before it calls this kernel; called directly, the expansion is ours: no copy).
+        let (images, kv_heads) = (stacked.size()[0], stacked.size()[1]);
         let bias = mask.map(|m| {
             let padded = Tensor::zeros([l, (p + 15) / 16 * 16], (kind, stacked.device()));
             padded.narrow(1, 0, p).copy_(&m);
-            padded.narrow(1, 0, p).view([1, 1, l, p])
+            padded.narrow(1, 0, p).view([1, 1, l, p]).expand([images, kv_heads, l, p], false)
         });
         let (out, lse, _, _) =
             Tensor::internal_scaled_dot_product_efficient_attention(stacked, prefix.k, prefix.v, bias, true, 0.0, false, scale);
