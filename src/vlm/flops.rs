@@ -21,16 +21,6 @@ impl ImageFlops {
     pub fn total(&self) -> f64 {
         self.vision + self.prefix + self.questions
     }
-
-    /// A stage's FLOPs by its name in `bench scoring`'s report (none for `answers`).
-    pub fn of(&self, stage: &str) -> f64 {
-        match stage {
-            "vision" => self.vision,
-            "prefix" => self.prefix,
-            "questions" => self.questions,
-            _ => 0.0,
-        }
-    }
 }
 
 /// The parameters one token goes through: all of a dense model's; in a sparse model, all but
@@ -189,9 +179,19 @@ pub(super) mod tests {
     use super::*;
     use crate::vlm::config::PreprocessorConfig;
 
+    fn fixture_json(family: &str, file: &str) -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm").join(family).join(file);
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// A fixture model's config.
     pub fn config(family: &str) -> ModelConfig {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm").join(family).join("config.json");
-        ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()).unwrap()
+        ModelConfig::from_json(&fixture_json(family, "config.json")).unwrap()
+    }
+
+    /// A fixture model's preprocessor config.
+    pub fn preprocessor(family: &str) -> PreprocessorConfig {
+        PreprocessorConfig::from_json(&fixture_json(family, "preprocessor_config.json")).unwrap()
     }
 
     /// A full-size architecture of benches/configs and its preprocessor.
@@ -263,13 +263,7 @@ pub(super) mod tests {
     /// the text decoder's linear layers, and about 40 TFLOP to score a 1024 x 1024 image.
     #[test]
     fn the_benchmark_config_is_the_7b() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
-        let c = ModelConfig::from_json(&serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.config.json")).unwrap()).unwrap())
-            .unwrap();
-        let pre = PreprocessorConfig::from_json(
-            &serde_json::from_slice(&std::fs::read(dir.join("qwen2_5_vl_7b.preprocessor.json")).unwrap()).unwrap(),
-        )
-        .unwrap();
+        let (c, pre) = bench_config("qwen2_5_vl_7b");
         assert_eq!((c.family, pre.patch_size, pre.max_pixels), (Family::Qwen25Vl, 14, 12845056));
         let t = &c.text;
         let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;

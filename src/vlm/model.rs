@@ -11,7 +11,7 @@ use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::rope;
 use super::shared_prefix::PrefixAttention;
-use super::stage_clock::StageClock;
+use super::stage_clock::{Stage, StageClock};
 use super::text::{DecoderCache, Deepstack, Embedded, TextModel};
 use super::weights::Weights;
 use super::YesNo;
@@ -166,13 +166,13 @@ impl VlModel {
             let mut cache = DecoderCache::default();
             // Only the cache it leaves is needed.
             let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
-            clock.mark("prefix");
+            clock.mark(Stage::Prefix);
             let one = [PassImage { prompts, features: image, grid }];
             let suffixes = self.suffixes(&one, common)?;
             let hidden = self.text.forward(&suffixes.embedded, &suffixes.positions, &mut cache.expand(suffixes.rows), None);
-            clock.mark("questions");
+            clock.mark(Stage::Questions);
             let scores = self.answers(&hidden, &suffixes, answer)?.pop().unwrap_or_default();
-            clock.mark("answers");
+            clock.mark(Stage::Answers);
             Ok(scores)
         })
     }
@@ -243,13 +243,13 @@ impl VlModel {
     ) -> Result<Vec<Vec<YesNo>>, VlmError> {
         let mut cache = DecoderCache::default();
         self.prefill_images(images, common, &mut cache)?;
-        clock.mark("prefix");
+        clock.mark(Stage::Prefix);
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
         let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused);
-        clock.mark("questions");
+        clock.mark(Stage::Questions);
         let scores = self.answers(&hidden, &suffixes, answer)?;
-        clock.mark("answers");
+        clock.mark(Stage::Answers);
         Ok(scores)
     }
 

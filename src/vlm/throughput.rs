@@ -19,7 +19,7 @@ use super::flops::{active_parameters, flops_by_stage};
 use super::model::{PassImage, VlModel};
 use super::pixels;
 use super::shared_prefix::PrefixAttention;
-use super::stage_clock::StageClock;
+use super::stage_clock::{Stage, StageClock};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -93,12 +93,10 @@ pub struct ScoringBenchReport {
     pub max_abs_logit_diff_to_shared: Option<f32>,
 }
 
-/// One stage of scoring an image: `vision` (the tower), `prefix` (the prompt up to the questions,
-/// the image in it), `questions` (every question's own tokens over the prefix), `answers` (the
-/// two logits of each question, read back to the host).
+/// One stage of scoring an image: its time, FLOPs and MFU.
 #[derive(Debug, Serialize)]
 pub struct StageTime {
-    pub stage: &'static str,
+    pub stage: Stage,
     pub ms_per_image: f64,
     pub tflop_per_image: f64,
     pub mfu: Option<f64>,
@@ -228,15 +226,12 @@ pub fn run(
             clock.restart();
             timed = Instant::now();
         }
+        let features = encode(&model, chunk);
+        clock.mark(Stage::Vision);
         // The scores come back to the host, so the device's work is done when this returns.
         if pass == 1 {
-            let (values, grid) = &chunk[0];
-            let features = model.encode_image(values, *grid);
-            clock.mark("vision");
-            model.score_with(&ids, &features, *grid, answer, bench.prefix_attention, &mut clock)?;
+            model.score_with(&ids, &features[0], chunk[0].1, answer, bench.prefix_attention, &mut clock)?;
         } else {
-            let features = encode(&model, chunk);
-            clock.mark("vision");
             model.score_pass_with(&pass_of(&features, chunk, &ids), answer, pass, bench.prefix_attention, &mut clock)?;
         }
     }
@@ -259,7 +254,12 @@ pub fn run(
         .iter()
         .map(|&(stage, spent)| {
             let ms_per_image = spent * 1000.0 / images as f64;
-            let tflop_per_image = by_stage.of(stage) / 1e12;
+            let tflop_per_image = match stage {
+                Stage::Vision => by_stage.vision,
+                Stage::Prefix => by_stage.prefix,
+                Stage::Questions => by_stage.questions,
+                Stage::Answers => 0.0, // two rows of the LM head, counted with the questions
+            } / 1e12;
             let mfu = bench.peak_tflops.filter(|_| tflop_per_image > 0.0).map(|peak| tflop_per_image / (ms_per_image / 1000.0) / peak);
             StageTime { stage, ms_per_image, tflop_per_image, mfu }
         })
@@ -374,7 +374,7 @@ fn invariance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vlm::flops::tests::{bench_config, config};
+    use crate::vlm::flops::tests::{bench_config, config, preprocessor};
 
     /// Two layers each, the widths kept; the block indexes follow into the slice.
     #[test]
@@ -393,15 +393,7 @@ mod tests {
 
     #[test]
     fn random_model_scores_on_the_cpu() {
-        let c = config("qwen2_vl");
-        let pre = PreprocessorConfig::from_json(
-            &serde_json::from_slice(
-                &std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm/qwen2_vl/preprocessor_config.json"))
-                    .unwrap(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
         let bench = ScoringBench {
             images: 2,
             size: 112,
@@ -420,8 +412,10 @@ mod tests {
         assert!(r.parameters > 0 && r.images_per_second > 0.0 && r.mfu.unwrap() > 0.0);
         assert!((r.projected_seconds - 4628.0 / r.images_per_second).abs() < 1e-6);
         // Every stage timed, their sum the image's time (the marks cover the timed loop).
-        let stages: Vec<&str> = r.stages.iter().map(|s| s.stage).collect();
-        assert_eq!(stages, ["vision", "prefix", "questions", "answers"]);
+        let stages: Vec<Stage> = r.stages.iter().map(|s| s.stage).collect();
+        assert_eq!(stages, [Stage::Vision, Stage::Prefix, Stage::Questions, Stage::Answers]);
+        let json = serde_json::to_value(&r.stages[0]).unwrap();
+        assert_eq!(json["stage"], "vision", "the report names stages in lower case");
         let sum: f64 = r.stages.iter().map(|s| s.ms_per_image).sum();
         assert!(sum <= r.device_ms_per_image * 1.001 && sum >= r.device_ms_per_image * 0.8, "{sum} of {}", r.device_ms_per_image);
         let flops: f64 = r.stages.iter().map(|s| s.tflop_per_image).sum();
@@ -432,9 +426,7 @@ mod tests {
     /// The fused kernel measured beside the products: its logits' distance from them reported.
     #[test]
     fn the_fused_path_reports_its_distance_from_the_products() {
-        let c = config("qwen2_vl");
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vlm/qwen2_vl/preprocessor_config.json");
-        let pre = PreprocessorConfig::from_json(&serde_json::from_slice(&std::fs::read(dir).unwrap()).unwrap()).unwrap();
+        let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
         let bench = ScoringBench {
             images: 2,
             size: 112,
