@@ -138,6 +138,19 @@ def test_nothing_to_run_is_refused_before_anything_is_written(bundle, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_ways_pick_the_throughput_runs_and_a_malformed_one_is_refused(bundle, tmp_path):
+    for bad in ("shared", "fast:8", "fused:0", "shared:8,"):
+        run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", bad, "--out", tmp_path / "bad")
+        assert run.returncode == 2 and "--ways" in run.stderr and "PATH:N" in run.stderr, (bad, run.stderr)
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "out"
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "shared:2", "--out", out)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads((out / "report.json").read_text())["steps"]["throughput"]["results"]
+    assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [("shared", 2)]
+    assert results[0]["invariance"]["identical_padded"]
+
+
 def test_the_out_folder_is_the_runners_own(bundle, tmp_path):
     foreign = tmp_path / "someone-elses"
     foreign.mkdir()
