@@ -15,7 +15,7 @@ use super::config::{LayerKind, TextConfig};
 pub use super::decoder_input::Embedded;
 use super::error::VlmError;
 use super::families::gemma4::text::Gemma4Decoder;
-use super::families::qwen3_5::linear_attention::{GatedDeltaNet, LinearState};
+use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
 use super::shared_prefix;
@@ -222,18 +222,14 @@ impl DecoderLayer {
                     _ => None,
                 };
                 if matches!(step.path, AttentionPath::SharedPrefix { .. }) {
-                    // Each image's state, repeated for its rows here and dropped after: the
-                    // pass is read once, and a whole stack of repeated states would take
-                    // gigabytes on a full-size model.
-                    let rows = x.size()[0];
-                    let mut repeated = state.map(|s| {
-                        let n = rows / s.recurrent.size()[0];
-                        LinearState {
-                            conv: s.conv.repeat_interleave_self_int(n, 0, None),
-                            recurrent: s.recurrent.repeat_interleave_self_int(n, 0, None),
-                        }
-                    });
-                    linear.forward(&normed, &mut repeated, step.valid)
+                    // The questions read their image's state in place; the cache keeps the
+                    // prefix's, and the questions' own states are never made.
+                    let out = match &state {
+                        Some(prefix) => linear.forward_after_prefix(&normed, prefix, step.valid),
+                        None => linear.forward(&normed, &mut None, step.valid),
+                    };
+                    *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
+                    out
                 } else {
                     let out = linear.forward(&normed, &mut state, step.valid);
                     *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);

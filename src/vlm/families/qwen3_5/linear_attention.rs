@@ -4,10 +4,15 @@
 //! depthwise convolution over the projected queries, keys and values:
 //!   S <- exp(g) S;  S <- S + k (beta (v - k^T S))^T;  out = q^T S
 //! with the decay g = -exp(A_log) softplus(a + dt_bias) and the write strength beta = sigmoid(b).
-//! Decoding runs that recurrence one token at a time. A prompt runs it in chunks of 64 tokens:
-//! within a chunk the updates are solved together as one triangular system (the "WY" form), and
-//! only the state crosses chunk boundaries. Both forms are checked against each other in the
-//! tests below, and against transformers' reference forms by the parity goldens.
+//! Decoding runs that recurrence one token at a time. A prompt runs it in chunks of up to 64
+//! tokens: within a chunk the updates are solved together through the inverse of one unit
+//! triangular system (the "WY" form), and only the state crosses chunk boundaries. Both forms are
+//! checked against each other in the tests below, and against transformers' reference forms by
+//! the parity goldens.
+//!
+//! Scoring's questions all start from their image's state after the prefix. That state is read
+//! where it is, one product per image for all its questions' rows ([`Start::PerImage`]), never
+//! repeated per question, and the state after the questions, which nothing reads, is not made.
 
 use tch::{Kind, Tensor};
 
@@ -16,8 +21,22 @@ use crate::vlm::error::VlmError;
 use crate::vlm::layers::Linear;
 use crate::vlm::weights::Weights;
 
-/// Tokens per chunk of the chunked form (transformers' and the FLA kernels' size).
+/// Tokens per chunk of the chunked form at most (transformers' and the FLA kernels' size). A
+/// shorter call (a question's few dozen tokens) takes one chunk of its own length rounded up to
+/// [`CHUNK_STEP`]: padding 24 tokens to 64 would nearly triple the chunk's work.
 const CHUNK: i64 = 64;
+const CHUNK_STEP: i64 = 8;
+
+/// The delta rule's state before a call.
+pub enum Start {
+    /// No tokens before: a zero state.
+    Zero,
+    /// One state per row, (batch, heads, dk, dv).
+    PerRow(Tensor),
+    /// One state per image, (images, heads, dk, dv), shared by that image's rows, which come
+    /// image by image (batch / images of each).
+    PerImage(Tensor),
+}
 
 /// What a linear layer carries from one call to the next, per batch row: the last
 /// `conv_kernel_dim - 1` inputs of the convolution, (batch, conv_dim, kernel - 1), and the delta
@@ -70,6 +89,28 @@ impl GatedDeltaNet {
     /// the state, and the convolution keeps each row's last real inputs, so the state left is
     /// the one after each row's own tokens.
     pub fn forward(&self, x: &Tensor, state: &mut Option<LinearState>, valid: Option<&Tensor>) -> Tensor {
+        let (conv, start) = match state.take() {
+            Some(st) => (Some(st.conv), Start::PerRow(st.recurrent)),
+            None => (None, Start::Zero),
+        };
+        let (out, kept) = self.mix(x, conv.as_ref(), start, true, valid);
+        *state = kept;
+        out
+    }
+
+    /// `x` (images x rows, seq, hidden), each image's rows continuing from that image's state
+    /// `prefix` (images first): the questions of scoring after their image. The prefix's
+    /// recurrent state is read in place (its small convolution inputs are repeated per row), and
+    /// the state after `x` is not made.
+    pub fn forward_after_prefix(&self, x: &Tensor, prefix: &LinearState, valid: Option<&Tensor>) -> Tensor {
+        let rows = x.size()[0] / prefix.conv.size()[0];
+        let conv = prefix.conv.repeat_interleave_self_int(rows, 0, None);
+        self.mix(x, Some(&conv), Start::PerImage(prefix.recurrent.shallow_clone()), false, valid).0
+    }
+
+    /// The layer after the convolution inputs `conv` and the delta rule's `start`; with `keep`,
+    /// also the state after `x`.
+    fn mix(&self, x: &Tensor, conv: Option<&Tensor>, start: Start, keep: bool, valid: Option<&Tensor>) -> (Tensor, Option<LinearState>) {
         let (b, s) = (x.size()[0], x.size()[1]);
         let s_cfg = &self.shape;
         let (kh, vh, dk, dv) =
@@ -84,7 +125,7 @@ impl GatedDeltaNet {
             g = g * keep;
         }
 
-        let (mixed, conv_state) = self.convolve(&mixed, state.as_ref().map(|st| &st.conv), valid);
+        let (mixed, conv_state) = self.convolve(&mixed, conv, valid);
         let mixed = mixed.transpose(1, 2); // (b, s, conv_dim)
         let key_dim = kh * dk;
         let split_heads = |t: Tensor, heads: i64, dim: i64| t.reshape([b, s, heads, dim]).transpose(1, 2).to_kind(Kind::Float);
@@ -97,17 +138,18 @@ impl GatedDeltaNet {
         let k = l2_normalize(&k);
         let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
 
-        let initial = state.as_ref().map(|st| st.recurrent.shallow_clone());
-        let (out, recurrent) = if s == 1 && initial.is_some() {
-            recurrent_rule(&q, &k, &v, &g, &beta, initial)
-        } else {
-            chunked_rule(&q, &k, &v, &g, &beta, initial)
+        let (out, recurrent) = match start {
+            Start::PerRow(initial) if s == 1 => {
+                let (out, state) = recurrent_rule(&q, &k, &v, &g, &beta, Some(initial));
+                (out, Some(state))
+            }
+            start => chunked_rule(&q, &k, &v, &g, &beta, start, keep),
         };
-        *state = Some(LinearState { conv: conv_state, recurrent });
+        let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
 
         let out = out.transpose(1, 2); // (b, s, vh, dv)
         let out = self.gated_norm(&out.to_kind(x.kind()), &z);
-        self.out_proj.forward(&out.reshape([b, s, vh * dv]))
+        (self.out_proj.forward(&out.reshape([b, s, vh * dv])), kept)
     }
 
     /// The causal depthwise convolution with SiLU over `mixed` (batch, channels, seq), continuing
@@ -168,50 +210,95 @@ pub fn recurrent_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Ten
     (Tensor::stack(&outs, 2), state)
 }
 
-/// The delta rule in chunks of [`CHUNK`] tokens; same arguments and results as
-/// [`recurrent_rule`].
-pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, initial: Option<Tensor>) -> (Tensor, Tensor) {
+/// The delta rule in chunks of at most [`CHUNK`] tokens, from `start`; the same arguments and
+/// outputs as [`recurrent_rule`], and the final state where `keep` asks for it.
+pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, start: Start, keep: bool) -> (Tensor, Option<Tensor>) {
     let (b, h, s, dk) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
     let dv = v.size()[3];
-    let pad = (CHUNK - s % CHUNK) % CHUNK;
-    let n = (s + pad) / CHUNK;
-    let chunks = |t: &Tensor, d: i64| t.constant_pad_nd([0, 0, 0, pad]).reshape([b, h, n, CHUNK, d]);
+    let chunk = CHUNK.min((s + CHUNK_STEP - 1) / CHUNK_STEP * CHUNK_STEP).max(CHUNK_STEP);
+    let pad = (chunk - s % chunk) % chunk;
+    let n = (s + pad) / chunk;
+    let chunks = |t: &Tensor, d: i64| t.constant_pad_nd([0, 0, 0, pad]).reshape([b, h, n, chunk, d]);
     let (q, k, v) = (chunks(q, dk), chunks(k, dk), chunks(v, dv));
-    let beta = beta.constant_pad_nd([0, pad]).reshape([b, h, n, CHUNK, 1]);
-    let decay = g.constant_pad_nd([0, pad]).reshape([b, h, n, CHUNK]).cumsum(-1, Kind::Float); // log decay from the chunk start
+    let beta = beta.constant_pad_nd([0, pad]).reshape([b, h, n, chunk, 1]);
+    let decay = g.constant_pad_nd([0, pad]).reshape([b, h, n, chunk]).cumsum(-1, Kind::Float); // log decay from the chunk start
     let (k_beta, v_beta) = (&k * &beta, &v * &beta);
 
     // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
-    let future = Tensor::ones([CHUNK, CHUNK], (Kind::Bool, q.device())).triu(1);
+    let future = Tensor::ones([chunk, chunk], (Kind::Bool, q.device())).triu(1);
     let decay_between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(&future, f64::NEG_INFINITY).exp();
-    // Within a chunk the writes interfere through (I + strictly lower part of this)^-1.
+    // Within a chunk the writes interfere through (I + strictly lower part of this)^-1, made
+    // once (one triangular solve against the identity) and applied by two products: on a GPU
+    // far cheaper than two triangular solves against the values and keys.
     let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
+    let identity = Tensor::eye(chunk, (Kind::Float, q.device())).expand_as(&system);
+    let inverse = system.linalg_solve_triangular(&identity, false, true, true);
     let decay_exp = decay.exp().unsqueeze(-1);
-    let values = system.linalg_solve_triangular(&v_beta, false, true, true);
-    let keys_read = system.linalg_solve_triangular(&(&k_beta * &decay_exp), false, true, true);
+    let values = inverse.matmul(&v_beta);
+    let keys_read = inverse.matmul(&(&k_beta * &decay_exp));
     let within = q.matmul(&k.transpose(-1, -2)) * &decay_between;
     let q_decayed = &q * &decay_exp;
-    let last = decay.narrow(-1, CHUNK - 1, 1);
+    let last = decay.narrow(-1, chunk - 1, 1);
     let k_to_end = &k * (&last - &decay).exp().unsqueeze(-1);
     let chunk_decay = last.exp().unsqueeze(-1); // (b, h, n, 1, 1)
 
-    let mut state = initial.unwrap_or_else(|| Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())));
+    let mut state = match start {
+        Start::Zero => State::Rows(Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device()))),
+        Start::PerRow(state) => State::Rows(state),
+        Start::PerImage(state) => State::Images(state),
+    };
     let mut outs = Vec::with_capacity(n as usize);
     for c in 0..n {
         // What the chunk writes, less what the state (decayed to each position) already holds.
-        let new = values.select(2, c) - keys_read.select(2, c).matmul(&state);
-        outs.push(q_decayed.select(2, c).matmul(&state) + within.select(2, c).matmul(&new));
-        state = state * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new);
+        let new = values.select(2, c) - state.read(&keys_read.select(2, c));
+        outs.push(state.read(&q_decayed.select(2, c)) + within.select(2, c).matmul(&new));
+        if c + 1 < n || keep {
+            let rows = state.per_row(b);
+            state = State::Rows(rows * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
+        }
     }
-    let out = Tensor::stack(&outs, 2).reshape([b, h, n * CHUNK, dv]).narrow(2, 0, s);
-    (out, state)
+    let out = Tensor::stack(&outs, 2).reshape([b, h, n * chunk, dv]).narrow(2, 0, s);
+    (out, keep.then(|| state.per_row(b)))
+}
+
+/// The state inside [`chunked_rule`]: one per row, or one per image not yet repeated.
+enum State {
+    Rows(Tensor),
+    Images(Tensor),
+}
+
+impl State {
+    /// `x` (rows, heads, c, dk) times each row's state: (rows, heads, c, dv). Per image, the rows
+    /// of an image are stacked into one product with its state.
+    fn read(&self, x: &Tensor) -> Tensor {
+        match self {
+            State::Rows(state) => x.matmul(state),
+            State::Images(state) => {
+                let (b, h, c, dk) = (x.size()[0], x.size()[1], x.size()[2], x.size()[3]);
+                let (images, dv) = (state.size()[0], state.size()[3]);
+                let rows = b / images;
+                let stacked = x.reshape([images, rows, h, c, dk]).permute([0, 2, 1, 3, 4]).reshape([images, h, rows * c, dk]);
+                stacked.matmul(state).view([images, h, rows, c, dv]).permute([0, 2, 1, 3, 4]).reshape([b, h, c, dv])
+            }
+        }
+    }
+
+    fn per_row(self, b: i64) -> Tensor {
+        match self {
+            State::Rows(state) => state,
+            State::Images(state) => {
+                let rows = b / state.size()[0];
+                state.repeat_interleave_self_int(rows, 0, None)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use tch::{Kind, Tensor};
 
-    use super::{chunked_rule, l2_normalize, recurrent_rule};
+    use super::{chunked_rule, l2_normalize, recurrent_rule, Start};
 
     /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
     fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
@@ -234,13 +321,15 @@ mod tests {
         // 150 tokens: two full chunks and a padded third, from zero and from a carried state.
         let [q, k, v, g, beta] = inputs(2, 4, 150, 7);
         let (out_r, state_r) = recurrent_rule(&q, &k, &v, &g, &beta, None);
-        let (out_c, state_c) = chunked_rule(&q, &k, &v, &g, &beta, None);
+        let (out_c, state_c) = chunked_rule(&q, &k, &v, &g, &beta, Start::Zero, true);
+        let state_c = state_c.unwrap();
         assert!(max_diff(&out_r, &out_c) < 1e-4, "outputs differ by {}", max_diff(&out_r, &out_c));
         assert!(max_diff(&state_r, &state_c) < 1e-4, "states differ by {}", max_diff(&state_r, &state_c));
 
         let [q2, k2, v2, g2, beta2] = inputs(2, 4, 70, 8);
         let (out_r, state_r) = recurrent_rule(&q2, &k2, &v2, &g2, &beta2, Some(state_r));
-        let (out_c, state_c) = chunked_rule(&q2, &k2, &v2, &g2, &beta2, Some(state_c));
+        let (out_c, state_c) = chunked_rule(&q2, &k2, &v2, &g2, &beta2, Start::PerRow(state_c), true);
+        let state_c = state_c.unwrap();
         assert!(max_diff(&out_r, &out_c) < 1e-4, "continued outputs differ by {}", max_diff(&out_r, &out_c));
         assert!(max_diff(&state_r, &state_c) < 1e-4, "continued states differ by {}", max_diff(&state_r, &state_c));
     }
@@ -248,14 +337,14 @@ mod tests {
     #[test]
     fn a_sequence_split_in_two_ends_in_the_same_state() {
         let [q, k, v, g, beta] = inputs(1, 2, 100, 9);
-        let (whole, state_whole) = chunked_rule(&q, &k, &v, &g, &beta, None);
+        let (whole, state_whole) = chunked_rule(&q, &k, &v, &g, &beta, Start::Zero, true);
         let part = |t: &Tensor, from: i64, len: i64| t.narrow(2, from, len);
         let (first, state) =
-            chunked_rule(&part(&q, 0, 37), &part(&k, 0, 37), &part(&v, 0, 37), &part(&g, 0, 37), &part(&beta, 0, 37), None);
+            chunked_rule(&part(&q, 0, 37), &part(&k, 0, 37), &part(&v, 0, 37), &part(&g, 0, 37), &part(&beta, 0, 37), Start::Zero, true);
         let (second, state) =
-            chunked_rule(&part(&q, 37, 63), &part(&k, 37, 63), &part(&v, 37, 63), &part(&g, 37, 63), &part(&beta, 37, 63), Some(state));
+            chunked_rule(&part(&q, 37, 63), &part(&k, 37, 63), &part(&v, 37, 63), &part(&g, 37, 63), &part(&beta, 37, 63), Start::PerRow(state.unwrap()), true);
         assert!(max_diff(&whole, &Tensor::cat(&[first, second], 2)) < 1e-4);
-        assert!(max_diff(&state_whole, &state) < 1e-4);
+        assert!(max_diff(&state_whole.unwrap(), &state.unwrap()) < 1e-4);
     }
 
     #[test]
@@ -263,12 +352,39 @@ mod tests {
         // 25 tokens whose last 5 are padding: real q, k, v there, but g = 0 and beta = 0.
         let [q, k, v, g, beta] = inputs(1, 2, 25, 10);
         let (_, state) =
-            chunked_rule(&q.narrow(2, 0, 20), &k.narrow(2, 0, 20), &v.narrow(2, 0, 20), &g.narrow(2, 0, 20), &beta.narrow(2, 0, 20), None);
+            chunked_rule(&q.narrow(2, 0, 20), &k.narrow(2, 0, 20), &v.narrow(2, 0, 20), &g.narrow(2, 0, 20), &beta.narrow(2, 0, 20), Start::Zero, true);
         let real = Tensor::cat(
             &[Tensor::ones([1, 2, 20], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([1, 2, 5], (Kind::Float, tch::Device::Cpu))],
             2,
         );
-        let (_, padded) = chunked_rule(&q, &k, &v, &(&g * &real), &(&beta * &real), None);
-        assert!(max_diff(&state, &padded) < 1e-6);
+        let (_, padded) = chunked_rule(&q, &k, &v, &(&g * &real), &(&beta * &real), Start::Zero, true);
+        assert!(max_diff(&state.unwrap(), &padded.unwrap()) < 1e-6);
+    }
+
+    /// Questions after their image: 3 images' states, 5 rows each of 21 tokens (one chunk of 24),
+    /// the state read per image equals it repeated per row, and token by token.
+    #[test]
+    fn rows_sharing_their_images_state_equal_rows_with_a_copy_each() {
+        let (images, rows, s) = (3, 5, 21);
+        let [pq, pk, pv, pg, pbeta] = inputs(images, 2, 40, 11);
+        let (_, prefix) = chunked_rule(&pq, &pk, &pv, &pg, &pbeta, Start::Zero, true);
+        let prefix = prefix.unwrap();
+        let [q, k, v, g, beta] = inputs(images * rows, 2, s, 12);
+        let copies = prefix.repeat_interleave_self_int(rows, 0, None);
+        let (shared, none) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerImage(prefix.shallow_clone()), false);
+        assert!(none.is_none());
+        let (copied, _) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerRow(copies.shallow_clone()), true);
+        let (stepped, _) = recurrent_rule(&q, &k, &v, &g, &beta, Some(copies));
+        assert!(max_diff(&shared, &copied) < 1e-6, "shared vs copied: {}", max_diff(&shared, &copied));
+        assert!(max_diff(&shared, &stepped) < 1e-4, "shared vs token by token: {}", max_diff(&shared, &stepped));
+        // More tokens than one chunk: the shared state is repeated after the first.
+        let [q, k, v, g, beta] = inputs(images * rows, 2, 90, 13);
+        let (shared, _) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerImage(prefix), false);
+        let (stepped, _) = recurrent_rule(&q, &k, &v, &g, &beta, Some(copies_of(&pq, &pk, &pv, &pg, &pbeta, rows)));
+        assert!(max_diff(&shared, &stepped) < 1e-4, "two chunks: {}", max_diff(&shared, &stepped));
+    }
+
+    fn copies_of(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, rows: i64) -> Tensor {
+        chunked_rule(q, k, v, g, beta, Start::Zero, true).1.unwrap().repeat_interleave_self_int(rows, 0, None)
     }
 }
