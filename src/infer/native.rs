@@ -122,10 +122,11 @@ impl NativeScorer {
         if !variables.is_empty() {
             preprocessing["chat_template_variables"] = variables.into();
         }
-        // Every family scores with the image prefix held once, in passes of `images_per_pass`
-        // images: both shape the last bits of a score, so both are in the identity (scores made
-        // by the copied path are another scorer's).
-        preprocessing["scoring"] = serde_json::json!({"prefix": PrefixAttention::Shared.name(), "images_per_pass": model.images_per_pass});
+        // Every family scores with the image prefix held once (through the fused kernel on a
+        // GPU), in passes of `images_per_pass` images: both shape the last bits of a score, so
+        // both are in the identity (scores made by another path are another scorer's).
+        let prefix = PrefixAttention::for_device(engine.model.device).name();
+        preprocessing["scoring"] = serde_json::json!({"prefix": prefix, "images_per_pass": model.images_per_pass});
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),

@@ -180,7 +180,7 @@ impl VlModel {
     /// Yes/no logits for the prompts of several images in passes: the images' prefixes (each
     /// up to where its prompts differ, the image included) prefilled together, then every
     /// image's suffixes as one batch, each meeting its own image's prefix held once
-    /// ([`PrefixAttention::Shared`]). Images whose prompts have another
+    /// ([`PrefixAttention::for_device`]). Images whose prompts have another
     /// shape (prefix length, number of prompts) go in a pass of their own.
     ///
     /// Every pass is padded to `pass_images` images (repeats of its last, their scores dropped),
@@ -190,11 +190,11 @@ impl VlModel {
     /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
     /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
-        self.score_pass_with(images, answer, pass_images, PrefixAttention::Shared, &mut StageClock::off())
+        self.score_pass_with(images, answer, pass_images, PrefixAttention::for_device(self.device), &mut StageClock::off())
     }
 
-    /// [`Self::score_pass`], the prefix part as `method` says ([`PrefixAttention::Shared`], or
-    /// [`PrefixAttention::Fused`] to measure its kernel); `clock` marks the stages.
+    /// [`Self::score_pass`], the prefix part as `method` says (the products or the fused
+    /// kernel, to measure one beside the other); `clock` marks the stages.
     pub fn score_pass_with(
         &self,
         images: &[PassImage<'_>],

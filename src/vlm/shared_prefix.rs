@@ -26,12 +26,24 @@ pub enum PrefixAttention {
     Shared,
     /// [`Self::Shared`] with the prefix part through libtorch's fused attention kernel, which
     /// returns its log-sum-exp instead of a score matrix the size of queries x prefix (flash
-    /// attention on the CPU, memory-efficient attention on CUDA). For measuring beside `shared`
-    /// (`bench scoring`, the GPU runner); releases are scored by `shared`.
+    /// attention on the CPU, memory-efficient attention on CUDA).
     Fused,
 }
 
 impl PrefixAttention {
+    /// How releases are scored on `device`. On a GPU the fused kernel: the products' f32 score
+    /// matrix is a memory round trip the kernel never makes (the questions of Qwen3-VL-8B 24%
+    /// faster on an H200, the same numbers within 1e-5 in f32, batch-invariant). On the CPU the
+    /// products: they cost the same there, and their bits are pinned alike on every processor
+    /// (`vlm::cpu_kernels`), which the CPU flash kernel's vector paths are not known to be.
+    pub fn for_device(device: tch::Device) -> PrefixAttention {
+        if device.is_cuda() {
+            PrefixAttention::Fused
+        } else {
+            PrefixAttention::Shared
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             PrefixAttention::Copied => "copied",

@@ -36,8 +36,8 @@ pub struct ScoringBench {
     pub peak_tflops: Option<f64>,
     /// Images in the release to project a run time for (the baseline: 4,628).
     pub project_images: usize,
-    /// How the questions meet the image prefix (the copied path releases are scored by, or the
-    /// prefix held once).
+    /// How the questions meet the image prefix (copied per question, the old path; or held once,
+    /// by products or the fused kernel).
     pub prefix_attention: PrefixAttention,
     /// Images scored in one pass (the shared path; 1 with the copied one).
     pub images_per_pass: usize,
@@ -89,7 +89,7 @@ pub struct ScoringBenchReport {
     /// end), with each stage's share of the FLOPs and its MFU where a peak was given.
     pub stages: Vec<StageTime>,
     /// With `fused`: the largest difference of the first pass's logits from the same pass
-    /// scored by `shared` (the products the releases are scored by).
+    /// scored by `shared` (the products).
     pub max_abs_logit_diff_to_shared: Option<f32>,
 }
 

@@ -48,8 +48,8 @@ pub struct BenchScoringArgs {
     #[arg(long, default_value_t = 4628)]
     pub project_images: usize,
     /// How the questions meet the image prefix: `copied` per question (the old path), `shared`,
-    /// held once (the path releases are scored by), or `fused`, held once with its part of the
-    /// attention through libtorch's fused kernel (measured beside `shared`).
+    /// held once, its part of the attention by matrix products (how releases are scored on the
+    /// CPU), or `fused`, held once, that part through libtorch's fused kernel (on a GPU).
     #[arg(long, value_enum, default_value_t = PrefixAttentionArg::Copied)]
     pub prefix_attention: PrefixAttentionArg,
     /// Images scored in one pass, their suffixes in one batch (with `--prefix-attention shared` or
