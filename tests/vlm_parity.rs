@@ -17,7 +17,7 @@ use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt}
 use bpals_release::vlm::model::{PassImage, VlModel};
 use bpals_release::vlm::shared_prefix::PrefixAttention;
 use bpals_release::vlm::stage_clock::StageClock;
-use bpals_release::vlm::{pixels, ModelDir, Thinking, YesNo};
+use bpals_release::vlm::{pixels, ImageFeatures, ModelDir, Thinking, YesNo};
 use common::*;
 use tch::{Device, Kind, Tensor};
 
@@ -335,6 +335,47 @@ fn rows_of_different_images_decode_together_as_alone() {
             let alone = model.generate_batch(&images, std::slice::from_ref(request), 10, &[]).unwrap().remove(0);
             assert_eq!(together, &alone, "{family}: a batched row differs from its run alone");
         }
+    }
+}
+
+/// The vision tower's features of an image do not depend on what shares its pass either: where
+/// the tower runs a pass's images together (Qwen3-VL's, also Qwen3.5's, and Gemma 4's), alone
+/// (padded to the pass), in a pass of three or in either half, the same bits; and within 1e-5
+/// of the image through the tower by itself. An image of another size goes through on its own.
+#[test]
+fn the_vision_tower_gives_an_image_the_same_features_in_any_pass() {
+    tch::set_num_threads(1);
+    for path in [fixture("qwen3_vl"), fixture("qwen3_5"), gemma4_fixture("gemma4_dense"), fixture("qwen2_5_vl")] {
+        let dir = ModelDir::open(&path).unwrap();
+        let model = VlModel::load(&dir, Device::Cpu, Kind::Float).unwrap();
+        let tall = image::open(path.join("goldens/tall-77x123.png")).unwrap();
+        let odd = image::open(path.join("goldens/odd-201x59.png")).unwrap();
+        let inputs: Vec<_> = [tall.clone(), tall.fliph(), tall.flipv(), odd]
+            .iter()
+            .map(|image| pixels::pixel_values(image, &dir.preprocessor, Device::Cpu).unwrap())
+            .collect();
+        let refs: Vec<_> = inputs.iter().map(|(pixels, grid)| (pixels, *grid)).collect();
+        let bits = |f: &ImageFeatures| {
+            let mut all = vec![f.embeds.shallow_clone()];
+            all.extend(f.deepstack.iter().map(|t| t.shallow_clone()));
+            all.iter().flat_map(|t| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()).map(f32::to_bits).collect::<Vec<_>>()
+        };
+        let together = model.encode_pass(&refs, 3);
+        let mut halves = model.encode_pass(&refs[..2], 3);
+        halves.extend(model.encode_pass(&refs[2..], 3));
+        for (k, input) in refs.iter().enumerate() {
+            let alone = model.encode_pass(std::slice::from_ref(input), 3).remove(0);
+            let differ = |a: Vec<u32>, b: Vec<u32>| a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+            let alone_differ = differ(bits(&alone), bits(&together[k]));
+            assert_eq!(alone_differ, 0, "{}: image {k} alone and in a pass of three: {alone_differ} values differ", path.display());
+            let half_differ = differ(bits(&halves[k]), bits(&together[k]));
+            assert_eq!(half_differ, 0, "{}: image {k} in half the images: {half_differ} values differ", path.display());
+            let by_itself = model.encode_image(input.0, input.1);
+            let d = (&by_itself.embeds - &together[k].embeds).abs().max().double_value(&[]);
+            assert!(d <= 1e-5, "{}: image {k}'s embeddings through the tower by itself differ by {d}", path.display());
+            assert_eq!(by_itself.deepstack.len(), together[k].deepstack.len());
+        }
+        assert!(model.vision.batches() == !path.ends_with("qwen2_5_vl"));
     }
 }
 

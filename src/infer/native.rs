@@ -190,7 +190,8 @@ impl Scorer for NativeScorer {
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
         let Loaded { engine, prompts } = &mut *loaded;
-        let features: Vec<_> = prepared.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
+        let inputs: Vec<_> = prepared.iter().map(|(values, grid)| (values, *grid)).collect();
+        let features = engine.model.encode_pass(&inputs, self.images_per_pass);
         // One pass per prompt section: S1's label and device questions, then S2's location and
         // sign questions (their ids hold a '/'). A pass's shapes follow its questions, and the
         // last bits of a score follow the shapes, so S1's questions are scored as an S1 build

@@ -65,6 +65,33 @@ impl VlModel {
         tch::no_grad(|| self.vision.forward(&pixels.to_device(self.device), grid))
     }
 
+    /// The vision tower's features of a pass's images (pixel values and patch grid), in order.
+    /// Where the tower runs images together, consecutive images of one grid go through it
+    /// `pass_images` at a time, padded as [`Self::score_pass`] pads (repeats of the last; one
+    /// spare more on the CPU when several), so an image's features are the same bits whichever
+    /// images share its pass. One image a pass is [`Self::encode_image`]'s bits.
+    pub fn encode_pass(&self, images: &[(&Tensor, (usize, usize, usize))], pass_images: usize) -> Vec<ImageFeatures> {
+        let size = pass_images.max(1);
+        if size == 1 || !self.vision.batches() {
+            return images.iter().map(|(pixels, grid)| self.encode_image(pixels, *grid)).collect();
+        }
+        let padded = size + usize::from(self.device == Device::Cpu);
+        let mut out = Vec::with_capacity(images.len());
+        for run in images.chunk_by(|a, b| a.1 == b.1) {
+            for group in run.chunks(size) {
+                let mut pixels: Vec<Tensor> = group.iter().map(|(p, _)| p.to_device(self.device)).collect();
+                while pixels.len() < padded {
+                    pixels.push(pixels[pixels.len() - 1].shallow_clone());
+                }
+                let refs: Vec<&Tensor> = pixels.iter().collect();
+                let mut features = tch::no_grad(|| self.vision.forward_many(&refs, group[0].1));
+                features.truncate(group.len());
+                out.extend(features);
+            }
+        }
+        out
+    }
+
     /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
     /// the image embeddings.
     fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Embedded, VlmError> {

@@ -226,7 +226,7 @@ pub fn run(
             clock.restart();
             timed = Instant::now();
         }
-        let features = encode(&model, chunk);
+        let features = encode(&model, chunk, pass);
         clock.mark(Stage::Vision);
         // The scores come back to the host, so the device's work is done when this returns.
         if pass == 1 {
@@ -300,9 +300,11 @@ pub fn run(
     })
 }
 
-/// The vision tower's features of each of `inputs` (pixel values and patch grid).
-fn encode(model: &VlModel, inputs: &[(tch::Tensor, (usize, usize, usize))]) -> Vec<ImageFeatures> {
-    inputs.iter().map(|(values, grid)| model.encode_image(values, *grid)).collect()
+/// The vision tower's features of each of `inputs` (pixel values and patch grid), `pass` at a
+/// time as a build encodes them.
+fn encode(model: &VlModel, inputs: &[(tch::Tensor, (usize, usize, usize))], pass: usize) -> Vec<ImageFeatures> {
+    let refs: Vec<_> = inputs.iter().map(|(values, grid)| (values, *grid)).collect();
+    model.encode_pass(&refs, pass)
 }
 
 /// One pass of `inputs`, each asked every prompt of `ids`.
@@ -320,7 +322,7 @@ fn difference(
     pass: usize,
     methods: (PrefixAttention, PrefixAttention),
 ) -> Result<f32, VlmError> {
-    let features = encode(model, inputs);
+    let features = encode(model, inputs, pass);
     let images = pass_of(&features, inputs, ids);
     let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
     let second = model.score_pass_with(&images, answer, pass, methods.1, &mut StageClock::off())?;
@@ -343,7 +345,7 @@ fn invariance(
     if model.device == Device::Cpu {
         tch::set_num_threads(1);
     }
-    let features = encode(model, inputs);
+    let features = encode(model, inputs, pass);
     let images = pass_of(&features, inputs, ids);
     let together = model.score_pass_with(&images, answer, pass, method, &mut StageClock::off())?;
     let (mut padded, mut unpadded) = (0f32, 0f32);
@@ -351,9 +353,13 @@ fn invariance(
     // The first, a middle and the last image of the pass: each place in it, at a third of the cost.
     let mut places: Vec<usize> = vec![0, images.len() / 2, images.len() - 1];
     places.dedup();
-    for (image, in_pass) in places.iter().map(|&k| (&images[k], &together[k])) {
+    for (k, in_pass) in places.iter().map(|&k| (k, &together[k])) {
         for (alone_in, diff, same) in [(pass, &mut padded, &mut same_padded), (1, &mut unpadded, &mut same_unpadded)] {
-            let alone = model.score_pass_with(std::slice::from_ref(image), answer, alone_in, method, &mut StageClock::off())?.remove(0);
+            // Alone from the pixels on: the vision tower too sees it without the others.
+            let input = &inputs[k..k + 1];
+            let features = encode(model, input, alone_in);
+            let image = pass_of(&features, input, ids);
+            let alone = model.score_pass_with(&image, answer, alone_in, method, &mut StageClock::off())?.remove(0);
             for (a, b) in alone.iter().zip(in_pass) {
                 *same &= a.logit_yes.to_bits() == b.logit_yes.to_bits() && a.logit_no.to_bits() == b.logit_no.to_bits();
                 *diff = diff.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs());

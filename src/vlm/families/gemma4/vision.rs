@@ -97,17 +97,18 @@ impl Block {
         })
     }
 
-    /// `x` (patches, width); cos and sin (1, patches, head_dim) for the 2D angles.
+    /// `x` (images, patches, width), each image attending within itself; cos and sin (1, 1,
+    /// patches, head_dim) for the 2D angles.
     fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        let n = x.size()[0];
+        let (b, n) = (x.size()[0], x.size()[1]);
         let normed = self.input_norm.forward(x);
-        let heads_of = |t: Tensor, h: i64| t.view([n, h, self.head_dim]).transpose(0, 1).unsqueeze(0);
+        let heads_of = |t: Tensor, h: i64| t.view([b, n, h, self.head_dim]).transpose(1, 2);
         let q = apply_rotary_2d(&self.q_norm.forward(&heads_of(self.q.forward(&normed), self.heads)), cos, sin);
         let k = apply_rotary_2d(&self.k_norm.forward(&heads_of(self.k.forward(&normed), self.kv_heads)), cos, sin);
         let v = self.v_norm.forward(&heads_of(self.v.forward(&normed), self.kv_heads));
         let groups = self.heads / self.kv_heads;
         let (k, v) = (k.repeat_interleave_self_int(groups, 1, None), v.repeat_interleave_self_int(groups, 1, None));
-        let out = attention(&q, &k, &v, None, 1.0).squeeze_dim(0).transpose(0, 1).reshape([n, self.heads * self.head_dim]);
+        let out = attention(&q, &k, &v, None, 1.0).transpose(1, 2).reshape([b, n, self.heads * self.head_dim]);
         let x = x + self.post_attention_norm.forward(&self.o.forward(&out));
         let h = self.pre_mlp_norm.forward(&x);
         let mlp = self.down.forward(&(self.gate.forward(&h).gelu("tanh") * self.up.forward(&h)));
@@ -171,10 +172,16 @@ impl VisionGemma4 {
 
     /// The soft tokens (rows / k x columns / k, text width) of one image's patches (rows x
     /// columns, row-major; grid (1, rows, columns)).
-    pub fn forward(&self, pixels: &Tensor, (_, rows, cols): (usize, usize, usize)) -> Tensor {
-        let (rows, cols) = (rows as i64, cols as i64);
+    pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
+        self.forward_many(&[pixels], grid).remove(0)
+    }
+
+    /// [`Self::forward`] for several images of one grid at once, a batch of images: every
+    /// product sees all their patches; attention stays within each image.
+    pub fn forward_many(&self, pixels: &[&Tensor], (_, rows, cols): (usize, usize, usize)) -> Vec<Tensor> {
+        let (rows, cols, images) = (rows as i64, cols as i64, pixels.len() as i64);
         let device = self.input_proj.device();
-        let x = ((pixels - 0.5) * 2.0).to_kind(self.input_proj.kind()).linear(&self.input_proj, None::<&Tensor>);
+        let x = ((Tensor::stack(pixels, 0) - 0.5) * 2.0).to_kind(self.input_proj.kind()).linear(&self.input_proj, None::<&Tensor>);
         let col = Tensor::arange(cols, (Kind::Int64, device)).repeat([rows]);
         let row = Tensor::arange(rows, (Kind::Int64, device)).repeat_interleave_self_int(cols, 0, None);
         let positions = self.position_table.get(0).index_select(0, &col) + self.position_table.get(1).index_select(0, &row);
@@ -191,16 +198,16 @@ impl VisionGemma4 {
         let k = self.pool;
         let pooled = x
             .to_kind(Kind::Float)
-            .view([rows / k, k, cols / k, k, self.width])
-            .permute([0, 2, 1, 3, 4])
-            .reshape([(rows / k) * (cols / k), k * k, self.width])
-            .mean_dim(1, false, Kind::Float)
+            .view([images, rows / k, k, cols / k, k, self.width])
+            .permute([0, 1, 3, 2, 4, 5])
+            .reshape([images, (rows / k) * (cols / k), k * k, self.width])
+            .mean_dim(2, false, Kind::Float)
             * (self.width as f64).sqrt();
         let pooled = match &self.standardize {
             Some((bias, scale)) => (pooled - bias) * scale,
             None => pooled,
         };
         let pooled = pooled.to_kind(x.kind());
-        self.embed_norm.forward(&pooled).linear(&self.projection, None::<&Tensor>)
+        self.embed_norm.forward(&pooled).linear(&self.projection, None::<&Tensor>).unbind(0)
     }
 }

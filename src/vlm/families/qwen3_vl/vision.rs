@@ -37,9 +37,9 @@ impl Block {
         })
     }
 
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        let whole = [x.size()[0]];
-        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, &whole);
+    /// `x` holds images of `lens` patches each, one after another; each attends within itself.
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
         &x + self.fc2.forward(&self.fc1.forward(&self.norm2.forward(&x)).gelu(self.gelu))
     }
 }
@@ -113,21 +113,36 @@ impl VisionQwen3 {
 
     /// Image embeddings and DeepStack features, one row per merged patch.
     pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
-        let kind = self.patch_embed.kind();
-        let device = pixels.device();
-        let mut x = pixels.to_kind(kind).linear(&self.patch_embed, Some(&self.patch_bias));
-        x = &x + self.positions(grid, device).to_kind(kind);
+        self.forward_many(&[pixels], grid).remove(0)
+    }
+
+    /// [`Self::forward`] for several images of one patch grid at once: their patches in one
+    /// sequence, so every product has all their rows; attention stays within each image.
+    pub fn forward_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+        let (kind, images) = (self.patch_embed.kind(), pixels.len() as i64);
+        let device = pixels[0].device();
+        let mut x = Tensor::cat(pixels, 0).to_kind(kind).linear(&self.patch_embed, Some(&self.patch_bias));
+        x = &x + self.positions(grid, device).to_kind(kind).repeat([images, 1]);
         let head_dim = self.cfg.hidden_size as i64 / self.cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, self.cfg.rope_theta, device);
+        let (cos, sin) = (cos.repeat([images, 1, 1]), sin.repeat([images, 1, 1]));
+        let lens = vec![(grid.0 * grid.1 * grid.2) as i64; images as usize];
         let mut deepstack = Vec::with_capacity(self.deepstack.len());
         for (index, block) in self.blocks.iter().enumerate() {
-            x = block.forward(&x, &cos, &sin);
+            x = block.forward(&x, &cos, &sin, &lens);
             if let Some(k) = self.cfg.deepstack_visual_indexes.iter().position(|&d| d == index) {
                 deepstack.push((k, self.deepstack[k].forward(&x)));
             }
         }
-        // The text model takes them in block order, whatever order the config lists them in.
-        ImageFeatures { embeds: self.merger.forward(&x), deepstack: deepstack.into_iter().map(|(_, f)| f).collect() }
+        // The text model takes them in block order (as pushed), whatever order the config lists
+        // them in.
+        let per_image = |t: &Tensor| t.chunk(images, 0);
+        let mut maps: Vec<Vec<Tensor>> = deepstack.iter().map(|(_, f)| per_image(f)).collect();
+        per_image(&self.merger.forward(&x))
+            .into_iter()
+            .enumerate()
+            .map(|(i, embeds)| ImageFeatures { embeds, deepstack: maps.iter_mut().map(|m| m[i].shallow_clone()).collect() })
+            .collect()
     }
 
     /// The learned position grid resampled bilinearly (corners aligned) to the image's patch
