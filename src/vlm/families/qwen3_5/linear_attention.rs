@@ -341,8 +341,15 @@ mod tests {
         let part = |t: &Tensor, from: i64, len: i64| t.narrow(2, from, len);
         let (first, state) =
             chunked_rule(&part(&q, 0, 37), &part(&k, 0, 37), &part(&v, 0, 37), &part(&g, 0, 37), &part(&beta, 0, 37), Start::Zero, true);
-        let (second, state) =
-            chunked_rule(&part(&q, 37, 63), &part(&k, 37, 63), &part(&v, 37, 63), &part(&g, 37, 63), &part(&beta, 37, 63), Start::PerRow(state.unwrap()), true);
+        let (second, state) = chunked_rule(
+            &part(&q, 37, 63),
+            &part(&k, 37, 63),
+            &part(&v, 37, 63),
+            &part(&g, 37, 63),
+            &part(&beta, 37, 63),
+            Start::PerRow(state.unwrap()),
+            true,
+        );
         assert!(max_diff(&whole, &Tensor::cat(&[first, second], 2)) < 1e-4);
         assert!(max_diff(&state_whole.unwrap(), &state.unwrap()) < 1e-4);
     }
@@ -351,8 +358,15 @@ mod tests {
     fn padding_with_no_decay_and_no_write_leaves_the_state_alone() {
         // 25 tokens whose last 5 are padding: real q, k, v there, but g = 0 and beta = 0.
         let [q, k, v, g, beta] = inputs(1, 2, 25, 10);
-        let (_, state) =
-            chunked_rule(&q.narrow(2, 0, 20), &k.narrow(2, 0, 20), &v.narrow(2, 0, 20), &g.narrow(2, 0, 20), &beta.narrow(2, 0, 20), Start::Zero, true);
+        let (_, state) = chunked_rule(
+            &q.narrow(2, 0, 20),
+            &k.narrow(2, 0, 20),
+            &v.narrow(2, 0, 20),
+            &g.narrow(2, 0, 20),
+            &beta.narrow(2, 0, 20),
+            Start::Zero,
+            true,
+        );
         let real = Tensor::cat(
             &[Tensor::ones([1, 2, 20], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([1, 2, 5], (Kind::Float, tch::Device::Cpu))],
             2,
