@@ -65,6 +65,12 @@ impl VlModel {
         tch::no_grad(|| self.vision.forward(&pixels.to_device(self.device), grid))
     }
 
+    /// How many images a pass of `pass_images` is padded to: the size itself, and on the CPU one
+    /// spare more when several (libtorch's scalar tail falls on it, never on a scored image).
+    fn padded_pass(&self, pass_images: usize) -> usize {
+        pass_images + usize::from(self.device == Device::Cpu && pass_images > 1)
+    }
+
     /// The vision tower's features of a pass's images (pixel values and patch grid), in order.
     /// Where the tower runs images together, consecutive images of one grid go through it
     /// `pass_images` at a time, padded as [`Self::score_pass`] pads (repeats of the last; one
@@ -75,7 +81,7 @@ impl VlModel {
         if size == 1 || !self.vision.batches() {
             return images.iter().map(|(pixels, grid)| self.encode_image(pixels, *grid)).collect();
         }
-        let padded = size + usize::from(self.device == Device::Cpu);
+        let padded = self.padded_pass(size);
         let mut out = Vec::with_capacity(images.len());
         for run in images.chunk_by(|a, b| a.1 == b.1) {
             for group in run.chunks(size) {
@@ -248,7 +254,7 @@ impl VlModel {
         }
         for ((common, _), members) in shapes {
             let mut pass: Vec<&PassImage<'_>> = members.iter().map(|&i| &images[i]).collect();
-            while pass.len() < pass_images + usize::from(self.device == Device::Cpu && pass_images > 1) {
+            while pass.len() < self.padded_pass(pass_images) {
                 pass.push(pass[pass.len() - 1]);
             }
             let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused, clock))?;

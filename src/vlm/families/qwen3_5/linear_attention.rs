@@ -108,9 +108,16 @@ impl GatedDeltaNet {
         self.mix(x, Some(&conv), Start::PerImage(prefix.recurrent.shallow_clone()), false, valid).0
     }
 
-    /// The layer after the convolution inputs `conv` and the delta rule's `start`; with `keep`,
-    /// also the state after `x`.
-    fn mix(&self, x: &Tensor, conv: Option<&Tensor>, start: Start, keep: bool, valid: Option<&Tensor>) -> (Tensor, Option<LinearState>) {
+    /// The layer after the convolution inputs `conv` and the delta rule's `start`; with
+    /// `keep_state`, also the state after `x`.
+    fn mix(
+        &self,
+        x: &Tensor,
+        conv: Option<&Tensor>,
+        start: Start,
+        keep_state: bool,
+        valid: Option<&Tensor>,
+    ) -> (Tensor, Option<LinearState>) {
         let (b, s) = (x.size()[0], x.size()[1]);
         let s_cfg = &self.shape;
         let (kh, vh, dk, dv) =
@@ -143,7 +150,7 @@ impl GatedDeltaNet {
                 let (out, state) = recurrent_rule(&q, &k, &v, &g, &beta, Some(initial));
                 (out, Some(state))
             }
-            start => chunked_rule(&q, &k, &v, &g, &beta, start, keep),
+            start => chunked_rule(&q, &k, &v, &g, &beta, start, keep_state),
         };
         let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
 
