@@ -223,22 +223,17 @@ mod tower {
             })
         }
 
-        /// The features of several images of one patch grid (t, h, w), in order: Qwen3-VL's
-        /// tower (also Qwen3.5's) runs them as one sequence and Gemma 4's as one batch, so
-        /// their products see every image's rows; the Qwen2 towers one image at a time.
+        /// The features of several images of one patch grid (t, h, w), in order: the Qwen
+        /// towers run them as one sequence and Gemma 4's as one batch, so their products see
+        /// every image's rows.
         pub fn forward_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+            let plain = |embeds: Vec<Tensor>| embeds.into_iter().map(|embeds| ImageFeatures { embeds, deepstack: Vec::new() }).collect();
             match self {
+                VisionTower::Qwen2(v) => plain(v.forward_many(pixels, grid)),
+                VisionTower::Qwen25(v) => plain(v.forward_many(pixels, grid)),
                 VisionTower::Qwen3(v) => v.forward_many(pixels, grid),
-                VisionTower::Gemma4(v) => {
-                    v.forward_many(pixels, grid).into_iter().map(|embeds| ImageFeatures { embeds, deepstack: Vec::new() }).collect()
-                }
-                _ => pixels.iter().map(|p| self.forward(p, grid)).collect(),
+                VisionTower::Gemma4(v) => plain(v.forward_many(pixels, grid)),
             }
-        }
-
-        /// Whether [`Self::forward_many`] runs its images together (and so pads its passes).
-        pub fn batches(&self) -> bool {
-            matches!(self, VisionTower::Qwen3(_) | VisionTower::Gemma4(_))
         }
 
         /// The features of one image's `pixel_values` with patch grid (t, h, w).

@@ -63,10 +63,21 @@ impl VisionQwen25 {
 
     /// Image embeddings, one per merged patch, in the image's own (not the window) order.
     pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
+        self.forward_many(&[pixels], grid).remove(0)
+    }
+
+    /// [`Self::forward`] for several images of one patch grid at once: their patches in one
+    /// sequence, each image's windows after the last image's, so every product has all their
+    /// rows; attention stays within each window, or each image in the full-attention blocks.
+    pub fn forward_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<Tensor> {
         let cfg = &self.cfg;
+        let images = pixels.len();
         let unit = (cfg.spatial_merge_size * cfg.spatial_merge_size) as i64;
         let (order, window_lens) = windows(grid, cfg.spatial_merge_size, cfg.window_size.unwrap_or(0), cfg.patch_size);
-        let device = pixels.device();
+        let merged_per_image = order.len() as i64;
+        let order: Vec<i64> = (0..images as i64).flat_map(|i| order.iter().map(move |&o| o + i * merged_per_image)).collect();
+        let window_lens = window_lens.repeat(images);
+        let device = pixels[0].device();
         let order_t = Tensor::from_slice(&order).to_device(device);
         // Rows grouped by merged patch (unit rows each), reordered window by window.
         let by_window = |x: &Tensor| {
@@ -74,19 +85,18 @@ impl VisionQwen25 {
             x.reshape([n / unit, unit, -1]).index_select(0, &order_t).reshape([n, -1])
         };
         let kind = self.patch_embed.kind();
-        let mut x = by_window(&pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>));
-        let heads = cfg.num_heads as i64;
-        let head_dim = cfg.hidden_size as i64 / heads;
+        let mut x = by_window(&Tensor::cat(pixels, 0).to_kind(kind).linear(&self.patch_embed, None::<&Tensor>));
+        let head_dim = cfg.hidden_size as i64 / cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, cfg.spatial_merge_size, head_dim, cfg.rope_theta, device);
-        let (cos, sin) = (by_window(&cos.squeeze_dim(1)).unsqueeze(1), by_window(&sin.squeeze_dim(1)).unsqueeze(1));
-        let n = x.size()[0];
-        let whole = [n];
+        let repeated = |t: Tensor| by_window(&t.squeeze_dim(1).repeat([images as i64, 1])).unsqueeze(1);
+        let (cos, sin) = (repeated(cos), repeated(sin));
+        let whole = vec![merged_per_image * unit; images];
         for (index, block) in self.blocks.iter().enumerate() {
             let lens: &[i64] = if cfg.fullatt_block_indexes.contains(&index) { &whole } else { &window_lens };
             x = block.forward(&x, &cos, &sin, lens);
         }
         let merged = self.merger.forward(&self.ln_q.forward(&x));
-        merged.index_select(0, &order_t.argsort(0, false))
+        merged.index_select(0, &order_t.argsort(0, false)).chunk(images as i64, 0)
     }
 }
 

@@ -44,9 +44,9 @@ impl Block {
         })
     }
 
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        let whole = [x.size()[0]];
-        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, &whole);
+    /// `x` holds images of `lens` patches each, one after another; each attends within itself.
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
         &x + self.mlp.forward(&self.norm2.forward(&x))
     }
 }
@@ -75,14 +75,21 @@ impl VisionQwen2 {
 
     /// Image embeddings, one per merged patch: (h * w / merge², out_hidden_size).
     pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> Tensor {
-        let kind = self.patch_embed.kind();
-        let mut x = pixels.to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
-        let heads = self.cfg.num_heads as i64;
-        let head_dim = self.cfg.hidden_size as i64 / heads;
+        self.forward_many(&[pixels], grid).remove(0)
+    }
+
+    /// [`Self::forward`] for several images of one patch grid at once: their patches in one
+    /// sequence, so every product has all their rows; attention stays within each image.
+    pub fn forward_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<Tensor> {
+        let (kind, images) = (self.patch_embed.kind(), pixels.len() as i64);
+        let mut x = Tensor::cat(pixels, 0).to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
+        let head_dim = self.cfg.hidden_size as i64 / self.cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, self.cfg.rope_theta, x.device());
+        let (cos, sin) = (cos.repeat([images, 1, 1]), sin.repeat([images, 1, 1]));
+        let lens = vec![(grid.0 * grid.1 * grid.2) as i64; images as usize];
         for block in &self.blocks {
-            x = block.forward(&x, &cos, &sin);
+            x = block.forward(&x, &cos, &sin, &lens);
         }
-        self.merger.forward(&self.ln_q.forward(&x))
+        self.merger.forward(&self.ln_q.forward(&x)).chunk(images, 0)
     }
 }
