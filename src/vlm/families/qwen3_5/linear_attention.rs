@@ -139,10 +139,12 @@ impl GatedDeltaNet {
         let q = split_heads(mixed.narrow(-1, 0, key_dim), kh, dk);
         let k = split_heads(mixed.narrow(-1, key_dim, key_dim), kh, dk);
         let v = split_heads(mixed.narrow(-1, 2 * key_dim, vh * dv), vh, dv);
-        // Each query/key head serves vh / kh consecutive value heads.
-        let (q, k) = (q.repeat_interleave_self_int(vh / kh, 1, None), k.repeat_interleave_self_int(vh / kh, 1, None));
-        let q = l2_normalize(&q) * (dk as f64).powf(-0.5);
-        let k = l2_normalize(&k);
+        // Each query/key head serves vh / kh consecutive value heads: normalised once per key
+        // head, then repeated, for half the work. Made contiguous first, as the repeat made them
+        // before: a norm over the convolution's strided layout sums in another order.
+        let normalised = |t: &Tensor| l2_normalize(&t.contiguous());
+        let q = (normalised(&q) * (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
+        let k = normalised(&k).repeat_interleave_self_int(vh / kh, 1, None);
         let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
 
         let (out, recurrent) = match start {
@@ -403,6 +405,20 @@ mod tests {
         let (shared, _) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerImage(prefix), false);
         let (stepped, _) = recurrent_rule(&q, &k, &v, &g, &beta, Some(copies_of(&pq, &pk, &pv, &pg, &pbeta, rows)));
         assert!(max_diff(&shared, &stepped) < 1e-4, "two chunks: {}", max_diff(&shared, &stepped));
+    }
+
+    /// The queries and keys are normalised per key head and then repeated for its value heads:
+    /// the same bits as normalising the repeats, when taken contiguous from the layer's layout
+    /// (the convolution's output transposed: the head dimension strided).
+    #[test]
+    fn normalising_before_the_repeat_gives_the_bits_of_normalising_after() {
+        tch::manual_seed(14);
+        let (b, s, kh, dk) = (3, 21, 4, 32);
+        let conv_out = Tensor::randn([b, 3 * kh * dk, s], (Kind::Float, tch::Device::Cpu));
+        let x = conv_out.transpose(1, 2).narrow(-1, 0, kh * dk).reshape([b, s, kh, dk]).transpose(1, 2);
+        let after = l2_normalize(&x.repeat_interleave_self_int(2, 1, None)) * 0.125;
+        let before = (l2_normalize(&x.contiguous()) * 0.125).repeat_interleave_self_int(2, 1, None);
+        assert!(after.equal(&before));
     }
 
     fn copies_of(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, rows: i64) -> Tensor {
