@@ -189,7 +189,8 @@ pub(super) mod tests {
         ModelConfig::from_json(&fixture_json(family, "config.json")).unwrap()
     }
 
-    /// A fixture model's preprocessor config.
+    /// A fixture model's preprocessor config (for the engine's throughput tests).
+    #[cfg(feature = "vlm")]
     pub fn preprocessor(family: &str) -> PreprocessorConfig {
         PreprocessorConfig::from_json(&fixture_json(family, "preprocessor_config.json")).unwrap()
     }
