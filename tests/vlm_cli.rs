@@ -325,3 +325,26 @@ fn probe_and_describe(family: &str) {
     assert_eq!(r["model"]["family"], family);
     assert_eq!(r["new_tokens"], 6);
 }
+
+/// The bench commands read a model's image settings from either file a checkpoint ships:
+/// `preprocessor_config.json`, or Gemma 4's `processor_config.json`, which holds them as
+/// `image_processor` (transformers 5 writes it so); an error there names the nested key.
+#[test]
+fn bench_prep_reads_a_processor_config_as_its_preprocessor() {
+    let s = Scratch::new();
+    let flat = repo().join("benches/configs/gemma4_e4b.preprocessor.json");
+    let settings: serde_json::Value = serde_json::from_slice(&std::fs::read(&flat).unwrap()).unwrap();
+    let nested = s.path("processor_config.json");
+    std::fs::write(&nested, serde_json::json!({"processor_class": "Gemma4Processor", "image_processor": settings}).to_string()).unwrap();
+    let prep = |file: &std::path::Path| bin().args(["bench", "prep", "--images", "1", "--size", "256", "--threads", "1", "--preprocessor"]).arg(file).assert();
+    let report = |a: assert_cmd::assert::Assert| {
+        let r: serde_json::Value = serde_json::from_str(&stdout(&a.success())).unwrap();
+        (r["resized"].clone(), r["image_tokens"].clone())
+    };
+    assert_eq!(report(prep(&nested)), report(prep(&flat)));
+    assert_eq!(report(prep(&nested)).1, 256);
+
+    std::fs::write(&nested, r#"{"image_processor": {"patch_size": 16}}"#).unwrap();
+    let err = stderr(&prep(&nested).failure());
+    assert!(err.contains("processor_config.json: key image_processor.min_pixels"), "{err}");
+}

@@ -52,11 +52,17 @@ fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))
 }
 
-/// A preprocessor_config.json as the engine reads it.
+/// A preprocessor_config.json as the engine reads it, or a processor_config.json's
+/// `image_processor` object (a Gemma 4 checkpoint has only that file).
 #[cfg(feature = "vlm")]
 fn read_preprocessor(path: &std::path::Path) -> anyhow::Result<bpals_release::vlm::PreprocessorConfig> {
-    bpals_release::vlm::PreprocessorConfig::from_json(&read_json(path)?)
-        .map_err(|e| anyhow::anyhow!("{}: key {}: {}", path.display(), e.key, e.message))
+    let json = read_json(path)?;
+    let (settings, at) = match json.get("image_processor").filter(|v| v.is_object()) {
+        Some(image) => (image.clone(), "image_processor."),
+        None => (json, ""),
+    };
+    bpals_release::vlm::PreprocessorConfig::from_json(&settings)
+        .map_err(|e| anyhow::anyhow!("{}: key {at}{}: {}", path.display(), e.key, e.message))
 }
 
 /// The older command names (`bench-generation`, `bench-scoring`, `bench-labeler`), hidden and

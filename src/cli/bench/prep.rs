@@ -9,7 +9,8 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct BenchPrepArgs {
-    /// The model's preprocessor_config.json (patch size, pixel bounds, normalisation).
+    /// The model's preprocessor_config.json (patch size, pixel bounds, normalisation), or a
+    /// processor_config.json holding them as `image_processor` (how Gemma 4 ships them).
     #[arg(long)]
     pub preprocessor: PathBuf,
     /// Images prepared per run (made here, 1024 x 1024 greyscale like NIH's).

@@ -15,7 +15,8 @@ pub struct BenchScoringArgs {
     /// The model's config.json (only the architecture is read; no weights are loaded).
     #[arg(long)]
     pub config: PathBuf,
-    /// Its preprocessor_config.json (patch size, pixel bounds, normalisation).
+    /// Its preprocessor_config.json (patch size, pixel bounds, normalisation), or a
+    /// processor_config.json holding them as `image_processor` (how Gemma 4 ships them).
     #[arg(long)]
     pub preprocessor: PathBuf,
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
