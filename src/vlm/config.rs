@@ -364,6 +364,12 @@ pub enum ImageSizing {
 pub const GEMMA4_SOFT_TOKENS: [u64; 5] = [70, 140, 280, 560, 1120];
 
 impl PreprocessorConfig {
+    /// The image settings inside a `processor_config.json`: its `image_processor` object, where
+    /// transformers 5 writes Gemma 4's (the checkpoint then has no `preprocessor_config.json`).
+    pub fn in_processor_config(processor: &Value) -> Option<&Value> {
+        processor.get("image_processor").filter(|v| v.is_object())
+    }
+
     pub fn from_json(root: &Value) -> Result<PreprocessorConfig, ConfigError> {
         if root.get("image_processor_type").and_then(Value::as_str) == Some("Gemma4ImageProcessor") || root.get("max_soft_tokens").is_some()
         {

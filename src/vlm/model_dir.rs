@@ -142,7 +142,7 @@ fn preprocessor_json(dir: &Path) -> Result<(PathBuf, Value), VlmError> {
     let processor = dir.join("processor_config.json");
     if !dir.join("preprocessor_config.json").is_file() && processor.is_file() {
         let json = read_json(&processor)?;
-        if let Some(image) = json.get("image_processor").filter(|v| v.is_object()) {
+        if let Some(image) = PreprocessorConfig::in_processor_config(&json) {
             return Ok((processor, image.clone()));
         }
     }

@@ -56,13 +56,13 @@ fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
 /// `image_processor` object (a Gemma 4 checkpoint has only that file).
 #[cfg(feature = "vlm")]
 fn read_preprocessor(path: &std::path::Path) -> anyhow::Result<bpals_release::vlm::PreprocessorConfig> {
+    use bpals_release::vlm::PreprocessorConfig;
     let json = read_json(path)?;
-    let (settings, at) = match json.get("image_processor").filter(|v| v.is_object()) {
-        Some(image) => (image.clone(), "image_processor."),
-        None => (json, ""),
+    let (settings, at) = match PreprocessorConfig::in_processor_config(&json) {
+        Some(image) => (image, "image_processor."),
+        None => (&json, ""),
     };
-    bpals_release::vlm::PreprocessorConfig::from_json(&settings)
-        .map_err(|e| anyhow::anyhow!("{}: key {at}{}: {}", path.display(), e.key, e.message))
+    PreprocessorConfig::from_json(settings).map_err(|e| anyhow::anyhow!("{}: key {at}{}: {}", path.display(), e.key, e.message))
 }
 
 /// The older command names (`bench-generation`, `bench-scoring`, `bench-labeler`), hidden and
