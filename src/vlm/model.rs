@@ -72,14 +72,13 @@ impl VlModel {
     }
 
     /// The vision tower's features of a pass's images (pixel values and patch grid), in order.
-    /// Consecutive images of one grid go through the tower together, `pass_images` at a time, padded as [`Self::score_pass`] pads (repeats of the last; one
-    /// spare more on the CPU when several), so an image's features are the same bits whichever
-    /// images share its pass. One image a pass is [`Self::encode_image`]'s bits.
+    /// Consecutive images of one grid go through the tower together, `pass_images` at a time,
+    /// padded as [`Self::score_pass`] pads (repeats of the last; one spare more on the CPU when
+    /// several), so an image's features are the same bits whichever images share its pass. One
+    /// image a pass is [`Self::encode_image`]'s bits (each tower's `forward` is its
+    /// `forward_many` of one image).
     pub fn encode_pass(&self, images: &[(&Tensor, (usize, usize, usize))], pass_images: usize) -> Vec<ImageFeatures> {
         let size = pass_images.max(1);
-        if size == 1 {
-            return images.iter().map(|(pixels, grid)| self.encode_image(pixels, *grid)).collect();
-        }
         let padded = self.padded_pass(size);
         let mut out = Vec::with_capacity(images.len());
         for run in images.chunk_by(|a, b| a.1 == b.1) {
