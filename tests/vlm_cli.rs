@@ -336,7 +336,9 @@ fn bench_prep_reads_a_processor_config_as_its_preprocessor() {
     let settings: serde_json::Value = serde_json::from_slice(&std::fs::read(&flat).unwrap()).unwrap();
     let nested = s.path("processor_config.json");
     std::fs::write(&nested, serde_json::json!({"processor_class": "Gemma4Processor", "image_processor": settings}).to_string()).unwrap();
-    let prep = |file: &std::path::Path| bin().args(["bench", "prep", "--images", "1", "--size", "256", "--threads", "1", "--preprocessor"]).arg(file).assert();
+    let prep = |file: &std::path::Path| {
+        bin().args(["bench", "prep", "--images", "1", "--size", "256", "--threads", "1", "--preprocessor"]).arg(file).assert()
+    };
     let report = |a: assert_cmd::assert::Assert| {
         let r: serde_json::Value = serde_json::from_str(&stdout(&a.success())).unwrap();
         (r["resized"].clone(), r["image_tokens"].clone())

@@ -37,6 +37,8 @@ pub mod model;
 #[cfg(feature = "vlm")]
 mod moe;
 #[cfg(feature = "vlm")]
+pub mod part_clock;
+#[cfg(feature = "vlm")]
 pub mod pixels;
 #[cfg(feature = "vlm")]
 pub mod preparation;

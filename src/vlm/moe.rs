@@ -20,6 +20,7 @@ use tch::{Kind, Tensor};
 use super::config::{FusedLayout, MoeConfig};
 use super::error::VlmError;
 use super::layers::{GatedMlp, Linear};
+use super::part_clock::timed;
 use super::weights::Weights;
 
 /// Rows of an expert's group come in multiples of this (zero rows fill the last): on a CPU a
@@ -63,6 +64,26 @@ impl Experts {
     /// `x` (tokens, hidden), each token's k experts `chosen` (tokens, k) and their `weights`
     /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden).
     pub fn forward(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor) -> Tensor {
+        let grouping = timed("experts: grouping", || self.grouping(x, chosen));
+        let both = timed("experts: products", || {
+            let both = grouping.rows.internal_grouped_mm(&self.gate_up, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>);
+            let i = both.size()[1] / 2;
+            let gate = both.narrow(1, 0, i);
+            let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
+            let hidden = gate * both.narrow(1, i, i);
+            hidden.internal_grouped_mm(&self.down, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>)
+        });
+        timed("experts: weighted sum", || {
+            let out = both;
+            let (tokens, k) = (x.size()[0], chosen.size()[1]);
+            let routed = out.index_select(0, &grouping.output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
+            routed.sum_dim_intlist(1, false, x.kind())
+        })
+    }
+
+    /// The tokens' rows grouped by expert, each group padded, and where each (token, slot)'s
+    /// output will be.
+    fn grouping(&self, x: &Tensor, chosen: &Tensor) -> Grouping {
         let (tokens, k, device) = (x.size()[0], chosen.size()[1], x.device());
         let flat = chosen.flatten(0, -1);
         let (sorted, order) = flat.sort_stable(true, 0, false);
@@ -82,18 +103,21 @@ impl Experts {
         let rows = tokens * k + self.experts * (GROUP_ROWS - 1);
         let source = Tensor::full([rows], tokens, (Kind::Int64, device)).index_copy(0, &place, &order.divide_scalar_mode(k, "floor"));
         let with_zero_row = Tensor::cat(&[x, &Tensor::zeros([1, x.size()[1]], (x.kind(), device))], 0);
-        let grouped = with_zero_row.index_select(0, &source);
-        let both = grouped.internal_grouped_mm(&self.gate_up, Some(&offsets), None::<&Tensor>, None::<Kind>);
-        let i = both.size()[1] / 2;
-        let gate = both.narrow(1, 0, i);
-        let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
-        let hidden = gate * both.narrow(1, i, i);
-        let out = hidden.internal_grouped_mm(&self.down, Some(&offsets), None::<&Tensor>, None::<Kind>);
+        let rows = with_zero_row.index_select(0, &source);
         // The sorted assignment j is (token, slot) order[j] and sits at grouped row place[j].
         let output_row = place.index_select(0, &order.argsort(0, false));
-        let routed = out.index_select(0, &output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
-        routed.sum_dim_intlist(1, false, x.kind())
+        Grouping { rows, offsets, output_row }
     }
+}
+
+/// A pass's rows grouped by expert for the grouped products.
+struct Grouping {
+    /// The rows, each expert's together, padded with zero rows.
+    rows: Tensor,
+    /// Where each expert's group ends, (experts) int32.
+    offsets: Tensor,
+    /// For each (token, slot), the grouped row holding its output.
+    output_row: Tensor,
 }
 
 impl SparseMoe {
@@ -125,14 +149,17 @@ impl SparseMoe {
         let shape = x.size();
         let x = x.reshape([-1, shape[2]]);
         let k = self.top_k;
-        let probs = self.router.forward(&x).softmax(-1, Kind::Float);
-        let (mut weights, chosen) = probs.topk(k, -1, true, true);
-        if self.renormalize {
-            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
-        }
+        let (weights, chosen) = timed("experts: router", || {
+            let probs = self.router.forward(&x).softmax(-1, Kind::Float);
+            let (mut weights, chosen) = probs.topk(k, -1, true, true);
+            if self.renormalize {
+                weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+            }
+            (weights, chosen)
+        });
         let mut out = self.experts.forward(&x, &weights.to_kind(x.kind()), &chosen);
         if let Some((mlp, gate)) = &self.shared {
-            out = out + gate.forward(&x).sigmoid() * mlp.forward(&x);
+            out = out + timed("experts: shared expert", || gate.forward(&x).sigmoid() * mlp.forward(&x));
         }
         out.view(shape.as_slice())
     }

@@ -15,6 +15,8 @@
 
 use tch::{Kind, Tensor};
 
+use super::part_clock::timed;
+
 /// How the questions of one image meet the image's prefix when they are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrefixAttention {
@@ -75,7 +77,7 @@ pub struct Prefix<'a> {
 /// prefix r / (b / images). The products run in the inputs' dtype, as transformers' eager
 /// attention runs a bf16 model's; the softmax and the merge in f32.
 pub fn attention(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
-    attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE)
+    timed("attention: questions over the prefix", || attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE))
 }
 
 /// [`attention`], the prefix part's scores `at_once` elements at most at a time.

@@ -18,6 +18,7 @@ use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
 use super::moe::SparseMoe;
+use super::part_clock::timed;
 use super::shared_prefix;
 use super::weights::Weights;
 
@@ -166,8 +167,8 @@ enum Mlp {
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
         match self {
-            Mlp::Dense(mlp) => mlp.forward(x),
-            Mlp::Sparse(moe) => moe.forward(x),
+            Mlp::Dense(mlp) => timed("mlp", || mlp.forward(x)),
+            Mlp::Sparse(moe) => timed("experts", || moe.forward(x)),
         }
     }
 }
@@ -213,10 +214,10 @@ impl DecoderLayer {
     }
 
     fn forward(&self, x: &Tensor, step: &Step<'_>, slot: &mut LayerCache) -> Tensor {
-        let normed = self.input_norm.forward(x);
+        let normed = timed("norms", || self.input_norm.forward(x));
         let mixed = match &self.mixer {
-            Mixer::Attention(attn) => attn.forward(&normed, step.rotary, step.mask, slot, step.path),
-            Mixer::Linear(linear) => {
+            Mixer::Attention(attn) => timed("attention", || attn.forward(&normed, step.rotary, step.mask, slot, step.path)),
+            Mixer::Linear(linear) => timed("linear attention", || {
                 let mut state = match std::mem::take(slot) {
                     LayerCache::Linear(state) => Some(state),
                     _ => None,
@@ -235,10 +236,11 @@ impl DecoderLayer {
                     *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
                     out
                 }
-            }
+            }),
         };
         let x = x + mixed;
-        &x + self.mlp.forward(&self.post_norm.forward(&x))
+        let normed = timed("norms", || self.post_norm.forward(&x));
+        &x + self.mlp.forward(&normed)
     }
 }
 

@@ -17,6 +17,7 @@ use super::error::VlmError;
 use super::families::{Family, ImageFeatures};
 use super::flops::{active_parameters, flops_by_stage};
 use super::model::{PassImage, VlModel};
+use super::part_clock;
 use super::pixels;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -44,6 +45,9 @@ pub struct ScoringBench {
     /// After timing, score the first pass's images each alone (padded to the pass) and compare
     /// their bits with the pass's.
     pub check_invariance: bool,
+    /// After timing, score the first pass once more with the part clock on
+    /// ([`super::part_clock`]): where a layer's time goes.
+    pub parts: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -91,6 +95,26 @@ pub struct ScoringBenchReport {
     /// With `fused`: the largest difference of the first pass's logits from the same pass
     /// scored by `shared` (the products).
     pub max_abs_logit_diff_to_shared: Option<f32>,
+    /// With `parts`: the first pass scored again, each part of the model waited for.
+    pub parts: Option<Parts>,
+}
+
+/// One pass scored with the part clock on. Every part waits for the device at its start and end,
+/// so the pass takes longer than unclocked (`clocked_ms_per_image` against `device_ms_per_image`);
+/// the parts' shares are what it tells.
+#[derive(Debug, Serialize)]
+pub struct Parts {
+    pub clocked_ms_per_image: f64,
+    /// A part inside another (`experts: products` inside `experts`) counts in both.
+    pub parts: Vec<PartShare>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartShare {
+    pub part: &'static str,
+    pub ms_per_image: f64,
+    /// Times the part ran in the pass (once per layer of its kind, per stage).
+    pub calls: usize,
 }
 
 /// One stage of scoring an image: its time, FLOPs and MFU.
@@ -244,6 +268,7 @@ pub fn run(
         }
         _ => None,
     };
+    let parts = if bench.parts { Some(clocked_parts(&model, first_pass, &ids, answer, pass, bench.prefix_attention)?) } else { None };
     let invariance =
         if bench.check_invariance { Some(invariance(&model, first_pass, &ids, answer, pass, bench.prefix_attention)?) } else { None };
     let per_image = seconds / images as f64;
@@ -297,6 +322,34 @@ pub fn run(
         invariance,
         stages,
         max_abs_logit_diff_to_shared,
+        parts,
+    })
+}
+
+/// Scores `inputs` as one pass with the part clock on.
+fn clocked_parts(
+    model: &VlModel,
+    inputs: &[(tch::Tensor, (usize, usize, usize))],
+    ids: &[Vec<u32>],
+    answer: (u32, u32),
+    pass: usize,
+    method: PrefixAttention,
+) -> Result<Parts, VlmError> {
+    part_clock::start(model.device);
+    let begun = Instant::now();
+    let features = part_clock::timed("vision tower", || encode(model, inputs, pass));
+    let scored = if pass == 1 {
+        model.score_with(ids, &features[0], inputs[0].1, answer, method, &mut StageClock::off()).map(|_| ())
+    } else {
+        model.score_pass_with(&pass_of(&features, inputs, ids), answer, pass, method, &mut StageClock::off()).map(|_| ())
+    };
+    let seconds = begun.elapsed().as_secs_f64();
+    let timed = part_clock::stop();
+    scored?;
+    let per_image = |s: f64| s * 1000.0 / inputs.len() as f64;
+    Ok(Parts {
+        clocked_ms_per_image: per_image(seconds),
+        parts: timed.into_iter().map(|p| PartShare { part: p.part, ms_per_image: per_image(p.seconds), calls: p.calls }).collect(),
     })
 }
 
@@ -410,6 +463,7 @@ mod tests {
             prefix_attention: PrefixAttention::Copied,
             images_per_pass: 1,
             check_invariance: false,
+            parts: false,
             project_images: 4628,
         };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
@@ -429,6 +483,36 @@ mod tests {
         assert!(r.max_abs_logit_diff_to_shared.is_none());
     }
 
+    /// The parts pass: every part of a hybrid stack timed, each as often as its layers run (the
+    /// prefix and the questions each run every layer once), and a step inside its part.
+    #[test]
+    fn the_parts_pass_times_each_part_of_every_layer() {
+        let (c, pre) = (config("qwen3_5"), preprocessor("qwen3_5"));
+        let bench = ScoringBench {
+            images: 2,
+            size: 112,
+            questions: 3,
+            question_tokens: 4,
+            warmup: 0,
+            peak_tflops: None,
+            prefix_attention: PrefixAttention::Shared,
+            images_per_pass: 2,
+            check_invariance: false,
+            parts: true,
+            project_images: 10,
+        };
+        let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
+        let parts = r.parts.unwrap();
+        let part = |name: &str| parts.parts.iter().find(|p| p.part == name).unwrap_or_else(|| panic!("no {name}: {:?}", parts.parts));
+        assert_eq!(part("linear attention").calls, 2 * 3);
+        assert_eq!(part("attention").calls, 2);
+        assert_eq!(part("mlp").calls, 2 * 4);
+        assert_eq!(part("vision tower").calls, 1);
+        let steps: f64 = parts.parts.iter().filter(|p| p.part.starts_with("linear attention: ")).map(|p| p.ms_per_image).sum();
+        assert_eq!(parts.parts.iter().filter(|p| p.part.starts_with("linear attention: ")).count(), 6);
+        assert!(steps <= part("linear attention").ms_per_image && parts.clocked_ms_per_image >= part("vision tower").ms_per_image);
+    }
+
     /// The fused kernel measured beside the products: its logits' distance from them reported.
     #[test]
     fn the_fused_path_reports_its_distance_from_the_products() {
@@ -443,6 +527,7 @@ mod tests {
             prefix_attention: PrefixAttention::Fused,
             images_per_pass: 2,
             check_invariance: false,
+            parts: false,
             project_images: 10,
         };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();

@@ -80,6 +80,13 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
         assert sum(s["ms_per_image"] for s in r["stages"]) <= r["device_ms_per_image"] * 1.001
     assert results[3]["max_abs_logit_diff_to_shared"] < 1e-4 and results[2]["max_abs_logit_diff_to_shared"] is None
     assert "per image: vision" in run.stdout and "the fused kernel's logits within" in run.stdout
+    # And part by part, from one more pass clocked around each part of every layer.
+    for r in results:
+        parts = {p["part"]: p for p in r["parts"]["parts"]}
+        assert {"vision tower", "attention", "mlp"} <= parts.keys(), parts.keys()
+        assert ("attention: questions over the prefix" in parts) == (r["prefix_attention"] != "copied")
+        assert parts["attention"]["calls"] == 2 and parts["vision tower"]["ms_per_image"] > 0
+    assert "parts per image (a pass clocked part by part" in run.stdout and "attention " in run.stdout
     # The tables to paste: one row per model, a column per way, and the fastest way's stages.
     tables = (out / "throughput.md").read_text()
     assert "| qwen2_5_vl_7b | " in tables and "| model | copied, 1 a pass | shared, 1 a pass | shared, 2 a pass | fused, 2 a pass |" in tables

@@ -62,6 +62,11 @@ pub struct BenchScoringArgs {
     /// pass's (reported under `invariance`).
     #[arg(long)]
     pub check_invariance: bool,
+    /// After timing, score the first pass once more, waiting for the device around each part of
+    /// every layer (attention, linear attention, experts and their steps): where the time goes
+    /// (reported under `parts`; the waits make that pass slower).
+    #[arg(long)]
+    pub parts: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -98,6 +103,7 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             },
             images_per_pass: args.images_per_pass as usize,
             check_invariance: args.check_invariance,
+            parts: args.parts,
         };
         let report = throughput::run(&config, &preprocessor, device, kind, &bench)?;
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -18,6 +18,7 @@ use crate::vlm::decoder_input::Embedded;
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{self, apply_rotary, attention, GatedMlp, Linear};
 use crate::vlm::moe::Experts;
+use crate::vlm::part_clock::timed;
 use crate::vlm::shared_prefix::{self, Prefix};
 use crate::vlm::weights::Weights;
 
@@ -210,11 +211,13 @@ impl Routed {
     fn forward(&self, residual: &Tensor, mlp_out: &Tensor) -> Tensor {
         let shape = residual.size();
         let flat = residual.reshape([-1, shape[2]]);
-        let scaled = self.norm.forward(&flat) * &self.scale * self.root;
-        let probs = self.proj.forward(&scaled).softmax(-1, Kind::Float);
-        let (weights, chosen) = probs.topk(self.top_k, -1, true, true);
-        let weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
-        let weights = weights * self.per_expert_scale.index_select(0, &chosen.flatten(0, -1)).view_as(&chosen);
+        let (weights, chosen) = timed("experts: router", || {
+            let scaled = self.norm.forward(&flat) * &self.scale * self.root;
+            let probs = self.proj.forward(&scaled).softmax(-1, Kind::Float);
+            let (weights, chosen) = probs.topk(self.top_k, -1, true, true);
+            let weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+            (weights * self.per_expert_scale.index_select(0, &chosen.flatten(0, -1)).view_as(&chosen), chosen)
+        });
         let routed = self.experts.forward(&self.pre_norm.forward(&flat), &weights, &chosen).view(shape.as_slice());
         self.post_mlp_norm.forward(mlp_out) + self.post_norm.forward(&routed)
     }
@@ -282,11 +285,11 @@ impl DecoderLayer {
 
     /// The layer around its attention, which `attend` runs on the normed input.
     fn forward(&self, x: &Tensor, per_layer_input: Option<&Tensor>, attend: impl FnOnce(&Attention, &Tensor) -> Tensor) -> Tensor {
-        let attended = attend(&self.attn, &self.input_norm.forward(x));
+        let attended = timed("attention", || attend(&self.attn, &self.input_norm.forward(x)));
         let x = x + self.post_attention_norm.forward(&attended);
-        let mlp = self.mlp.forward(&self.pre_mlp_norm.forward(&x));
+        let mlp = timed("mlp", || self.mlp.forward(&self.pre_mlp_norm.forward(&x)));
         let mlp = match &self.routed {
-            Some(routed) => routed.forward(&x, &mlp),
+            Some(routed) => timed("experts", || routed.forward(&x, &mlp)),
             None => mlp,
         };
         let mut x = &x + self.post_mlp_norm.forward(&mlp);

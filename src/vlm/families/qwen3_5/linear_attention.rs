@@ -19,6 +19,7 @@ use tch::{Kind, Tensor};
 use crate::vlm::config::{LinearAttentionConfig, TextConfig};
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::Linear;
+use crate::vlm::part_clock::timed;
 use crate::vlm::weights::Weights;
 
 /// Tokens per chunk of the chunked form at most (transformers' and the FLA kernels' size). A
@@ -122,17 +123,20 @@ impl GatedDeltaNet {
         let s_cfg = &self.shape;
         let (kh, vh, dk, dv) =
             (s_cfg.num_key_heads as i64, s_cfg.num_value_heads as i64, s_cfg.key_head_dim as i64, s_cfg.value_head_dim as i64);
-        let mixed = self.in_proj_qkv.forward(x).transpose(1, 2); // (b, conv_dim, s)
-        let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
-        let mut beta = self.in_proj_b.forward(x).sigmoid().to_kind(Kind::Float);
-        let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + &self.dt_bias).softplus();
-        if let Some(valid) = valid {
-            let keep = valid.to_kind(Kind::Float).unsqueeze(-1);
-            beta = beta * &keep;
-            g = g * keep;
-        }
+        let (mixed, z, beta, g) = timed("linear attention: projections in", || {
+            let mixed = self.in_proj_qkv.forward(x).transpose(1, 2); // (b, conv_dim, s)
+            let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
+            let mut beta = self.in_proj_b.forward(x).sigmoid().to_kind(Kind::Float);
+            let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + &self.dt_bias).softplus();
+            if let Some(valid) = valid {
+                let keep = valid.to_kind(Kind::Float).unsqueeze(-1);
+                beta = beta * &keep;
+                g = g * keep;
+            }
+            (mixed, z, beta, g)
+        });
 
-        let (mixed, conv_state) = self.convolve(&mixed, conv, valid);
+        let (mixed, conv_state) = timed("linear attention: convolution", || self.convolve(&mixed, conv, valid));
         let mixed = mixed.transpose(1, 2); // (b, s, conv_dim)
         let key_dim = kh * dk;
         let split_heads = |t: Tensor, heads: i64, dim: i64| t.reshape([b, s, heads, dim]).transpose(1, 2).to_kind(Kind::Float);
@@ -143,22 +147,24 @@ impl GatedDeltaNet {
         // head, then repeated, for half the work. Made contiguous first, as the repeat made them
         // before: a norm over the convolution's strided layout sums in another order.
         let normalised = |t: &Tensor| l2_normalize(&t.contiguous());
-        let q = (normalised(&q) * (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
-        let k = normalised(&k).repeat_interleave_self_int(vh / kh, 1, None);
+        let (q, k) = timed("linear attention: q, k norms", || {
+            let q = (normalised(&q) * (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
+            (q, normalised(&k).repeat_interleave_self_int(vh / kh, 1, None))
+        });
         let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
 
-        let (out, recurrent) = match start {
+        let (out, recurrent) = timed("linear attention: delta rule", || match start {
             Start::PerRow(initial) if s == 1 => {
                 let (out, state) = recurrent_rule(&q, &k, &v, &g, &beta, Some(initial));
                 (out, Some(state))
             }
             start => chunked_rule(&q, &k, &v, &g, &beta, start, keep_state),
-        };
+        });
         let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
 
         let out = out.transpose(1, 2); // (b, s, vh, dv)
-        let out = self.gated_norm(&out.to_kind(x.kind()), &z);
-        (self.out_proj.forward(&out.reshape([b, s, vh * dv])), kept)
+        let out = timed("linear attention: gated norm", || self.gated_norm(&out.to_kind(x.kind()), &z));
+        (timed("linear attention: projection out", || self.out_proj.forward(&out.reshape([b, s, vh * dv]))), kept)
     }
 
     /// The causal depthwise convolution with SiLU over `mixed` (batch, channels, seq), continuing
