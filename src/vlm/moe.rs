@@ -105,7 +105,7 @@ impl Experts {
         let with_zero_row = Tensor::cat(&[x, &Tensor::zeros([1, x.size()[1]], (x.kind(), device))], 0);
         let rows = with_zero_row.index_select(0, &source);
         // The sorted assignment j is (token, slot) order[j] and sits at grouped row place[j].
-        let output_row = place.index_select(0, &order.argsort(0, false));
+        let output_row = place.zeros_like().index_copy(0, &order, &place);
         Grouping { rows, offsets, output_row }
     }
 }

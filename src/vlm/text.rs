@@ -85,7 +85,7 @@ impl SelfAttention {
             (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix { fused }) => {
                 shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None, fused }, &k, &v, mask, scale)
             }
-            _ => self.attend_appended(q, k, v, mask, slot, path, scale),
+            _ => timed("attention: over the cache", || self.attend_appended(q, k, v, mask, slot, path, scale)),
         };
         let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
         match gate {

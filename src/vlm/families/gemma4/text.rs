@@ -138,9 +138,12 @@ impl Attention {
             (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
         };
         let groups = self.heads / self.kv_heads;
-        let k = k.repeat_interleave_self_int(groups, 1, None);
-        let v = v.repeat_interleave_self_int(groups, 1, None);
-        self.output(&attention(&q, &k, &v, Some(mask), 1.0))
+        let out = timed("attention: over the cache", || {
+            let k = k.repeat_interleave_self_int(groups, 1, None);
+            let v = v.repeat_interleave_self_int(groups, 1, None);
+            attention(&q, &k, &v, Some(mask), 1.0)
+        });
+        self.output(&out)
     }
 
     /// [`Self::forward`] for rows after prefixes held once ([`shared_prefix`]): the rows' own
