@@ -261,16 +261,13 @@ pub fn run(
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = inputs.len() - warmup_passes * pass;
-    let first_pass = &inputs[..pass.min(inputs.len())];
+    let first = FirstPass { model: &model, inputs: &inputs[..pass.min(inputs.len())], ids: &ids, answer, pass };
     let max_abs_logit_diff_to_shared = match bench.prefix_attention {
-        PrefixAttention::Fused => {
-            Some(difference(&model, first_pass, &ids, answer, pass, (PrefixAttention::Fused, PrefixAttention::Shared))?)
-        }
+        PrefixAttention::Fused => Some(difference(&first, (PrefixAttention::Fused, PrefixAttention::Shared))?),
         _ => None,
     };
-    let parts = if bench.parts { Some(clocked_parts(&model, first_pass, &ids, answer, pass, bench.prefix_attention)?) } else { None };
-    let invariance =
-        if bench.check_invariance { Some(invariance(&model, first_pass, &ids, answer, pass, bench.prefix_attention)?) } else { None };
+    let parts = if bench.parts { Some(clocked_parts(&first, bench.prefix_attention)?) } else { None };
+    let invariance = if bench.check_invariance { Some(invariance(&first, bench.prefix_attention)?) } else { None };
     let per_image = seconds / images as f64;
     let by_stage = flops_by_stage(config, patches, prefix, bench.questions, bench.question_tokens);
     let flops = by_stage.total();
@@ -326,15 +323,20 @@ pub fn run(
     })
 }
 
-/// Scores `inputs` as one pass with the part clock on.
-fn clocked_parts(
-    model: &VlModel,
-    inputs: &[(tch::Tensor, (usize, usize, usize))],
-    ids: &[Vec<u32>],
+/// The timed run's first pass, which the checks after the timing score again.
+#[derive(Clone, Copy)]
+struct FirstPass<'a> {
+    model: &'a VlModel,
+    /// Pixel values and patch grid of each image.
+    inputs: &'a [(tch::Tensor, (usize, usize, usize))],
+    ids: &'a [Vec<u32>],
     answer: (u32, u32),
     pass: usize,
-    method: PrefixAttention,
-) -> Result<Parts, VlmError> {
+}
+
+/// Scores the first pass once more with the part clock on.
+fn clocked_parts(first: &FirstPass<'_>, method: PrefixAttention) -> Result<Parts, VlmError> {
+    let FirstPass { model, inputs, ids, answer, pass } = *first;
     part_clock::start(model.device);
     let begun = Instant::now();
     let features = part_clock::timed("vision tower", || encode(model, inputs, pass));
@@ -365,16 +367,9 @@ fn pass_of<'a>(features: &'a [ImageFeatures], inputs: &[(tch::Tensor, (usize, us
     features.iter().zip(inputs).map(|(f, (_, grid))| PassImage { prompts: ids, features: f, grid: *grid }).collect()
 }
 
-/// Scores `inputs` as one pass by each of `methods` and returns the largest difference of their
-/// logits.
-fn difference(
-    model: &VlModel,
-    inputs: &[(tch::Tensor, (usize, usize, usize))],
-    ids: &[Vec<u32>],
-    answer: (u32, u32),
-    pass: usize,
-    methods: (PrefixAttention, PrefixAttention),
-) -> Result<f32, VlmError> {
+/// Scores the first pass by each of `methods` and returns the largest difference of their logits.
+fn difference(first: &FirstPass<'_>, methods: (PrefixAttention, PrefixAttention)) -> Result<f32, VlmError> {
+    let FirstPass { model, inputs, ids, answer, pass } = *first;
     let features = encode(model, inputs, pass);
     let images = pass_of(&features, inputs, ids);
     let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
@@ -383,16 +378,10 @@ fn difference(
     Ok(pairs.fold(0f32, |most, (a, b)| most.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs())))
 }
 
-/// Scores `inputs` in one pass of `pass` images, then its first, middle and last image alone
-/// (padded to `pass`, and in a pass of one), and compares the bits.
-fn invariance(
-    model: &VlModel,
-    inputs: &[(tch::Tensor, (usize, usize, usize))],
-    ids: &[Vec<u32>],
-    answer: (u32, u32),
-    pass: usize,
-    method: PrefixAttention,
-) -> Result<Invariance, VlmError> {
+/// Scores the first pass, then its first, middle and last image alone (padded to the pass, and
+/// in a pass of one), and compares the bits.
+fn invariance(first: &FirstPass<'_>, method: PrefixAttention) -> Result<Invariance, VlmError> {
+    let FirstPass { model, inputs, ids, answer, pass } = *first;
     // A build scores on the CPU with one thread per worker, as here: a product split over
     // threads may split its sums by how many rows it has.
     if model.device == Device::Cpu {
