@@ -90,10 +90,14 @@ impl Experts {
         // Each expert's group padded with zero rows to a multiple of GROUP_ROWS: a group's size
         // then never takes a kernel's few-row path, and a token's output is the same bits whatever
         // else shares the pass. The buffer's size is fixed by the shapes alone (no host sync).
-        let counts = flat.bincount(None::<&Tensor>, self.experts);
+        // Each expert's run in the sorted choices, found by a search: bincount would read the
+        // choices' largest and smallest values back to the host to size its output, twice a layer.
+        let experts = Tensor::arange(self.experts, (Kind::Int64, device));
+        let starts = experts.searchsorted(&sorted, false, false, "left", None::<&Tensor>);
+        let counts = experts.searchsorted(&sorted, false, true, "right", None::<&Tensor>) - &starts;
         let padded = (&counts + (GROUP_ROWS - 1)).floor_divide_scalar(GROUP_ROWS) * GROUP_ROWS;
         let padded_ends = padded.cumsum(0, Kind::Int64);
-        let (starts, padded_starts) = (counts.cumsum(0, Kind::Int64) - &counts, &padded_ends - &padded);
+        let padded_starts = &padded_ends - &padded;
         let rank = Tensor::arange(tokens * k, (Kind::Int64, device)) - starts.index_select(0, &sorted);
         let place = padded_starts.index_select(0, &sorted) + rank;
         let offsets = padded_ends.to_kind(Kind::Int);

@@ -39,8 +39,13 @@ impl Norm {
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
         let xf = x.to_kind(Kind::Float);
-        let mean_square = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float) + self.eps;
-        let normed = xf * mean_square.pow_tensor_scalar(-0.5);
+        let normed = if xf.device().is_cuda() {
+            layers::rms_normalize(&xf, self.eps)
+        } else {
+            // transformers' Gemma 4 form, whose CPU bits the releases were made with.
+            let mean_square = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float) + self.eps;
+            xf * mean_square.pow_tensor_scalar(-0.5)
+        };
         match &self.weight {
             Some(w) => (normed * w).to_kind(x.kind()),
             None => normed.to_kind(x.kind()),

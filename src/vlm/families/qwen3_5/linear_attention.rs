@@ -18,7 +18,7 @@ use tch::{Kind, Tensor};
 
 use crate::vlm::config::{LinearAttentionConfig, TextConfig};
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::Linear;
+use crate::vlm::layers::{rms_normalize, Linear};
 use crate::vlm::part_clock::timed;
 use crate::vlm::weights::Weights;
 
@@ -199,9 +199,8 @@ impl GatedDeltaNet {
     /// RMSNorm over each head's output (in f32), scaled, then gated by SiLU(z).
     fn gated_norm(&self, x: &Tensor, z: &Tensor) -> Tensor {
         let kind = x.kind();
-        let xf = x.to_kind(Kind::Float);
-        let variance = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
-        let normed = (&self.norm_weight * (xf * (variance + self.eps).rsqrt()).to_kind(kind)).to_kind(Kind::Float);
+        let normed = rms_normalize(&x.to_kind(Kind::Float), self.eps);
+        let normed = (&self.norm_weight * normed.to_kind(kind)).to_kind(Kind::Float);
         (normed * z.to_kind(Kind::Float).silu()).to_kind(kind)
     }
 }
@@ -271,10 +270,12 @@ pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tenso
     let chunk = CHUNK.min((s + CHUNK_STEP - 1) / CHUNK_STEP * CHUNK_STEP).max(CHUNK_STEP);
     let pad = (chunk - s % chunk) % chunk;
     let n = (s + pad) / chunk;
-    let chunks = |t: &Tensor, d: i64| t.constant_pad_nd([0, 0, 0, pad]).reshape([b, h, n, chunk, d]);
+    // Padded to whole chunks; a call of whole chunks (the questions' one) is not copied.
+    let padded = |t: &Tensor, pads: &[i64]| if pad == 0 { t.shallow_clone() } else { t.constant_pad_nd(pads) };
+    let chunks = |t: &Tensor, d: i64| padded(t, &[0, 0, 0, pad]).reshape([b, h, n, chunk, d]);
     let (q, k, v) = (chunks(q, dk), chunks(k, dk), chunks(v, dv));
-    let beta = beta.constant_pad_nd([0, pad]).reshape([b, h, n, chunk, 1]);
-    let decay = g.constant_pad_nd([0, pad]).reshape([b, h, n, chunk]).cumsum(-1, Kind::Float); // log decay from the chunk start
+    let beta = padded(beta, &[0, pad]).reshape([b, h, n, chunk, 1]);
+    let decay = padded(g, &[0, pad]).reshape([b, h, n, chunk]).cumsum(-1, Kind::Float); // log decay from the chunk start
     let (k_beta, v_beta) = (&k * &beta, &v * &beta);
 
     // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
@@ -313,7 +314,11 @@ pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tenso
             state = State::Rows(rows * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
         }
     }
-    let out = Tensor::stack(&outs, 2).reshape([b, h, n * chunk, dv]).narrow(2, 0, s);
+    let out = match outs.len() {
+        1 => outs.remove(0).unsqueeze(2),
+        _ => Tensor::stack(&outs, 2),
+    };
+    let out = out.reshape([b, h, n * chunk, dv]).narrow(2, 0, s);
     (out, keep.then(|| state.per_row(b)))
 }
 
