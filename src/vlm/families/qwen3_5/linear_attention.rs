@@ -286,7 +286,7 @@ pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tenso
     // far cheaper than two triangular solves against the values and keys.
     let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
     let identity = Tensor::eye(chunk, (Kind::Float, q.device())).expand_as(&system);
-    let inverse = system.linalg_solve_triangular(&identity, false, true, true);
+    let inverse = timed("linear attention: delta rule: inverse", || system.linalg_solve_triangular(&identity, false, true, true));
     let decay_exp = decay.exp().unsqueeze(-1);
     let values = inverse.matmul(&v_beta);
     let keys_read = inverse.matmul(&(&k_beta * &decay_exp));
@@ -304,20 +304,22 @@ pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tenso
         Start::PerRow(state) => State::Rows(state),
         Start::PerImage(state) => State::Images(state),
     };
-    let mut outs = Vec::with_capacity(n as usize);
-    for c in 0..n {
-        // What the chunk writes, less what the state (decayed to each position) already holds.
-        let new = values.select(2, c) - state.read(&keys_read.select(2, c));
-        outs.push(state.read(&q_decayed.select(2, c)) + within.select(2, c).matmul(&new));
-        if let (true, Some((k_to_end, chunk_decay))) = (c + 1 < n || keep, &carried) {
-            let rows = state.per_row(b);
-            state = State::Rows(rows * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
+    let out = timed("linear attention: delta rule: across chunks", || {
+        let mut outs = Vec::with_capacity(n as usize);
+        for c in 0..n {
+            // What the chunk writes, less what the state (decayed to each position) already holds.
+            let new = values.select(2, c) - state.read(&keys_read.select(2, c));
+            outs.push(state.read(&q_decayed.select(2, c)) + within.select(2, c).matmul(&new));
+            if let (true, Some((k_to_end, chunk_decay))) = (c + 1 < n || keep, &carried) {
+                let rows = std::mem::replace(&mut state, State::Rows(Tensor::new())).per_row(b);
+                state = State::Rows(rows * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
+            }
         }
-    }
-    let out = match outs.len() {
-        1 => outs.remove(0).unsqueeze(2),
-        _ => Tensor::stack(&outs, 2),
-    };
+        match outs.len() {
+            1 => outs.remove(0).unsqueeze(2),
+            _ => Tensor::stack(&outs, 2),
+        }
+    });
     let out = out.reshape([b, h, n * chunk, dv]).narrow(2, 0, s);
     (out, keep.then(|| state.per_row(b)))
 }
