@@ -47,6 +47,9 @@ fn watch_git() {
     let (Some(git_dir), Some(common)) =
         (git(&["rev-parse", "--absolute-git-dir"]), git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]))
     else {
+        // No repository (a source archive), or a git older than 2.31: the paths of a plain clone.
+        println!("cargo:rerun-if-changed=.git/HEAD");
+        println!("cargo:rerun-if-changed=.git/index");
         return;
     };
     let common = std::path::Path::new(&common);
