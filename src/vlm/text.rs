@@ -64,21 +64,23 @@ impl SelfAttention {
     fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, path: AttentionPath) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
         let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
-        // Gated: each head's projection is its queries then its gate.
-        let (q, gate) = if self.gated {
-            let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
-            let q = both.narrow(-1, 0, self.head_dim).transpose(1, 2);
-            (q, Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])))
-        } else {
-            (split_heads(self.q.forward(x), self.heads), None)
-        };
-        let k = split_heads(self.k.forward(x), self.kv_heads);
-        let (q, k) = match &self.qk_norm {
-            Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
-            None => (q, k),
-        };
-        let (q, k) = (rotary.apply(&q), rotary.apply(&k));
-        let v = split_heads(self.v.forward(x), self.kv_heads);
+        let (q, gate, k, v) = timed("attention: projections in, norms, rotary", || {
+            // Gated: each head's projection is its queries then its gate.
+            let (q, gate) = if self.gated {
+                let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
+                let q = both.narrow(-1, 0, self.head_dim).transpose(1, 2);
+                (q, Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])))
+            } else {
+                (split_heads(self.q.forward(x), self.heads), None)
+            };
+            let k = split_heads(self.k.forward(x), self.kv_heads);
+            let (q, k) = match &self.qk_norm {
+                Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
+                None => (q, k),
+            };
+            let (q, k) = (rotary.apply(&q), rotary.apply(&k));
+            (q, gate, k, split_heads(self.v.forward(x), self.kv_heads))
+        });
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
             // The prefix stays in the slot, once; the suffixes' own keys are not kept.
@@ -88,10 +90,10 @@ impl SelfAttention {
             _ => timed("attention: over the cache", || self.attend_appended(q, k, v, mask, slot, path, scale)),
         };
         let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
-        match gate {
+        timed("attention: projection out", || match gate {
             Some(gate) => self.o.forward(&(out * gate.sigmoid())),
             None => self.o.forward(&out),
-        }
+        })
     }
 
     /// Appends `k` and `v` to the slot and attends over all it holds.

@@ -495,6 +495,9 @@ mod tests {
         let part = |name: &str| parts.parts.iter().find(|p| p.part == name).unwrap_or_else(|| panic!("no {name}: {:?}", parts.parts));
         assert_eq!(part("linear attention").calls, 2 * 3);
         assert_eq!(part("attention").calls, 2);
+        let attention_steps = ["attention: projections in, norms, rotary", "attention: projection out", "attention: over the cache"];
+        assert!(attention_steps.iter().all(|name| part(name).calls == 2 || *name == "attention: over the cache"));
+        assert!(attention_steps.iter().map(|name| part(name).ms_per_image).sum::<f64>() <= part("attention").ms_per_image);
         assert_eq!(part("mlp").calls, 2 * 4);
         assert_eq!(part("vision tower").calls, 1);
         let steps: f64 = parts

@@ -174,28 +174,32 @@ impl Attention {
 
     /// Queries (batch, heads, seq, head_dim), normed per head and turned.
     fn queries(&self, x: &Tensor, rotary: &Rotary) -> Tensor {
-        let (b, s) = (x.size()[0], x.size()[1]);
-        let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim])).transpose(1, 2);
-        apply_rotary(&q, &rotary.cos, &rotary.sin)
+        timed("attention: projections in, norms, rotary", || {
+            let (b, s) = (x.size()[0], x.size()[1]);
+            let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim])).transpose(1, 2);
+            apply_rotary(&q, &rotary.cos, &rotary.sin)
+        })
     }
 
     /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq, head_dim).
     fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary) -> (Tensor, Tensor) {
-        let (b, s) = (x.size()[0], x.size()[1]);
-        let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
-        let raw_k = heads_of(own.k.forward(x));
-        let raw_v = match &own.v {
-            Some(v) => heads_of(v.forward(x)),
-            None => raw_k.shallow_clone(),
-        };
-        let k = apply_rotary(&own.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
-        (k, own.v_norm.forward(&raw_v).transpose(1, 2))
+        timed("attention: projections in, norms, rotary", || {
+            let (b, s) = (x.size()[0], x.size()[1]);
+            let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
+            let raw_k = heads_of(own.k.forward(x));
+            let raw_v = match &own.v {
+                Some(v) => heads_of(v.forward(x)),
+                None => raw_k.shallow_clone(),
+            };
+            let k = apply_rotary(&own.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
+            (k, own.v_norm.forward(&raw_v).transpose(1, 2))
+        })
     }
 
     /// Attention's output (batch, heads, seq, head_dim) projected back: (batch, seq, hidden).
     fn output(&self, out: &Tensor) -> Tensor {
         let (b, s) = (out.size()[0], out.size()[2]);
-        self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]))
+        timed("attention: projection out", || self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim])))
     }
 }
 
