@@ -74,9 +74,8 @@ impl Experts {
             hidden.internal_grouped_mm(&self.down, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>)
         });
         timed("experts: weighted sum", || {
-            let out = both;
             let (tokens, k) = (x.size()[0], chosen.size()[1]);
-            let routed = out.index_select(0, &grouping.output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
+            let routed = both.index_select(0, &grouping.output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
             routed.sum_dim_intlist(1, false, x.kind())
         })
     }

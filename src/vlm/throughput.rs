@@ -253,15 +253,11 @@ pub fn run(
         let features = encode(&model, chunk, pass);
         clock.mark(Stage::Vision);
         // The scores come back to the host, so the device's work is done when this returns.
-        if pass == 1 {
-            model.score_with(&ids, &features[0], chunk[0].1, answer, bench.prefix_attention, &mut clock)?;
-        } else {
-            model.score_pass_with(&pass_of(&features, chunk, &ids), answer, pass, bench.prefix_attention, &mut clock)?;
-        }
+        Pass { model: &model, inputs: chunk, ids: &ids, answer, pass }.score(&features, bench.prefix_attention, &mut clock)?;
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = inputs.len() - warmup_passes * pass;
-    let first = FirstPass { model: &model, inputs: &inputs[..pass.min(inputs.len())], ids: &ids, answer, pass };
+    let first = Pass { model: &model, inputs: &inputs[..pass.min(inputs.len())], ids: &ids, answer, pass };
     let max_abs_logit_diff_to_shared = match bench.prefix_attention {
         PrefixAttention::Fused => Some(difference(&first, (PrefixAttention::Fused, PrefixAttention::Shared))?),
         _ => None,
@@ -323,9 +319,10 @@ pub fn run(
     })
 }
 
-/// The timed run's first pass, which the checks after the timing score again.
+/// A pass of the bench's images, each asked every prompt: the timed passes, and the first of
+/// them, which the checks after the timing score again.
 #[derive(Clone, Copy)]
-struct FirstPass<'a> {
+struct Pass<'a> {
     model: &'a VlModel,
     /// Pixel values and patch grid of each image.
     inputs: &'a [(tch::Tensor, (usize, usize, usize))],
@@ -334,17 +331,26 @@ struct FirstPass<'a> {
     pass: usize,
 }
 
+impl Pass<'_> {
+    /// Scores the pass from its images' `features`, one image by [`VlModel::score_with`] (the
+    /// copied path takes one at a time), several by [`VlModel::score_pass_with`].
+    fn score(&self, features: &[ImageFeatures], method: PrefixAttention, clock: &mut StageClock) -> Result<(), VlmError> {
+        let Pass { model, inputs, ids, answer, pass } = *self;
+        if pass == 1 {
+            model.score_with(ids, &features[0], inputs[0].1, answer, method, clock).map(|_| ())
+        } else {
+            model.score_pass_with(&pass_of(features, inputs, ids), answer, pass, method, clock).map(|_| ())
+        }
+    }
+}
+
 /// Scores the first pass once more with the part clock on.
-fn clocked_parts(first: &FirstPass<'_>, method: PrefixAttention) -> Result<Parts, VlmError> {
-    let FirstPass { model, inputs, ids, answer, pass } = *first;
+fn clocked_parts(first: &Pass<'_>, method: PrefixAttention) -> Result<Parts, VlmError> {
+    let Pass { model, inputs, pass, .. } = *first;
     part_clock::start(model.device);
     let begun = Instant::now();
     let features = part_clock::timed("vision tower", || encode(model, inputs, pass));
-    let scored = if pass == 1 {
-        model.score_with(ids, &features[0], inputs[0].1, answer, method, &mut StageClock::off()).map(|_| ())
-    } else {
-        model.score_pass_with(&pass_of(&features, inputs, ids), answer, pass, method, &mut StageClock::off()).map(|_| ())
-    };
+    let scored = first.score(&features, method, &mut StageClock::off());
     let seconds = begun.elapsed().as_secs_f64();
     let timed = part_clock::stop();
     scored?;
@@ -368,8 +374,8 @@ fn pass_of<'a>(features: &'a [ImageFeatures], inputs: &[(tch::Tensor, (usize, us
 }
 
 /// Scores the first pass by each of `methods` and returns the largest difference of their logits.
-fn difference(first: &FirstPass<'_>, methods: (PrefixAttention, PrefixAttention)) -> Result<f32, VlmError> {
-    let FirstPass { model, inputs, ids, answer, pass } = *first;
+fn difference(first: &Pass<'_>, methods: (PrefixAttention, PrefixAttention)) -> Result<f32, VlmError> {
+    let Pass { model, inputs, ids, answer, pass } = *first;
     let features = encode(model, inputs, pass);
     let images = pass_of(&features, inputs, ids);
     let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
@@ -380,8 +386,8 @@ fn difference(first: &FirstPass<'_>, methods: (PrefixAttention, PrefixAttention)
 
 /// Scores the first pass, then its first, middle and last image alone (padded to the pass, and
 /// in a pass of one), and compares the bits.
-fn invariance(first: &FirstPass<'_>, method: PrefixAttention) -> Result<Invariance, VlmError> {
-    let FirstPass { model, inputs, ids, answer, pass } = *first;
+fn invariance(first: &Pass<'_>, method: PrefixAttention) -> Result<Invariance, VlmError> {
+    let Pass { model, inputs, ids, answer, pass } = *first;
     // A build scores on the CPU with one thread per worker, as here: a product split over
     // threads may split its sums by how many rows it has.
     if model.device == Device::Cpu {

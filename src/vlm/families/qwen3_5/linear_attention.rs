@@ -311,8 +311,7 @@ pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tenso
             let new = values.select(2, c) - state.read(&keys_read.select(2, c));
             outs.push(state.read(&q_decayed.select(2, c)) + within.select(2, c).matmul(&new));
             if let (true, Some((k_to_end, chunk_decay))) = (c + 1 < n || keep, &carried) {
-                let rows = std::mem::replace(&mut state, State::Rows(Tensor::new())).per_row(b);
-                state = State::Rows(rows * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
+                state = State::Rows(state.per_row(b) * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
             }
         }
         match outs.len() {
@@ -346,9 +345,9 @@ impl State {
         }
     }
 
-    fn per_row(self, b: i64) -> Tensor {
+    fn per_row(&self, b: i64) -> Tensor {
         match self {
-            State::Rows(state) => state,
+            State::Rows(state) => state.shallow_clone(),
             State::Images(state) => {
                 let rows = b / state.size()[0];
                 state.repeat_interleave_self_int(rows, 0, None)
