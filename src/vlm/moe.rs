@@ -74,9 +74,12 @@ impl Experts {
             hidden.internal_grouped_mm(&self.down, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>)
         });
         timed("experts: weighted sum", || {
-            let (tokens, k) = (x.size()[0], chosen.size()[1]);
-            let routed = both.index_select(0, &grouping.output_row).view([tokens, k, -1]) * weights.to_kind(x.kind()).unsqueeze(-1);
-            routed.sum_dim_intlist(1, false, x.kind())
+            let weights = weights.to_kind(x.kind());
+            if x.device().is_cuda() {
+                weighted_sum_by_bags(&both, &grouping.output_row, &weights)
+            } else {
+                weighted_sum_by_gather(&both, &grouping.output_row, &weights)
+            }
         })
     }
 
@@ -84,8 +87,12 @@ impl Experts {
     /// output will be.
     fn grouping(&self, x: &Tensor, chosen: &Tensor) -> Grouping {
         let (tokens, k, device) = (x.size()[0], chosen.size()[1], x.device());
+        // Sorted as bytes where the experts fit one (a GPU's radix sort then takes one pass over
+        // the keys, not eight): a stable sort's order is the same whatever the keys' type.
         let flat = chosen.flatten(0, -1);
-        let (sorted, order) = flat.sort_stable(true, 0, false);
+        let keys = if self.experts <= 256 { flat.to_kind(Kind::Uint8) } else { flat };
+        let (sorted, order) = keys.sort_stable(true, 0, false);
+        let sorted = sorted.to_kind(Kind::Int64);
         // Each expert's group padded with zero rows to a multiple of GROUP_ROWS: a group's size
         // then never takes a kernel's few-row path, and a token's output is the same bits whatever
         // else shares the pass. The buffer's size is fixed by the shapes alone (no host sync).
@@ -106,11 +113,53 @@ impl Experts {
         let rows = tokens * k + self.experts * (GROUP_ROWS - 1);
         let source = Tensor::full([rows], tokens, (Kind::Int64, device)).index_copy(0, &place, &order.divide_scalar_mode(k, "floor"));
         let with_zero_row = Tensor::cat(&[x, &Tensor::zeros([1, x.size()[1]], (x.kind(), device))], 0);
-        let rows = with_zero_row.index_select(0, &source);
+        let rows = gather_rows(&with_zero_row, &source);
         // The sorted assignment j is (token, slot) order[j] and sits at grouped row place[j].
         let output_row = place.zeros_like().index_copy(0, &order, &place);
         Grouping { rows, offsets, output_row }
     }
+}
+
+/// Rows `index` of `x` (rows, width), moved as 8-byte words where a row is a whole number of
+/// them: the same bytes, in a quarter of a GPU's threads for 2-byte elements.
+fn gather_rows(x: &Tensor, index: &Tensor) -> Tensor {
+    let row_bytes = x.size()[1] * x.kind().elt_size_in_bytes() as i64;
+    if row_bytes % 8 != 0 || !x.is_contiguous() {
+        return x.index_select(0, index);
+    }
+    x.view_dtype(Kind::Int64).index_select(0, index).view_dtype(x.kind())
+}
+
+/// The k outputs of each token, (token, slot) `output_row` of the grouped outputs `both`, times
+/// its routing `weights` (tokens, k), summed over the slots: the CPU's form, whose bits the
+/// releases scored there were made with (each product rounded to the model's precision, then
+/// summed).
+fn weighted_sum_by_gather(both: &Tensor, output_row: &Tensor, weights: &Tensor) -> Tensor {
+    let (tokens, k) = (weights.size()[0], weights.size()[1]);
+    let routed = gather_rows(both, output_row).view([tokens, k, -1]) * weights.unsqueeze(-1);
+    routed.sum_dim_intlist(1, false, both.kind())
+}
+
+/// [`weighted_sum_by_gather`] as one bag per token (libtorch's embedding bag, in sum mode with
+/// per-row weights): a GPU's form, one kernel that reads each output row once and writes only
+/// the sums, where the gather, the products and the sum each wrote the k rows in full. Each
+/// thread sums one token's k products in slot order in f32 (no atomics), so a token's sum
+/// depends on its own rows alone.
+fn weighted_sum_by_bags(both: &Tensor, output_row: &Tensor, weights: &Tensor) -> Tensor {
+    let (tokens, k) = (weights.size()[0], weights.size()[1]);
+    let starts = Tensor::arange_start_step(0, tokens * k, k, (Kind::Int64, both.device()));
+    let (mode_sum, scale_grad_by_freq, sparse, include_last_offset) = (0, false, false, false);
+    let (sums, _, _, _) = Tensor::embedding_bag(
+        both,
+        output_row,
+        &starts,
+        scale_grad_by_freq,
+        mode_sum,
+        sparse,
+        Some(weights.flatten(0, -1).contiguous()),
+        include_last_offset,
+    );
+    sums
 }
 
 /// A pass's rows grouped by expert for the grouped products.
@@ -218,6 +267,43 @@ fn stacked_experts(w: &Weights, prefix: &str, e: i64, hidden: i64, i: i64) -> Re
 mod tests {
     use super::*;
     use tch::{Device, Kind};
+
+    /// The GPU's one-kernel weighted sum means the CPU's gather, products and sum (here both on
+    /// the CPU), and a token's sum is the same whatever other tokens share the call.
+    #[test]
+    fn the_weighted_sum_by_bags_equals_the_one_by_gather() {
+        tch::manual_seed(3);
+        let (tokens, k, rows, width) = (6, 3, 40, 24);
+        let both = Tensor::randn([rows, width], (Kind::Float, Device::Cpu));
+        let output_row = Tensor::randint(rows, [tokens * k], (Kind::Int64, Device::Cpu));
+        let weights = Tensor::rand([tokens, k], (Kind::Float, Device::Cpu));
+        let (bags, gather) = (weighted_sum_by_bags(&both, &output_row, &weights), weighted_sum_by_gather(&both, &output_row, &weights));
+        assert_eq!(bags.size(), [tokens, width]);
+        assert!((&bags - &gather).abs().max().double_value(&[]) < 1e-5);
+        let alone = weighted_sum_by_bags(&both, &output_row.narrow(0, 2 * k, k), &weights.narrow(0, 2, 1));
+        assert!(alone.equal(&bags.narrow(0, 2, 1)), "token 2 alone and among six");
+    }
+
+    /// Rows moved as 8-byte words are the same bytes as rows moved as elements, in any precision.
+    #[test]
+    fn rows_gathered_as_words_are_the_same_bytes() {
+        let index = Tensor::from_slice(&[3i64, 0, 3, 1]);
+        for kind in [Kind::Float, Kind::BFloat16, Kind::Half] {
+            let x = Tensor::randn([4, 12], (Kind::Float, Device::Cpu)).to_kind(kind);
+            assert!(gather_rows(&x, &index).equal(&x.index_select(0, &index)), "{kind:?}");
+        }
+        let odd = Tensor::randn([4, 3], (Kind::BFloat16, Device::Cpu)); // 6-byte rows: moved as elements
+        assert!(gather_rows(&odd, &index).equal(&odd.index_select(0, &index)));
+    }
+
+    /// A byte-keyed stable sort orders the choices as the 64-bit one does.
+    #[test]
+    fn sorting_the_choices_as_bytes_keeps_their_order() {
+        let chosen = Tensor::randint(200, [300], (Kind::Int64, Device::Cpu));
+        let (wide, wide_order) = chosen.sort_stable(true, 0, false);
+        let (narrow, narrow_order) = chosen.to_kind(Kind::Uint8).sort_stable(true, 0, false);
+        assert!(narrow.to_kind(Kind::Int64).equal(&wide) && narrow_order.equal(&wide_order));
+    }
 
     /// hidden = 2 x intermediate: `gate_up_proj` has the same shape in both layouts, so the
     /// layout comes from `down_proj`. A checkpoint in transformers' saved order (rows) loads,
