@@ -145,10 +145,14 @@ impl GatedDeltaNet {
         // Each query/key head serves vh / kh consecutive value heads: normalised once per key
         // head, then repeated, for half the work. Made contiguous first, as the repeat made them
         // before: a norm over the convolution's strided layout sums in another order.
-        let normalised = |t: &Tensor| l2_normalize(&t.contiguous());
+        let normalised = |t: &Tensor, scale: f64| match t.device().is_cuda() {
+            true => l2_normalize_fused(t, scale),
+            false if scale == 1.0 => l2_normalize(&t.contiguous()),
+            false => l2_normalize(&t.contiguous()) * scale,
+        };
         let (q, k) = timed("linear attention: q, k norms", || {
-            let q = (normalised(&q) * (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
-            (q, normalised(&k).repeat_interleave_self_int(vh / kh, 1, None))
+            let q = normalised(&q, (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
+            (q, normalised(&k, 1.0).repeat_interleave_self_int(vh / kh, 1, None))
         });
         let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
 
@@ -162,7 +166,7 @@ impl GatedDeltaNet {
         let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
 
         let out = out.transpose(1, 2); // (b, s, vh, dv)
-        let out = timed("linear attention: gated norm", || self.gated_norm(&out.to_kind(x.kind()), &z));
+        let out = timed("linear attention: gated norm", || self.gated_norm(&out, &z, x.kind()));
         (timed("linear attention: projection out", || self.out_proj.forward(&out.reshape([b, s, vh * dv]))), kept)
     }
 
@@ -196,13 +200,31 @@ impl GatedDeltaNet {
         (out.silu(), kept.transpose(1, 2).contiguous())
     }
 
-    /// RMSNorm over each head's output (in f32), scaled, then gated by SiLU(z).
-    fn gated_norm(&self, x: &Tensor, z: &Tensor) -> Tensor {
-        let kind = x.kind();
+    /// The delta rule's output `out` (f32) in the model's precision `kind`, RMSNorm over each
+    /// head (in f32), scaled, then gated by SiLU(z), as transformers does; on a GPU, in the
+    /// fewer kernels of [`gated_norm_fused`].
+    fn gated_norm(&self, out: &Tensor, z: &Tensor, kind: Kind) -> Tensor {
+        if out.device().is_cuda() {
+            let mut x = Tensor::empty(out.size(), (kind, out.device()));
+            x.copy_(out); // cast and made contiguous in one pass
+            return gated_norm_fused(&x, z, &self.norm_weight, self.eps);
+        }
+        let x = out.to_kind(kind);
         let normed = rms_normalize(&x.to_kind(Kind::Float), self.eps);
         let normed = (&self.norm_weight * normed.to_kind(kind)).to_kind(Kind::Float);
         (normed * z.to_kind(Kind::Float).silu()).to_kind(kind)
     }
+}
+
+/// The gated norm of `x` (in the model's precision) in four kernels where the elementwise form
+/// takes nine: the fused RMSNorm scales by `weight` in f32 and rounds once (transformers rounds
+/// the norm, then its product with the weight), and the gate's product is taken in f32 and
+/// written in the model's precision by one kernel.
+fn gated_norm_fused(x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
+    let normed = x.rms_norm([x.size()[x.dim() - 1]], Some(weight), eps);
+    let gate = z.to_kind(Kind::Float).silu();
+    let out = Tensor::empty(normed.size(), (x.kind(), x.device()));
+    normed.mul_out(&out, &gate)
 }
 
 /// The depthwise convolution of `inputs` (batch, seq, channels) by `weight` (channels, 1,
@@ -241,6 +263,14 @@ fn depthwise_channels_last(inputs: &Tensor, weight: &Tensor) -> Tensor {
 /// x / sqrt(sum(x^2) + 1e-6) over the last dimension (the FLA kernels' epsilon).
 fn l2_normalize(x: &Tensor) -> Tensor {
     x * ((x * x).sum_dim_intlist(-1, true, Kind::Float) + 1e-6).rsqrt()
+}
+
+/// [`l2_normalize`] times `scale` through the fused RMSNorm (a GPU's form: two kernels where
+/// the elementwise form takes six): sum(x^2) + 1e-6 = d (mean(x^2) + 1e-6 / d), so the L2 norm
+/// is the RMS norm of epsilon 1e-6 / d over sqrt(d).
+fn l2_normalize_fused(x: &Tensor, scale: f64) -> Tensor {
+    let d = x.size()[x.dim() - 1];
+    rms_normalize(x, 1e-6 / d as f64) * (scale / (d as f64).sqrt())
 }
 
 /// The delta rule token by token. q, k (batch, heads, seq, dk), v (batch, heads, seq, dv), g and
@@ -360,7 +390,8 @@ impl State {
 mod tests {
     use tch::{Kind, Tensor};
 
-    use super::{chunked_rule, depthwise, depthwise_channels_last, l2_normalize, recurrent_rule, Start};
+    use super::{chunked_rule, depthwise, depthwise_channels_last, gated_norm_fused, l2_normalize, l2_normalize_fused, recurrent_rule, Start};
+    use crate::vlm::layers::rms_normalize;
 
     /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
     fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
@@ -393,6 +424,42 @@ mod tests {
             sum + inputs.narrow(1, j, s) * weight.select(2, j).view([1, 1, channels])
         });
         assert!(max_diff(&one, &by_hand) < 1e-5);
+    }
+
+    /// The GPU's fused gated norm means the elementwise one (here both on the CPU): within f32's
+    /// rounding in f32, and within a bf16 rounding or two in bf16 (the fused kernel rounds the
+    /// weight's product once, not twice).
+    #[test]
+    fn the_fused_gated_norm_equals_the_elementwise_one() {
+        tch::manual_seed(13);
+        let (eps, dv) = (1e-6, 32);
+        let out = Tensor::randn([2, 5, 4, dv], (Kind::Float, tch::Device::Cpu));
+        let z = Tensor::randn([2, 5, 4, dv], (Kind::Float, tch::Device::Cpu)) * 2.0;
+        let weight = Tensor::rand([dv], (Kind::Float, tch::Device::Cpu)) + 0.5;
+        for (kind, tolerance) in [(Kind::Float, 1e-6), (Kind::BFloat16, 4.0 * 2f64.powi(-8))] {
+            let (x, z, weight) = (out.to_kind(kind), z.to_kind(kind), weight.to_kind(kind));
+            let normed = rms_normalize(&x.to_kind(Kind::Float), eps);
+            let normed = (&weight * normed.to_kind(kind)).to_kind(Kind::Float);
+            let elementwise = (normed * z.to_kind(Kind::Float).silu()).to_kind(kind);
+            let fused = gated_norm_fused(&x, &z, &weight, eps);
+            assert_eq!(fused.kind(), kind);
+            // Relative to each value's size: bf16's step is relative.
+            let relative = ((&fused - &elementwise).to_kind(Kind::Float).abs() / (elementwise.to_kind(Kind::Float).abs() + 1e-3)).max();
+            assert!(relative.double_value(&[]) <= tolerance, "{kind:?}: {}", relative.double_value(&[]));
+        }
+    }
+
+    /// The GPU's fused form of the queries' and keys' L2 norm means the elementwise one (here
+    /// both on the CPU), scale included.
+    #[test]
+    fn the_fused_l2_norm_equals_the_elementwise_one() {
+        tch::manual_seed(11);
+        let x = Tensor::randn([2, 3, 5, 128], (Kind::Float, tch::Device::Cpu)) * 3.0;
+        let scale = 128f64.powf(-0.5);
+        let (fused, elementwise) = (l2_normalize_fused(&x, scale), l2_normalize(&x) * scale);
+        assert!(max_diff(&fused, &elementwise) < 1e-7, "{}", max_diff(&fused, &elementwise));
+        let norms = (&fused * &fused).sum_dim_intlist(-1, false, Kind::Float).sqrt();
+        assert!(max_diff(&norms, &norms.ones_like().g_mul_scalar(scale)) < 1e-6);
     }
 
     #[test]
