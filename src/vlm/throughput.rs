@@ -430,6 +430,24 @@ mod tests {
     use super::*;
     use crate::vlm::flops::tests::{bench_config, config, preprocessor};
 
+    /// Two small images, three short questions, no warm-up, every check off: each test changes
+    /// what it measures.
+    fn small_bench(prefix_attention: PrefixAttention, images_per_pass: usize) -> ScoringBench {
+        ScoringBench {
+            images: 2,
+            size: 112,
+            questions: 3,
+            question_tokens: 4,
+            warmup: 0,
+            peak_tflops: None,
+            prefix_attention,
+            images_per_pass,
+            check_invariance: false,
+            parts: false,
+            project_images: 10,
+        }
+    }
+
     /// Two layers each, the widths kept; the block indexes follow into the slice.
     #[test]
     fn slices_keep_the_widths_and_map_the_block_indexes() {
@@ -449,17 +467,12 @@ mod tests {
     fn random_model_scores_on_the_cpu() {
         let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
         let bench = ScoringBench {
-            images: 2,
-            size: 112,
             questions: 5,
             question_tokens: 6,
             warmup: 1,
             peak_tflops: Some(1.0),
-            prefix_attention: PrefixAttention::Copied,
-            images_per_pass: 1,
-            check_invariance: false,
-            parts: false,
             project_images: 4628,
+            ..small_bench(PrefixAttention::Copied, 1)
         };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
         assert_eq!(r.image_tokens * 4, r.vision_patches);
@@ -483,19 +496,7 @@ mod tests {
     #[test]
     fn the_parts_pass_times_each_part_of_every_layer() {
         let (c, pre) = (config("qwen3_5"), preprocessor("qwen3_5"));
-        let bench = ScoringBench {
-            images: 2,
-            size: 112,
-            questions: 3,
-            question_tokens: 4,
-            warmup: 0,
-            peak_tflops: None,
-            prefix_attention: PrefixAttention::Shared,
-            images_per_pass: 2,
-            check_invariance: false,
-            parts: true,
-            project_images: 10,
-        };
+        let bench = ScoringBench { parts: true, ..small_bench(PrefixAttention::Shared, 2) };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
         let parts = r.parts.unwrap();
         let part = |name: &str| parts.parts.iter().find(|p| p.part == name).unwrap_or_else(|| panic!("no {name}: {:?}", parts.parts));
@@ -522,19 +523,7 @@ mod tests {
     #[test]
     fn the_fused_path_reports_its_distance_from_the_products() {
         let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
-        let bench = ScoringBench {
-            images: 2,
-            size: 112,
-            questions: 4,
-            question_tokens: 5,
-            warmup: 0,
-            peak_tflops: None,
-            prefix_attention: PrefixAttention::Fused,
-            images_per_pass: 2,
-            check_invariance: false,
-            parts: false,
-            project_images: 10,
-        };
+        let bench = ScoringBench { questions: 4, question_tokens: 5, ..small_bench(PrefixAttention::Fused, 2) };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
         let diff = r.max_abs_logit_diff_to_shared.unwrap();
         assert!(diff < 1e-4, "{diff}");
