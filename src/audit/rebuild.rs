@@ -138,6 +138,11 @@ pub struct AuditReport {
     pub spec_differences: Vec<String>,
     pub tool_locked: String,
     pub tool_now: String,
+    /// The native engine's arithmetic revision the release's scores were made with (null where
+    /// the lock predates the revisions), beside this tool's for the same device; both absent for
+    /// another backend. Where they differ, a rebuild's logits may differ in their last bits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arithmetic: Option<ArithmeticRevisions>,
     /// "reused" (a given cache) or "rerun" (a fresh cache).
     pub inference: String,
     pub files: Vec<FileComparison>,
@@ -145,6 +150,35 @@ pub struct AuditReport {
     pub class_changes: Vec<ClassChange>,
     pub pass: bool,
     pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ArithmeticRevisions {
+    pub locked: Option<String>,
+    pub now: String,
+}
+
+impl ArithmeticRevisions {
+    /// From a lock's scorer: the native engine's records its device (`cpu`, `cuda`).
+    pub fn of(scorer: &serde_json::Value) -> Option<ArithmeticRevisions> {
+        let preprocessing = &scorer["preprocessing"];
+        let device = preprocessing["device"].as_str()?;
+        let locked = preprocessing["scoring"]["arithmetic"].as_str().map(str::to_string);
+        Some(ArithmeticRevisions { locked, now: crate::vlm::arithmetic::revision(device == "cuda") })
+    }
+
+    fn differ(&self) -> bool {
+        self.locked.as_deref() != Some(self.now.as_str())
+    }
+
+    /// What a reader is told where the two differ.
+    fn explain(&self) -> String {
+        let locked = match &self.locked {
+            Some(locked) => format!("the release was scored by the engine's arithmetic {locked}"),
+            None => "the release was scored before the engine recorded its arithmetic".to_string(),
+        };
+        format!("{locked}; this tool's is {}: the logits may differ in their last bits, which the logit tolerance judges", self.now)
+    }
 }
 
 pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -> Result<AuditReport, AuditError> {
@@ -173,6 +207,7 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         spec_differences,
         tool_locked: format!("{} {} ({})", lock.tool.name, lock.tool.version, lock.tool.commit),
         tool_now: format!("{} {} ({})", tool_now.name, tool_now.version, tool_now.commit),
+        arithmetic: ArithmeticRevisions::of(&lock.scorer),
         inference: if options.cache_dir.is_some() { "reused".into() } else { "rerun".into() },
         files: Vec::new(),
         drift: None,
@@ -189,6 +224,9 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         return Ok(report);
     }
 
+    if let Some(arithmetic) = report.arithmetic.as_ref().filter(|a| a.differ()) {
+        log(&arithmetic.explain());
+    }
     let scratch = match &options.scratch {
         Some(s) => s.clone(),
         None => std::env::temp_dir().join(format!("bpals-audit-{}-{}", original_manifest.release_id, std::process::id())),
@@ -375,6 +413,9 @@ impl std::fmt::Display for AuditReport {
             out.push_str(&format!("    differs from the lock: {d}\n"));
         }
         out.push_str(&format!("  tool: locked {}; now {}\n", self.tool_locked, self.tool_now));
+        if let Some(arithmetic) = self.arithmetic.as_ref().filter(|a| a.differ()) {
+            out.push_str(&format!("  {}\n", arithmetic.explain()));
+        }
         if !self.files.is_empty() {
             out.push_str(&format!(
                 "  inference: {}\n  rebuilt into: {}\n",
@@ -477,6 +518,7 @@ mod tests {
             spec_differences: Vec::new(),
             tool_locked: String::new(),
             tool_now: String::new(),
+            arithmetic: None,
             inference: "rerun".into(),
             files: Vec::new(),
             drift: None,
@@ -490,5 +532,21 @@ mod tests {
         // A one-model release's drift says nothing of a second model.
         let one = |r: ReleaseRow| ReleaseRow { families: None, ..r };
         assert!(score_drift(&[one(row(2.0, 3.0))], &[one(row(2.0, 3.5))], 1e-3).0.second.is_none());
+    }
+
+    /// A native scorer's lock names its arithmetic; an older lock's absence is told apart from
+    /// another backend's.
+    #[test]
+    fn the_arithmetic_revisions_come_from_the_locks_scorer() {
+        let now = crate::vlm::arithmetic::revision(false);
+        let same = serde_json::json!({"preprocessing": {"device": "cpu", "scoring": {"arithmetic": now}}});
+        let a = ArithmeticRevisions::of(&same).unwrap();
+        assert!(!a.differ());
+        let older = serde_json::json!({"preprocessing": {"device": "cpu", "scoring": {"prefix": "shared"}}});
+        let b = ArithmeticRevisions::of(&older).unwrap();
+        assert!(b.differ() && b.explain().contains("before the engine recorded its arithmetic"), "{}", b.explain());
+        let gpu = serde_json::json!({"preprocessing": {"device": "cuda", "scoring": {"arithmetic": "cuda-0"}}});
+        assert_eq!(ArithmeticRevisions::of(&gpu).unwrap().now, crate::vlm::arithmetic::revision(true));
+        assert!(ArithmeticRevisions::of(&serde_json::json!({"preprocessing": {"model": "served"}})).is_none());
     }
 }

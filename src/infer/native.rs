@@ -123,10 +123,15 @@ impl NativeScorer {
             preprocessing["chat_template_variables"] = variables.into();
         }
         // Every family scores with the image prefix held once (through the fused kernel on a
-        // GPU), in passes of `images_per_pass` images: both shape the last bits of a score, so
-        // both are in the identity (scores made by another path are another scorer's).
-        let prefix = PrefixAttention::for_device(engine.model.device).name();
-        preprocessing["scoring"] = serde_json::json!({"prefix": prefix, "images_per_pass": model.images_per_pass});
+        // GPU), in passes of `images_per_pass` images, by the engine's arithmetic of this
+        // revision: each shapes the last bits of a score, so each is in the identity (scores
+        // made another way are another scorer's).
+        let device = engine.model.device;
+        preprocessing["scoring"] = serde_json::json!({
+            "prefix": PrefixAttention::for_device(device).name(),
+            "images_per_pass": model.images_per_pass,
+            "arithmetic": crate::vlm::arithmetic::revision(device.is_cuda()),
+        });
         let identity = ScorerIdentity {
             backend: model.backend,
             model_id: model.id.clone(),

@@ -8,6 +8,7 @@
 //! image. The tensor code (vision tower, decoder, its cache) builds on it behind the `vlm`
 //! feature.
 
+pub mod arithmetic;
 pub mod chat_template;
 pub mod checkpoint;
 pub mod config;

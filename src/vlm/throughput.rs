@@ -60,6 +60,9 @@ pub struct ScoringBenchReport {
     pub vision_blocks: usize,
     pub device: String,
     pub dtype: String,
+    /// The engine's arithmetic revision on this device (`vlm::arithmetic`): which engine the
+    /// numbers measure.
+    pub arithmetic: String,
     pub parameters: i64,
     /// The parameters one token goes through (all but the unchosen experts of a sparse model):
     /// what the FLOPs are counted from.
@@ -292,6 +295,7 @@ pub fn run(
         vision_blocks: config.vision.depth,
         device: format!("{device:?}"),
         dtype: format!("{kind:?}"),
+        arithmetic: super::arithmetic::revision(device.is_cuda()),
         parameters: model.parameters(),
         active_parameters: active_parameters(config, model.parameters()),
         image_size: bench.size,

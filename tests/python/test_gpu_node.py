@@ -71,6 +71,10 @@ def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
     assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [
         ("copied", 1), ("shared", 1), ("shared", 2), ("fused", 2)]
     assert all(r["time_ratio_to_copied"] > 0 for r in results[1:])
+    # Each names the engine's arithmetic it measured (a CPU run here).
+    revision = results[0]["arithmetic"]
+    assert revision.startswith("cpu-") and {r["arithmetic"] for r in results} == {revision}
+    assert f"arithmetic {revision})" in run.stdout
     assert results[2]["invariance"]["identical_padded"] and results[3]["invariance"]["identical_padded"]
     assert report["steps"]["throughput"]["batch_invariant"]
     # Each run says where an image's time went, stage by stage, and the fused kernel how far its
