@@ -209,11 +209,17 @@ impl GatedDeltaNet {
             x.copy_(out); // cast and made contiguous in one pass
             return gated_norm_fused(&x, z, &self.norm_weight, self.eps);
         }
-        let x = out.to_kind(kind);
-        let normed = rms_normalize(&x.to_kind(Kind::Float), self.eps);
-        let normed = (&self.norm_weight * normed.to_kind(kind)).to_kind(Kind::Float);
-        (normed * z.to_kind(Kind::Float).silu()).to_kind(kind)
+        gated_norm_elementwise(&out.to_kind(kind), z, &self.norm_weight, self.eps)
     }
+}
+
+/// The gated norm of `x` (in the model's precision) as transformers computes it, rounding as it
+/// rounds: the CPU's form, whose bits the releases scored there were made with.
+fn gated_norm_elementwise(x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
+    let kind = x.kind();
+    let normed = rms_normalize(&x.to_kind(Kind::Float), eps);
+    let normed = (weight * normed.to_kind(kind)).to_kind(Kind::Float);
+    (normed * z.to_kind(Kind::Float).silu()).to_kind(kind)
 }
 
 /// The gated norm of `x` (in the model's precision) in four kernels where the elementwise form
@@ -390,8 +396,10 @@ impl State {
 mod tests {
     use tch::{Kind, Tensor};
 
-    use super::{chunked_rule, depthwise, depthwise_channels_last, gated_norm_fused, l2_normalize, l2_normalize_fused, recurrent_rule, Start};
-    use crate::vlm::layers::rms_normalize;
+    use super::{
+        chunked_rule, depthwise, depthwise_channels_last, gated_norm_elementwise, gated_norm_fused, l2_normalize, l2_normalize_fused,
+        recurrent_rule, Start,
+    };
 
     /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
     fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
@@ -438,9 +446,7 @@ mod tests {
         let weight = Tensor::rand([dv], (Kind::Float, tch::Device::Cpu)) + 0.5;
         for (kind, tolerance) in [(Kind::Float, 1e-6), (Kind::BFloat16, 4.0 * 2f64.powi(-8))] {
             let (x, z, weight) = (out.to_kind(kind), z.to_kind(kind), weight.to_kind(kind));
-            let normed = rms_normalize(&x.to_kind(Kind::Float), eps);
-            let normed = (&weight * normed.to_kind(kind)).to_kind(Kind::Float);
-            let elementwise = (normed * z.to_kind(Kind::Float).silu()).to_kind(kind);
+            let elementwise = gated_norm_elementwise(&x, &z, &weight, eps);
             let fused = gated_norm_fused(&x, &z, &weight, eps);
             assert_eq!(fused.kind(), kind);
             // Relative to each value's size: bf16's step is relative.
