@@ -1,5 +1,6 @@
 """What several of the Python tests share."""
 import json
+import os
 import socket
 import subprocess
 
@@ -7,6 +8,40 @@ import numpy as np
 import torch
 import transformers
 from PIL import Image
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
+
+_RELEASES = {}
+
+
+def sample_release(name, tmp_path_factory):
+    """The embedded-sample release of specs/NAME.yaml, built once per test session and shared by
+    every module that only reads it (the readers, Croissant, the review round trip). The builds
+    share one score cache, as a publisher's would: a release's bytes do not depend on what the
+    cache held (tests/reliability.rs holds that), and each image is scored once, not per module."""
+    if name not in _RELEASES:
+        out = sample_score_cache(tmp_path_factory).parent / name
+        build_sample(os.path.join(ROOT, "specs", f"{name}.yaml"), out, tmp_path_factory)
+        _RELEASES[name] = out
+    return _RELEASES[name]
+
+
+def sample_score_cache(tmp_path_factory):
+    """The score cache the session's sample builds share."""
+    cache = tmp_path_factory.getbasetemp() / "sample-releases" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    return cache
+
+
+def build_sample(spec, out, tmp_path_factory):
+    """`build SPEC --out OUT` on the embedded sample (any NIH location in the environment left out),
+    through the session's shared score cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
+    done = subprocess.run([BIN, "build", str(spec), "--out", str(out), "--cache-dir", str(sample_score_cache(tmp_path_factory)),
+                           "--no-progress"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"build {spec}:\n{done.stderr}"
 
 
 def free_port():

@@ -2,21 +2,19 @@
 warning, carries the Responsible-AI fields, its FileObjects' sha256 are the files', and every
 record set yields exactly the rows pyarrow reads from the shards (every column, every row).
 
-Builds the embedded-sample S1a, S1b and S2 releases with the project's binary.
+Reads the embedded-sample S1a, S1b and S2 releases, built once per session with the project's
+binary (helpers.sample_release).
 """
 import hashlib
 import json
 import logging
 import math
-import os
-import subprocess
 
 import mlcroissant as mlc
 import pyarrow.parquet as pq
 import pytest
+from helpers import sample_release
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
 
 RAI_FIELDS = [
     "data_collection", "data_collection_type", "data_limitations", "data_biases", "data_use_cases",
@@ -27,11 +25,7 @@ RAI_FIELDS = [
 
 @pytest.fixture(scope="module", params=["s1a", "s1b", "s2"])
 def release(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(request.param)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
-    subprocess.run([BIN, "build", os.path.join(ROOT, "specs", f"{request.param}.yaml"), "--out", str(tmp / "release"),
-                    "--cache-dir", str(tmp / "cache"), "--no-progress"], check=True, env=env, capture_output=True)
-    return tmp / "release"
+    return sample_release(request.param, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """A built release, read the way buyers read it: pyarrow, polars, DuckDB, and the Hub's YAML.
 
-Builds the embedded-sample S1b, S2 and S4 releases once each (full + trial splits) with the
-project's binary; every reader test runs on each.
+Reads the embedded-sample S1b, S2 and S4 releases (full + trial splits), built once per session
+with the project's binary (helpers.sample_release); every reader test runs on each.
 """
 import fnmatch
 import hashlib
@@ -9,7 +9,6 @@ import json
 import math
 import os
 import re
-import subprocess
 
 import duckdb
 import polars as pl
@@ -17,24 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from helpers import build_sample, sample_release
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
-
-
-BUILT = {}
 
 
 def built(name, tmp_path_factory):
     """The embedded-sample release of specs/NAME.yaml, built once per test run."""
-    if name not in BUILT:
-        tmp = tmp_path_factory.mktemp(name)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
-        subprocess.run([BIN, "build", os.path.join(ROOT, "specs", f"{name}.yaml"), "--out", str(tmp / name),
-                        "--cache-dir", str(tmp / "cache"), "--no-progress"], check=True, env=env,
-                       capture_output=True)
-        BUILT[name] = tmp / name
-    return BUILT[name]
+    return sample_release(name, tmp_path_factory)
 
 
 @pytest.fixture(scope="module", params=["s1b", "s2", "s4"])
@@ -143,15 +132,13 @@ def test_trial_rows_are_a_subset_of_full(release):
     assert (joined["confidence"] == joined["confidence_full"]).all()
 
 
-def test_trial_covers_cells_round_robin(tmp_path):
+def test_trial_covers_cells_round_robin(tmp_path, tmp_path_factory):
     """With a trial smaller than the selection, each trust class spreads its quota over
     (label, view position, devices present) cells: as many distinct cells as it can."""
     spec = tmp_path / "small_trial.yaml"
     spec.write_text(f"extends: {ROOT}/specs/s1b.yaml\nselection:\n  trial:\n    rows: 120\n")
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BPALS_NIH")}
-    subprocess.run([BIN, "build", str(spec), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
-                    "--no-progress"], check=True, env=env, capture_output=True)
+    build_sample(spec, out, tmp_path_factory)
     cell = [pl.col("label"), pl.col("view_position"), pl.col("support_devices").list.len() > 0]
     full = pl.read_parquet(str(out / "data" / "full-*.parquet"))
     trial = pl.read_parquet(str(out / "data" / "trial-*.parquet"))

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from helpers import free_port
+from helpers import free_port, sample_release
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-release"))
@@ -116,10 +116,8 @@ def choice(i, value):
     return {"from_name": f"answer_{i}", "to_name": "image", "type": "choices", "value": {"choices": [value]}}
 
 
-def test_the_round_trip_through_label_studio(tmp_path):
-    release = tmp_path / "s1a"
-    bpals("build", os.path.join(ROOT, "specs", "s1a.yaml"), "--out", release, "--cache-dir", tmp_path / "cache",
-          "--no-progress")
+def test_the_round_trip_through_label_studio(tmp_path, tmp_path_factory):
+    release = sample_release("s1a", tmp_path_factory)
     plan = tmp_path / "plan.json"
     bpals("review", "plan", release, "--budget", "10%", "--out", plan)
     export_dir = tmp_path / "ls"
