@@ -154,12 +154,14 @@ def test_ways_pick_the_throughput_runs_and_a_malformed_one_is_refused(bundle, tm
         run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", bad, "--out", tmp_path / "bad")
         assert run.returncode == 2 and "--ways" in run.stderr and "PATH:N" in run.stderr, (bad, run.stderr)
     assert not (tmp_path / "bad").exists()
+    # One image a pass: the way asked for alone (the invariance check, which a pass of several
+    # adds, is the test above's).
     out = tmp_path / "out"
-    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "shared:2", "--out", out)
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "shared:1", "--out", out)
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads((out / "report.json").read_text())["steps"]["throughput"]["results"]
-    assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [("shared", 2)]
-    assert results[0]["invariance"]["identical_padded"]
+    assert [(r["prefix_attention"], r["images_per_pass"]) for r in results] == [("shared", 1)]
+    assert results[0].get("invariance") is None and results[0]["images_per_second"] > 0
 
 
 def test_the_out_folder_is_the_runners_own(bundle, tmp_path):
