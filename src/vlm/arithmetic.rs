@@ -15,10 +15,12 @@
 /// The CPU's arithmetic (f32 and half precision, under the kernel pins of `cpu_kernels`).
 pub const CPU: u32 = 1;
 
-/// A CUDA device's arithmetic (libtorch's kernels there, the fused prefix kernel included).
-pub const CUDA: u32 = 1;
+/// A CUDA device's arithmetic (libtorch's kernels there, the fused prefix kernel included). 2:
+/// the delta rule's prefix outputs are two products over all its chunks, whose batch cuBLAS may
+/// give other kernels than one chunk's.
+pub const CUDA: u32 = 2;
 
-/// The revision as the identity records it: `cpu-1`, `cuda-1`.
+/// The revision as the identity records it: `cpu-1`, `cuda-2`.
 pub fn revision(cuda: bool) -> String {
     if cuda {
         format!("cuda-{CUDA}")

@@ -4,40 +4,17 @@
 //! depthwise convolution over the projected queries, keys and values:
 //!   S <- exp(g) S;  S <- S + k (beta (v - k^T S))^T;  out = q^T S
 //! with the decay g = -exp(A_log) softplus(a + dt_bias) and the write strength beta = sigmoid(b).
-//! Decoding runs that recurrence one token at a time. A prompt runs it in chunks of up to 64
-//! tokens: within a chunk the updates are solved together through the inverse of one unit
-//! triangular system (the "WY" form), and only the state crosses chunk boundaries. Both forms are
-//! checked against each other in the tests below, and against transformers' reference forms by
-//! the parity goldens.
-//!
-//! Scoring's questions all start from their image's state after the prefix. That state is read
-//! where it is, one product per image for all its questions' rows ([`Start::PerImage`]), never
-//! repeated per question, and the state after the questions, which nothing reads, is not made.
+//! This file is the layer around that recurrence (projections, convolution, norms); the
+//! recurrence itself, token by token and in chunks, is [`super::delta_rule`].
 
 use tch::{Kind, Tensor};
 
+use super::delta_rule::{chunked_rule, recurrent_rule, Start};
 use crate::vlm::config::{LinearAttentionConfig, TextConfig};
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{rms_normalize, Linear};
 use crate::vlm::part_clock::timed;
 use crate::vlm::weights::Weights;
-
-/// Tokens per chunk of the chunked form at most (transformers' and the FLA kernels' size). A
-/// shorter call (a question's few dozen tokens) takes one chunk of its own length rounded up to
-/// [`CHUNK_STEP`]: padding 24 tokens to 64 would nearly triple the chunk's work.
-const CHUNK: i64 = 64;
-const CHUNK_STEP: i64 = 8;
-
-/// The delta rule's state before a call.
-pub enum Start {
-    /// No tokens before: a zero state.
-    Zero,
-    /// One state per row, (batch, heads, dk, dv).
-    PerRow(Tensor),
-    /// One state per image, (images, heads, dk, dv), shared by that image's rows, which come
-    /// image by image (batch / images of each).
-    PerImage(Tensor),
-}
 
 /// What a linear layer carries from one call to the next, per batch row: the last
 /// `conv_kernel_dim - 1` inputs of the convolution, (batch, conv_dim, kernel - 1), and the delta
@@ -267,7 +244,7 @@ fn depthwise_channels_last(inputs: &Tensor, weight: &Tensor) -> Tensor {
 }
 
 /// x / sqrt(sum(x^2) + 1e-6) over the last dimension (the FLA kernels' epsilon).
-fn l2_normalize(x: &Tensor) -> Tensor {
+pub(super) fn l2_normalize(x: &Tensor) -> Tensor {
     x * ((x * x).sum_dim_intlist(-1, true, Kind::Float) + 1e-6).rsqrt()
 }
 
@@ -279,139 +256,11 @@ fn l2_normalize_fused(x: &Tensor, scale: f64) -> Tensor {
     rms_normalize(x, 1e-6 / d as f64) * (scale / (d as f64).sqrt())
 }
 
-/// The delta rule token by token. q, k (batch, heads, seq, dk), v (batch, heads, seq, dv), g and
-/// beta (batch, heads, seq), all f32, q already scaled; returns the outputs (batch, heads, seq,
-/// dv) and the final state.
-pub fn recurrent_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, initial: Option<Tensor>) -> (Tensor, Tensor) {
-    let (b, h, s, dk) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
-    let dv = v.size()[3];
-    let mut state = initial.unwrap_or_else(|| Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device())));
-    let mut outs = Vec::with_capacity(s as usize);
-    for t in 0..s {
-        let (q_t, k_t, v_t) = (q.select(2, t), k.select(2, t), v.select(2, t));
-        state = state * g.select(2, t).exp().unsqueeze(-1).unsqueeze(-1);
-        let remembered = (&state * k_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float); // k^T S: (b, h, dv)
-        let delta = (v_t - remembered) * beta.select(2, t).unsqueeze(-1);
-        state = state + k_t.unsqueeze(-1) * delta.unsqueeze(-2);
-        outs.push((&state * q_t.unsqueeze(-1)).sum_dim_intlist(-2, false, Kind::Float));
-    }
-    (Tensor::stack(&outs, 2), state)
-}
-
-/// The delta rule in chunks of at most [`CHUNK`] tokens, from `start`; the same arguments and
-/// outputs as [`recurrent_rule`], and the final state where `keep` asks for it.
-pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, start: Start, keep: bool) -> (Tensor, Option<Tensor>) {
-    let (b, h, s, dk) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
-    let dv = v.size()[3];
-    let chunk = CHUNK.min((s + CHUNK_STEP - 1) / CHUNK_STEP * CHUNK_STEP).max(CHUNK_STEP);
-    let pad = (chunk - s % chunk) % chunk;
-    let n = (s + pad) / chunk;
-    // Padded to whole chunks; a call of whole chunks (the questions' one) is not copied.
-    let padded = |t: &Tensor, pads: &[i64]| if pad == 0 { t.shallow_clone() } else { t.constant_pad_nd(pads) };
-    let chunks = |t: &Tensor, d: i64| padded(t, &[0, 0, 0, pad]).reshape([b, h, n, chunk, d]);
-    let (q, k, v) = (chunks(q, dk), chunks(k, dk), chunks(v, dv));
-    let beta = padded(beta, &[0, pad]).reshape([b, h, n, chunk, 1]);
-    let decay = padded(g, &[0, pad]).reshape([b, h, n, chunk]).cumsum(-1, Kind::Float); // log decay from the chunk start
-    let (k_beta, v_beta) = (&k * &beta, &v * &beta);
-
-    // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
-    let future = Tensor::ones([chunk, chunk], (Kind::Bool, q.device())).triu(1);
-    let decay_between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(&future, f64::NEG_INFINITY).exp();
-    // Within a chunk the writes interfere through (I + strictly lower part of this)^-1, made
-    // once (one triangular solve against the identity) and applied by two products: on a GPU
-    // far cheaper than two triangular solves against the values and keys.
-    let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
-    let identity = Tensor::eye(chunk, (Kind::Float, q.device())).expand_as(&system);
-    let inverse = timed("linear attention: delta rule: inverse", || system.linalg_solve_triangular(&identity, false, true, true));
-    let decay_exp = decay.exp().unsqueeze(-1);
-    let values = inverse.matmul(&v_beta);
-    let keys_read = inverse.matmul(&(&k_beta * &decay_exp));
-    let within = q.matmul(&k.transpose(-1, -2)) * &decay_between;
-    let q_decayed = &q * &decay_exp;
-    // What a chunk hands the next: only where there is a next chunk, or the state is kept (the
-    // questions' one chunk hands nothing on).
-    let carried = (n > 1 || keep).then(|| {
-        let last = decay.narrow(-1, chunk - 1, 1);
-        (&k * (&last - &decay).exp().unsqueeze(-1), last.exp().unsqueeze(-1)) // (b, h, n, c, dk), (b, h, n, 1, 1)
-    });
-
-    let mut state = match start {
-        Start::Zero => State::Rows(Tensor::zeros([b, h, dk, dv], (Kind::Float, q.device()))),
-        Start::PerRow(state) => State::Rows(state),
-        Start::PerImage(state) => State::Images(state),
-    };
-    let out = timed("linear attention: delta rule: across chunks", || {
-        let mut outs = Vec::with_capacity(n as usize);
-        for c in 0..n {
-            // What the chunk writes, less what the state (decayed to each position) already holds.
-            let new = values.select(2, c) - state.read(&keys_read.select(2, c));
-            outs.push(state.read(&q_decayed.select(2, c)) + within.select(2, c).matmul(&new));
-            if let (true, Some((k_to_end, chunk_decay))) = (c + 1 < n || keep, &carried) {
-                state = State::Rows(state.per_row(b) * chunk_decay.select(2, c) + k_to_end.select(2, c).transpose(-1, -2).matmul(&new));
-            }
-        }
-        match outs.len() {
-            1 => outs.remove(0).unsqueeze(2),
-            _ => Tensor::stack(&outs, 2),
-        }
-    });
-    let out = out.reshape([b, h, n * chunk, dv]).narrow(2, 0, s);
-    (out, keep.then(|| state.per_row(b)))
-}
-
-/// The state inside [`chunked_rule`]: one per row, or one per image not yet repeated.
-enum State {
-    Rows(Tensor),
-    Images(Tensor),
-}
-
-impl State {
-    /// `x` (rows, heads, c, dk) times each row's state: (rows, heads, c, dv). Per image, the rows
-    /// of an image are stacked into one product with its state.
-    fn read(&self, x: &Tensor) -> Tensor {
-        match self {
-            State::Rows(state) => x.matmul(state),
-            State::Images(state) => {
-                let (b, h, c, dk) = (x.size()[0], x.size()[1], x.size()[2], x.size()[3]);
-                let (images, dv) = (state.size()[0], state.size()[3]);
-                let rows = b / images;
-                let stacked = x.reshape([images, rows, h, c, dk]).permute([0, 2, 1, 3, 4]).reshape([images, h, rows * c, dk]);
-                stacked.matmul(state).view([images, h, rows, c, dv]).permute([0, 2, 1, 3, 4]).reshape([b, h, c, dv])
-            }
-        }
-    }
-
-    fn per_row(&self, b: i64) -> Tensor {
-        match self {
-            State::Rows(state) => state.shallow_clone(),
-            State::Images(state) => {
-                let rows = b / state.size()[0];
-                state.repeat_interleave_self_int(rows, 0, None)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tch::{Kind, Tensor};
 
-    use super::{
-        chunked_rule, depthwise, depthwise_channels_last, gated_norm_elementwise, gated_norm_fused, l2_normalize, l2_normalize_fused,
-        recurrent_rule, Start,
-    };
-
-    /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
-    fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
-        tch::manual_seed(seed);
-        let (dk, dv) = (16, 8);
-        let q = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu))) * 0.25;
-        let k = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu)));
-        let v = Tensor::randn([b, h, s, dv], (Kind::Float, tch::Device::Cpu));
-        let g = -Tensor::rand([b, h, s], (Kind::Float, tch::Device::Cpu)) * 0.5;
-        let beta = Tensor::rand([b, h, s], (Kind::Float, tch::Device::Cpu));
-        [q, k, v, g, beta]
-    }
+    use super::{depthwise, depthwise_channels_last, gated_norm_elementwise, gated_norm_fused, l2_normalize, l2_normalize_fused};
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b).abs().max().double_value(&[])
@@ -468,88 +317,6 @@ mod tests {
         assert!(max_diff(&norms, &norms.ones_like().g_mul_scalar(scale)) < 1e-6);
     }
 
-    #[test]
-    fn the_chunked_form_equals_the_recurrent_form_token_by_token() {
-        // 150 tokens: two full chunks and a padded third, from zero and from a carried state.
-        let [q, k, v, g, beta] = inputs(2, 4, 150, 7);
-        let (out_r, state_r) = recurrent_rule(&q, &k, &v, &g, &beta, None);
-        let (out_c, state_c) = chunked_rule(&q, &k, &v, &g, &beta, Start::Zero, true);
-        let state_c = state_c.unwrap();
-        assert!(max_diff(&out_r, &out_c) < 1e-4, "outputs differ by {}", max_diff(&out_r, &out_c));
-        assert!(max_diff(&state_r, &state_c) < 1e-4, "states differ by {}", max_diff(&state_r, &state_c));
-
-        let [q2, k2, v2, g2, beta2] = inputs(2, 4, 70, 8);
-        let (out_r, state_r) = recurrent_rule(&q2, &k2, &v2, &g2, &beta2, Some(state_r));
-        let (out_c, state_c) = chunked_rule(&q2, &k2, &v2, &g2, &beta2, Start::PerRow(state_c), true);
-        let state_c = state_c.unwrap();
-        assert!(max_diff(&out_r, &out_c) < 1e-4, "continued outputs differ by {}", max_diff(&out_r, &out_c));
-        assert!(max_diff(&state_r, &state_c) < 1e-4, "continued states differ by {}", max_diff(&state_r, &state_c));
-    }
-
-    #[test]
-    fn a_sequence_split_in_two_ends_in_the_same_state() {
-        let [q, k, v, g, beta] = inputs(1, 2, 100, 9);
-        let (whole, state_whole) = chunked_rule(&q, &k, &v, &g, &beta, Start::Zero, true);
-        let part = |t: &Tensor, from: i64, len: i64| t.narrow(2, from, len);
-        let (first, state) =
-            chunked_rule(&part(&q, 0, 37), &part(&k, 0, 37), &part(&v, 0, 37), &part(&g, 0, 37), &part(&beta, 0, 37), Start::Zero, true);
-        let (second, state) = chunked_rule(
-            &part(&q, 37, 63),
-            &part(&k, 37, 63),
-            &part(&v, 37, 63),
-            &part(&g, 37, 63),
-            &part(&beta, 37, 63),
-            Start::PerRow(state.unwrap()),
-            true,
-        );
-        assert!(max_diff(&whole, &Tensor::cat(&[first, second], 2)) < 1e-4);
-        assert!(max_diff(&state_whole.unwrap(), &state.unwrap()) < 1e-4);
-    }
-
-    #[test]
-    fn padding_with_no_decay_and_no_write_leaves_the_state_alone() {
-        // 25 tokens whose last 5 are padding: real q, k, v there, but g = 0 and beta = 0.
-        let [q, k, v, g, beta] = inputs(1, 2, 25, 10);
-        let (_, state) = chunked_rule(
-            &q.narrow(2, 0, 20),
-            &k.narrow(2, 0, 20),
-            &v.narrow(2, 0, 20),
-            &g.narrow(2, 0, 20),
-            &beta.narrow(2, 0, 20),
-            Start::Zero,
-            true,
-        );
-        let real = Tensor::cat(
-            &[Tensor::ones([1, 2, 20], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([1, 2, 5], (Kind::Float, tch::Device::Cpu))],
-            2,
-        );
-        let (_, padded) = chunked_rule(&q, &k, &v, &(&g * &real), &(&beta * &real), Start::Zero, true);
-        assert!(max_diff(&state.unwrap(), &padded.unwrap()) < 1e-6);
-    }
-
-    /// Questions after their image: 3 images' states, 5 rows each of 21 tokens (one chunk of 24),
-    /// the state read per image equals it repeated per row, and token by token.
-    #[test]
-    fn rows_sharing_their_images_state_equal_rows_with_a_copy_each() {
-        let (images, rows, s) = (3, 5, 21);
-        let [pq, pk, pv, pg, pbeta] = inputs(images, 2, 40, 11);
-        let (_, prefix) = chunked_rule(&pq, &pk, &pv, &pg, &pbeta, Start::Zero, true);
-        let prefix = prefix.unwrap();
-        let [q, k, v, g, beta] = inputs(images * rows, 2, s, 12);
-        let copies = prefix.repeat_interleave_self_int(rows, 0, None);
-        let (shared, none) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerImage(prefix.shallow_clone()), false);
-        assert!(none.is_none());
-        let (copied, _) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerRow(copies.shallow_clone()), true);
-        let (stepped, _) = recurrent_rule(&q, &k, &v, &g, &beta, Some(copies));
-        assert!(max_diff(&shared, &copied) < 1e-6, "shared vs copied: {}", max_diff(&shared, &copied));
-        assert!(max_diff(&shared, &stepped) < 1e-4, "shared vs token by token: {}", max_diff(&shared, &stepped));
-        // More tokens than one chunk: the shared state is repeated after the first.
-        let [q, k, v, g, beta] = inputs(images * rows, 2, 90, 13);
-        let (shared, _) = chunked_rule(&q, &k, &v, &g, &beta, Start::PerImage(prefix), false);
-        let (stepped, _) = recurrent_rule(&q, &k, &v, &g, &beta, Some(copies_of(&pq, &pk, &pv, &pg, &pbeta, rows)));
-        assert!(max_diff(&shared, &stepped) < 1e-4, "two chunks: {}", max_diff(&shared, &stepped));
-    }
-
     /// The queries and keys are normalised per key head and then repeated for its value heads:
     /// the same bits as normalising the repeats, when taken contiguous from the layer's layout
     /// (the convolution's output transposed: the head dimension strided).
@@ -562,9 +329,5 @@ mod tests {
         let after = l2_normalize(&x.repeat_interleave_self_int(2, 1, None)) * 0.125;
         let before = (l2_normalize(&x.contiguous()) * 0.125).repeat_interleave_self_int(2, 1, None);
         assert!(after.equal(&before));
-    }
-
-    fn copies_of(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, rows: i64) -> Tensor {
-        chunked_rule(q, k, v, g, beta, Start::Zero, true).1.unwrap().repeat_interleave_self_int(rows, 0, None)
     }
 }

@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::vlm::config::{get, usize_at, ConfigError, LayerKind, LinearAttentionConfig, TextVariant, VisionConfig};
 
 #[cfg(feature = "vlm")]
+pub(crate) mod delta_rule;
+#[cfg(feature = "vlm")]
 pub(crate) mod linear_attention;
 
 pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
