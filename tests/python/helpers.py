@@ -20,7 +20,8 @@ def sample_release(name, tmp_path_factory):
     """The embedded-sample release of specs/NAME.yaml, built once per test session and shared by
     every module that only reads it (the readers, Croissant, the review round trip). The builds
     share one score cache, as a publisher's would: a release's bytes do not depend on what the
-    cache held (tests/reliability.rs holds that), and each image is scored once, not per module."""
+    cache held (tests/build_release.rs merges sharded runs through one cache and reruns a killed
+    build), and each image is scored once, not per module."""
     if name not in _RELEASES:
         out = sample_score_cache(tmp_path_factory).parent / name
         build_sample(os.path.join(ROOT, "specs", f"{name}.yaml"), out, tmp_path_factory)

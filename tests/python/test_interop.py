@@ -21,14 +21,9 @@ from helpers import build_sample, sample_release
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def built(name, tmp_path_factory):
-    """The embedded-sample release of specs/NAME.yaml, built once per test run."""
-    return sample_release(name, tmp_path_factory)
-
-
 @pytest.fixture(scope="module", params=["s1b", "s2", "s4"])
 def release(request, tmp_path_factory):
-    return built(request.param, tmp_path_factory)
+    return sample_release(request.param, tmp_path_factory)
 
 
 def manifest(release):
@@ -156,7 +151,7 @@ S2_COLUMNS = ["location_side", "side_p_right", "side_p_left", "location_zone", "
 
 
 def test_s2_adds_columns_and_keeps_every_s1_column(tmp_path_factory):
-    s1b, s2 = built("s1b", tmp_path_factory), built("s2", tmp_path_factory)
+    s1b, s2 = sample_release("s1b", tmp_path_factory), sample_release("s2", tmp_path_factory)
     a = pl.read_parquet(str(s1b / "data" / "full-*.parquet"))
     b = pl.read_parquet(str(s2 / "data" / "full-*.parquet"))
     assert b.columns == a.columns + S2_COLUMNS
@@ -184,7 +179,7 @@ def test_s2_adds_columns_and_keeps_every_s1_column(tmp_path_factory):
 
 
 def test_s2_card_documents_its_columns_and_location(tmp_path_factory):
-    s2 = built("s2", tmp_path_factory)
+    s2 = sample_release("s2", tmp_path_factory)
     front, body = card_parts(s2)
     assert documented_columns(body)[-len(S2_COLUMNS):] == S2_COLUMNS
     features = [f["name"] for f in front["dataset_info"][0]["features"]]
@@ -198,7 +193,7 @@ S3_COLUMNS = ["reasoning_text", "reasoning_answer", "reasoning_parsed", "reasoni
 
 
 def test_s4_adds_reasoning_and_reports_and_keeps_every_earlier_column(tmp_path_factory):
-    s2, s4 = built("s2", tmp_path_factory), built("s4", tmp_path_factory)
+    s2, s4 = sample_release("s2", tmp_path_factory), sample_release("s4", tmp_path_factory)
     a = pl.read_parquet(str(s2 / "data" / "full-*.parquet"))
     b = pl.read_parquet(str(s4 / "data" / "full-*.parquet"))
     assert b.columns == a.columns + S3_COLUMNS
