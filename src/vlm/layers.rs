@@ -201,15 +201,44 @@ pub fn answer_logits(hidden: &Tensor, lm_head: &Tensor, (yes, no): (u32, u32)) -
     hidden.linear(&lm_head.index_select(0, &ids), None::<&Tensor>)
 }
 
-pub fn rotate_half(x: &Tensor) -> Tensor {
-    let half = x.size().last().copied().expect("non-scalar") / 2;
-    Tensor::cat(&[-x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1)
+/// x * cos + rotate_half(x) * sin, in f32, back to x's dtype, where rotate_half takes the last
+/// dimension's halves (a, b) to (-b, a). Callers that turn many heads by the same angles make a
+/// [`Turn`] once instead.
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    Turn::new(cos.shallow_clone(), sin).apply(x)
 }
 
-/// x * cos + rotate_half(x) * sin, in f32, back to x's dtype.
-pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-    let xf = x.to_kind(Kind::Float);
-    (&xf * cos + rotate_half(&xf) * sin).to_kind(x.kind())
+/// A rotary embedding's angles, made once a pass and applied to every layer's queries and keys:
+/// cos, and sin with the first half of its last dimension negated. rotate_half(x) * sin is then
+/// the halves of x swapped, times that sin: the same bits, since (-b) s = b (-s) exactly, with
+/// the negation paid once on the angles instead of on every head.
+pub struct Turn {
+    cos: Tensor,
+    sin_signed: Tensor,
+}
+
+impl Turn {
+    /// `cos` and `sin` f32, their last dimension the turned width (two equal halves of angles).
+    pub fn new(cos: Tensor, sin: &Tensor) -> Turn {
+        let half = sin.size().last().copied().expect("non-scalar") / 2;
+        let sin_signed = Tensor::cat(&[-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)], -1);
+        Turn { cos, sin_signed }
+    }
+
+    /// The turned width.
+    pub fn width(&self) -> i64 {
+        self.cos.size().last().copied().expect("non-scalar")
+    }
+
+    /// x * cos + rotate_half(x) * sin in f32, back to x's dtype. The products read x in its own
+    /// dtype (promoted to f32 as a cast would, exactly), so no f32 copy of x is made: on a bf16
+    /// model four kernels over the heads' f32 width and one swap of x's halves, where the cast,
+    /// the negation and the concatenation made seven. Bit for bit the form it replaces (tested).
+    pub fn apply(&self, x: &Tensor) -> Tensor {
+        let half = x.size().last().copied().expect("non-scalar") / 2;
+        let swapped = x.unflatten(-1, [2, half]).flip([-2]).flatten(-2, -1);
+        (x * &self.cos + swapped * &self.sin_signed).to_kind(x.kind())
+    }
 }
 
 /// softmax(q k^T * scale + mask) v over (batch, heads, seq, dim): libtorch's fused
@@ -294,5 +323,33 @@ mod tests {
             })
             .collect();
         assert!(batched.equal(&Tensor::cat(&one_each, 0)));
+    }
+
+    /// The form [`Turn`] replaced: rotate_half as a negation and a concatenation, on an f32 copy.
+    fn rotary_by_rotate_half(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let half = x.size()[x.dim() - 1] / 2;
+        let rotated = Tensor::cat(&[-xf.narrow(-1, half, half), xf.narrow(-1, 0, half)], -1);
+        (&xf * cos + rotated * sin).to_kind(x.kind())
+    }
+
+    /// Queries as the decoders turn them, (batch, heads, seq, dim) views of (batch, seq, heads,
+    /// dim) projections, in f32 and bf16: the same bits as the form it replaced.
+    #[test]
+    fn a_turn_gives_the_bits_of_rotate_half() {
+        tch::manual_seed(11);
+        let (b, s, heads, dim) = (2, 7, 3, 16);
+        let angles = Tensor::randn([b, 1, s, dim / 2], (Kind::Float, Device::Cpu)) * 40.0;
+        let full = Tensor::cat(&[&angles, &angles], -1);
+        let (cos, sin) = (full.cos(), full.sin());
+        let turn = Turn::new(cos.shallow_clone(), &sin);
+        assert_eq!(turn.width(), dim);
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let x = (Tensor::randn([b, s, heads, dim], (Kind::Float, Device::Cpu)) * 3.0).to_kind(kind).transpose(1, 2);
+            let (new, old) = (turn.apply(&x), rotary_by_rotate_half(&x, &cos, &sin));
+            assert_eq!(new.kind(), kind);
+            assert!(new.equal(&old), "{kind:?}: differs by {}", (new.to_kind(Kind::Float) - old.to_kind(Kind::Float)).abs().max());
+            assert!(apply_rotary(&x.contiguous(), &cos, &sin).equal(&old));
+        }
     }
 }

@@ -16,7 +16,7 @@ pub use super::decoder_input::Embedded;
 use super::error::VlmError;
 use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
-use super::layers::{self, apply_rotary, attention, GatedMlp, Linear, RmsNorm};
+use super::layers::{self, attention, GatedMlp, Linear, RmsNorm, Turn};
 use super::moe::SparseMoe;
 use super::part_clock::timed;
 use super::shared_prefix;
@@ -63,23 +63,28 @@ impl SelfAttention {
     /// `x` (batch, seq, hidden) -> (batch, seq, hidden).
     fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, path: AttentionPath) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
-        let split_heads = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]).transpose(1, 2);
+        // (batch, seq, heads, head_dim): the heads' norms run on this layout, where a head's
+        // values are already together (a GPU's fused norm then copies nothing), and the heads
+        // move to dimension 1 after.
+        let heads_of = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]);
         let (q, gate, k, v) = timed("attention: projections in, norms, rotary", || {
             // Gated: each head's projection is its queries then its gate.
             let (q, gate) = if self.gated {
                 let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
-                let q = both.narrow(-1, 0, self.head_dim).transpose(1, 2);
-                (q, Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])))
+                (
+                    both.narrow(-1, 0, self.head_dim),
+                    Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])),
+                )
             } else {
-                (split_heads(self.q.forward(x), self.heads), None)
+                (heads_of(self.q.forward(x), self.heads), None)
             };
-            let k = split_heads(self.k.forward(x), self.kv_heads);
+            let k = heads_of(self.k.forward(x), self.kv_heads);
             let (q, k) = match &self.qk_norm {
                 Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
                 None => (q, k),
             };
-            let (q, k) = (rotary.apply(&q), rotary.apply(&k));
-            (q, gate, k, split_heads(self.v.forward(x), self.kv_heads))
+            let (q, k) = (rotary.apply(&q.transpose(1, 2)), rotary.apply(&k.transpose(1, 2)));
+            (q, gate, k, heads_of(self.v.forward(x), self.kv_heads).transpose(1, 2))
         });
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
@@ -246,20 +251,17 @@ impl DecoderLayer {
     }
 }
 
-/// cos and sin of the rotary angles for one forward pass: (batch, 1, seq, rotary_dim), f32.
-struct Rotary {
-    cos: Tensor,
-    sin: Tensor,
-}
+/// The rotary angles of one forward pass, (batch, 1, seq, rotary_dim), f32.
+struct Rotary(Turn);
 
 impl Rotary {
     /// Turns the first rotary_dim dimensions of each head; the rest pass (partial rotary).
     fn apply(&self, x: &Tensor) -> Tensor {
-        let (dim, turned) = (x.size()[3], self.cos.size()[3]);
+        let (dim, turned) = (x.size()[3], self.0.width());
         if turned == dim {
-            return apply_rotary(x, &self.cos, &self.sin);
+            return self.0.apply(x);
         }
-        Tensor::cat(&[apply_rotary(&x.narrow(-1, 0, turned), &self.cos, &self.sin), x.narrow(-1, turned, dim - turned)], -1)
+        Tensor::cat(&[self.0.apply(&x.narrow(-1, 0, turned)), x.narrow(-1, turned, dim - turned)], -1)
     }
 }
 
@@ -397,7 +399,7 @@ impl SharedDecoder {
         let axes = self.rope_axes.view([1, 1, 1, half]).expand([1, b, s, half], false);
         let half = angles.gather(0, &axes, false).squeeze_dim(0);
         let full = Tensor::cat(&[&half, &half], -1).unsqueeze(1);
-        Rotary { cos: full.cos().to_kind(Kind::Float), sin: full.sin().to_kind(Kind::Float) }
+        Rotary(Turn::new(full.cos().to_kind(Kind::Float), &full.sin().to_kind(Kind::Float)))
     }
 
     /// See [`TextModel::forward_masked`].

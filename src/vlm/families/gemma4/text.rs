@@ -16,7 +16,7 @@ use crate::vlm::cache::{DecoderCache, LayerCache};
 use crate::vlm::config::TextConfig;
 use crate::vlm::decoder_input::Embedded;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{self, apply_rotary, attention, GatedMlp, Linear};
+use crate::vlm::layers::{self, attention, GatedMlp, Linear, Turn};
 use crate::vlm::moe::Experts;
 use crate::vlm::part_clock::timed;
 use crate::vlm::shared_prefix::{self, Prefix};
@@ -53,11 +53,8 @@ impl Norm {
     }
 }
 
-/// cos and sin (batch, 1, seq, head_dim) of one layer type's rotary angles, f32.
-struct Rotary {
-    cos: Tensor,
-    sin: Tensor,
-}
+/// One layer type's rotary angles, (batch, 1, seq, head_dim), f32.
+type Rotary = Turn;
 
 /// A layer type's inverse frequencies (head_dim / 2). `proportional` turns the first
 /// partial x head_dim / 2 frequencies, with exponents over the whole head, the rest at zero.
@@ -76,7 +73,7 @@ fn inverse_frequencies(rope: RopeSettings, head_dim: i64, device: tch::Device) -
 fn rotary(inv_freq: &Tensor, positions: &Tensor) -> Rotary {
     let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq; // (b, s, d/2)
     let full = Tensor::cat(&[&angles, &angles], -1).unsqueeze(1);
-    Rotary { cos: full.cos(), sin: full.sin() }
+    Turn::new(full.cos(), &full.sin())
 }
 
 struct Attention {
@@ -177,7 +174,7 @@ impl Attention {
         timed("attention: projections in, norms, rotary", || {
             let (b, s) = (x.size()[0], x.size()[1]);
             let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim])).transpose(1, 2);
-            apply_rotary(&q, &rotary.cos, &rotary.sin)
+            rotary.apply(&q)
         })
     }
 
@@ -191,7 +188,7 @@ impl Attention {
                 Some(v) => heads_of(v.forward(x)),
                 None => raw_k.shallow_clone(),
             };
-            let k = apply_rotary(&own.k_norm.forward(&raw_k).transpose(1, 2), &rotary.cos, &rotary.sin);
+            let k = rotary.apply(&own.k_norm.forward(&raw_k).transpose(1, 2));
             (k, own.v_norm.forward(&raw_v).transpose(1, 2))
         })
     }
