@@ -163,11 +163,12 @@ impl VisionAttention {
         })
     }
 
-    pub fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
+    /// `turn`: the tower's rotary angles, made once a forward pass for all its blocks.
+    pub fn forward(&self, x: &Tensor, turn: &Turn, lens: &[i64]) -> Tensor {
         let n = x.size()[0];
         let qkv = self.qkv.forward(x).reshape([n, 3, self.heads, self.head_dim]).permute([1, 0, 2, 3]);
-        let q = apply_rotary(&qkv.get(0), cos, sin);
-        let k = apply_rotary(&qkv.get(1), cos, sin);
+        let q = turn.apply(&qkv.get(0));
+        let k = turn.apply(&qkv.get(1));
         let v = qkv.get(2);
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = windowed_attention(&q, &k, &v, lens, scale);
@@ -201,15 +202,9 @@ pub fn answer_logits(hidden: &Tensor, lm_head: &Tensor, (yes, no): (u32, u32)) -
     hidden.linear(&lm_head.index_select(0, &ids), None::<&Tensor>)
 }
 
-/// x * cos + rotate_half(x) * sin, in f32, back to x's dtype, where rotate_half takes the last
-/// dimension's halves (a, b) to (-b, a). Callers that turn many heads by the same angles make a
-/// [`Turn`] once instead.
-pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-    Turn::new(cos.shallow_clone(), sin).apply(x)
-}
-
 /// A rotary embedding's angles, made once a pass and applied to every layer's queries and keys:
-/// cos, and sin with the first half of its last dimension negated. rotate_half(x) * sin is then
+/// x * cos + rotate_half(x) * sin, where rotate_half takes the last dimension's halves (a, b) to
+/// (-b, a). It holds cos, and sin with the first half of its last dimension negated: rotate_half(x) * sin is then
 /// the halves of x swapped, times that sin: the same bits, since (-b) s = b (-s) exactly, with
 /// the negation paid once on the angles instead of on every head.
 pub struct Turn {
@@ -349,7 +344,7 @@ mod tests {
             let (new, old) = (turn.apply(&x), rotary_by_rotate_half(&x, &cos, &sin));
             assert_eq!(new.kind(), kind);
             assert!(new.equal(&old), "{kind:?}: differs by {}", (new.to_kind(Kind::Float) - old.to_kind(Kind::Float)).abs().max());
-            assert!(apply_rotary(&x.contiguous(), &cos, &sin).equal(&old));
+            assert!(turn.apply(&x.contiguous()).equal(&old));
         }
     }
 }

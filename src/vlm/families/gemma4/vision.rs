@@ -16,7 +16,7 @@ use tch::{Kind, Tensor};
 use super::text::Norm;
 use crate::vlm::config::VisionConfig;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{apply_rotary, attention};
+use crate::vlm::layers::{attention, Turn};
 use crate::vlm::weights::Weights;
 
 /// A linear layer without bias whose input and output may be clamped to bounds stored with the
@@ -97,14 +97,14 @@ impl Block {
         })
     }
 
-    /// `x` (images, patches, width), each image attending within itself; cos and sin (1, 1,
-    /// patches, head_dim) for the 2D angles.
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    /// `x` (images, patches, width), each image attending within itself; `turns` the 2D angles,
+    /// one per half of a head.
+    fn forward(&self, x: &Tensor, turns: &AxisTurns) -> Tensor {
         let (b, n) = (x.size()[0], x.size()[1]);
         let normed = self.input_norm.forward(x);
         let heads_of = |t: Tensor, h: i64| t.view([b, n, h, self.head_dim]).transpose(1, 2);
-        let q = apply_rotary_2d(&self.q_norm.forward(&heads_of(self.q.forward(&normed), self.heads)), cos, sin);
-        let k = apply_rotary_2d(&self.k_norm.forward(&heads_of(self.k.forward(&normed), self.kv_heads)), cos, sin);
+        let q = turns.apply(&self.q_norm.forward(&heads_of(self.q.forward(&normed), self.heads)));
+        let k = turns.apply(&self.k_norm.forward(&heads_of(self.k.forward(&normed), self.kv_heads)));
         let v = self.v_norm.forward(&heads_of(self.v.forward(&normed), self.kv_heads));
         let groups = self.heads / self.kv_heads;
         let (k, v) = (k.repeat_interleave_self_int(groups, 1, None), v.repeat_interleave_self_int(groups, 1, None));
@@ -116,11 +116,21 @@ impl Block {
     }
 }
 
-/// Each half of a head turns with its own axis: rotate_half within the half.
-fn apply_rotary_2d(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-    let half = x.size()[3] / 2;
-    let part = |t: &Tensor, i: i64| t.narrow(-1, i * half, half);
-    Tensor::cat(&[apply_rotary(&part(x, 0), &part(cos, 0), &part(sin, 0)), apply_rotary(&part(x, 1), &part(cos, 1), &part(sin, 1))], -1)
+/// The 2D angles (1, 1, patches, head_dim): each half of a head turns with its own axis
+/// (rotate_half within the half), each half's turn made once a forward pass.
+struct AxisTurns([Turn; 2]);
+
+impl AxisTurns {
+    fn new(cos: &Tensor, sin: &Tensor) -> AxisTurns {
+        let half = cos.size()[3] / 2;
+        let turn = |i: i64| Turn::new(cos.narrow(-1, i * half, half), &sin.narrow(-1, i * half, half));
+        AxisTurns([turn(0), turn(1)])
+    }
+
+    fn apply(&self, x: &Tensor) -> Tensor {
+        let half = x.size()[3] / 2;
+        Tensor::cat(&[self.0[0].apply(&x.narrow(-1, 0, half)), self.0[1].apply(&x.narrow(-1, half, half))], -1)
+    }
 }
 
 pub struct VisionGemma4 {
@@ -190,9 +200,9 @@ impl VisionGemma4 {
         let angles = |pos: &Tensor| pos.to_kind(Kind::Float).unsqueeze(1) * &self.inv_freq;
         let (a_col, a_row) = (angles(&col), angles(&row));
         let full = Tensor::cat(&[&a_col, &a_col, &a_row, &a_row], -1).unsqueeze(0).unsqueeze(0);
-        let (cos, sin) = (full.cos(), full.sin());
+        let turns = AxisTurns::new(&full.cos(), &full.sin());
         for block in &self.blocks {
-            x = block.forward(&x, &cos, &sin);
+            x = block.forward(&x, &turns);
         }
         // Average each k x k square (row-major over squares), scale, in f32.
         let k = self.pool;

@@ -6,7 +6,7 @@ use tch::Tensor;
 
 use crate::vlm::config::VisionConfig;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, VisionAttention};
+use crate::vlm::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, Turn, VisionAttention};
 use crate::vlm::weights::Weights;
 
 const EPS: f64 = 1e-6;
@@ -33,8 +33,8 @@ impl Block {
     }
 
     /// `lens`: the rows of each attention window, in order.
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
-        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
+    fn forward(&self, x: &Tensor, turn: &Turn, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), turn, lens);
         &x + self.mlp.forward(&self.norm2.forward(&x))
     }
 }
@@ -89,11 +89,11 @@ impl VisionQwen25 {
         let head_dim = cfg.hidden_size as i64 / cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, cfg.spatial_merge_size, head_dim, cfg.rope_theta, device);
         let repeated = |t: Tensor| by_window(&t.squeeze_dim(1).repeat([images as i64, 1])).unsqueeze(1);
-        let (cos, sin) = (repeated(cos), repeated(sin));
+        let turn = Turn::new(repeated(cos), &repeated(sin));
         let whole = vec![merged_per_image * unit; images];
         for (index, block) in self.blocks.iter().enumerate() {
             let lens: &[i64] = if cfg.fullatt_block_indexes.contains(&index) { &whole } else { &window_lens };
-            x = block.forward(&x, &cos, &sin, lens);
+            x = block.forward(&x, &turn, lens);
         }
         let merged = self.merger.forward(&self.ln_q.forward(&x));
         merged.index_select(0, &order_t.argsort(0, false)).chunk(images as i64, 0)

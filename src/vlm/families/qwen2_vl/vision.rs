@@ -5,7 +5,7 @@ use tch::Tensor;
 
 use crate::vlm::config::VisionConfig;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, VisionAttention};
+use crate::vlm::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, Turn, VisionAttention};
 use crate::vlm::weights::Weights;
 
 const EPS: f64 = 1e-6;
@@ -45,8 +45,8 @@ impl Block {
     }
 
     /// `x` holds images of `lens` patches each, one after another; each attends within itself.
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
-        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
+    fn forward(&self, x: &Tensor, turn: &Turn, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), turn, lens);
         &x + self.mlp.forward(&self.norm2.forward(&x))
     }
 }
@@ -85,10 +85,10 @@ impl VisionQwen2 {
         let mut x = Tensor::cat(pixels, 0).to_kind(kind).linear(&self.patch_embed, None::<&Tensor>);
         let head_dim = self.cfg.hidden_size as i64 / self.cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, self.cfg.rope_theta, x.device());
-        let (cos, sin) = (cos.repeat([images, 1, 1]), sin.repeat([images, 1, 1]));
+        let turn = Turn::new(cos.repeat([images, 1, 1]), &sin.repeat([images, 1, 1]));
         let lens = vec![(grid.0 * grid.1 * grid.2) as i64; images as usize];
         for block in &self.blocks {
-            x = block.forward(&x, &cos, &sin, &lens);
+            x = block.forward(&x, &turn, &lens);
         }
         self.merger.forward(&self.ln_q.forward(&x)).chunk(images, 0)
     }

@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 use crate::vlm::config::VisionConfig;
 use crate::vlm::error::VlmError;
 use crate::vlm::families::ImageFeatures;
-use crate::vlm::layers::{load_patch_embed, merge_block_order, vision_rotary, LayerNorm, Linear, VisionAttention};
+use crate::vlm::layers::{load_patch_embed, merge_block_order, vision_rotary, LayerNorm, Linear, Turn, VisionAttention};
 use crate::vlm::weights::Weights;
 
 const EPS: f64 = 1e-6;
@@ -38,8 +38,8 @@ impl Block {
     }
 
     /// `x` holds images of `lens` patches each, one after another; each attends within itself.
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, lens: &[i64]) -> Tensor {
-        let x = x + self.attn.forward(&self.norm1.forward(x), cos, sin, lens);
+    fn forward(&self, x: &Tensor, turn: &Turn, lens: &[i64]) -> Tensor {
+        let x = x + self.attn.forward(&self.norm1.forward(x), turn, lens);
         &x + self.fc2.forward(&self.fc1.forward(&self.norm2.forward(&x)).gelu(self.gelu))
     }
 }
@@ -125,11 +125,11 @@ impl VisionQwen3 {
         x = &x + self.positions(grid, device).to_kind(kind).repeat([images, 1]);
         let head_dim = self.cfg.hidden_size as i64 / self.cfg.num_heads as i64;
         let (cos, sin) = vision_rotary(grid, self.cfg.spatial_merge_size, head_dim, self.cfg.rope_theta, device);
-        let (cos, sin) = (cos.repeat([images, 1, 1]), sin.repeat([images, 1, 1]));
+        let turn = Turn::new(cos.repeat([images, 1, 1]), &sin.repeat([images, 1, 1]));
         let lens = vec![(grid.0 * grid.1 * grid.2) as i64; images as usize];
         let mut deepstack = Vec::with_capacity(self.deepstack.len());
         for (index, block) in self.blocks.iter().enumerate() {
-            x = block.forward(&x, &cos, &sin, &lens);
+            x = block.forward(&x, &turn, &lens);
             if let Some(k) = self.cfg.deepstack_visual_indexes.iter().position(|&d| d == index) {
                 deepstack.push((k, self.deepstack[k].forward(&x)));
             }
