@@ -69,19 +69,30 @@ fn the_engine_writes_the_same_release_on_the_other_vendors_cpu() {
         return;
     };
     let s = Scratch::new();
-    for (dtype, spec) in small_specs(&s) {
-        let native = s.path(&format!("native-{dtype}"));
-        build_under(None, &spec, &native, &s.path(&format!("cache-native-{dtype}")));
-        let expected = tree_digest(&native);
-        for cpu in other_vendor_models() {
-            let out = s.path(&format!("{cpu}-{dtype}"));
-            let started = std::time::Instant::now();
-            build_under(Some((&qemu, &cpu)), &spec, &out, &s.path(&format!("cache-{cpu}-{dtype}")));
-            eprintln!("{dtype}: built under qemu-x86_64 -cpu {cpu} in {:.0} s", started.elapsed().as_secs_f64());
-            let got = tree_digest(&out);
-            let differ: Vec<_> = expected.iter().filter(|(file, digest)| got.get(*file) != Some(digest)).map(|(file, _)| file).collect();
-            assert!(differ.is_empty(), "{dtype} as {cpu}: these files differ from the native build: {differ:?}");
-            assert_eq!(got.len(), expected.len(), "{dtype} as {cpu}: the release has other files");
+    // Each dtype's builds are one core's work (`--jobs 1`, one libtorch thread) and qemu's
+    // emulated floating point makes them minutes long: the two dtypes run side by side.
+    std::thread::scope(|scope| {
+        for (dtype, spec) in small_specs(&s) {
+            let (s, qemu) = (&s, &qemu);
+            scope.spawn(move || same_release_under_qemu(s, qemu, dtype, &spec));
         }
+    });
+}
+
+/// The release of `spec` built natively, then under qemu as each other vendor's CPU model: the
+/// same files, byte for byte.
+fn same_release_under_qemu(s: &Scratch, qemu: &Path, dtype: &str, spec: &Path) {
+    let native = s.path(&format!("native-{dtype}"));
+    build_under(None, spec, &native, &s.path(&format!("cache-native-{dtype}")));
+    let expected = tree_digest(&native);
+    for cpu in other_vendor_models() {
+        let out = s.path(&format!("{cpu}-{dtype}"));
+        let started = std::time::Instant::now();
+        build_under(Some((qemu, &cpu)), spec, &out, &s.path(&format!("cache-{cpu}-{dtype}")));
+        eprintln!("{dtype}: built under qemu-x86_64 -cpu {cpu} in {:.0} s", started.elapsed().as_secs_f64());
+        let got = tree_digest(&out);
+        let differ: Vec<_> = expected.iter().filter(|(file, digest)| got.get(*file) != Some(digest)).map(|(file, _)| file).collect();
+        assert!(differ.is_empty(), "{dtype} as {cpu}: these files differ from the native build: {differ:?}");
+        assert_eq!(got.len(), expected.len(), "{dtype} as {cpu}: the release has other files");
     }
 }
