@@ -32,7 +32,7 @@ BIN = os.environ.get("BPALS_BIN", os.path.join(ROOT, "target", "debug", "bpals-r
 PYTHON = os.environ.get("BPALS_VLLM_PYTHON")
 MODEL = os.path.join(ROOT, "fixtures", "vlm", "trained", "qwen2_vl")
 SERVED_NAME = "bpals/trained-tiny-qwen2-vl"
-IMAGES = 120
+IMAGES = 48
 
 # Agreement with the native engine. vLLM runs the same f32 weights through its own kernels and
 # image processor. Measured here on 150 rows (120 images, every question): largest p_yes
