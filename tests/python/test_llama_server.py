@@ -66,9 +66,11 @@ def gguf(tmp_path_factory):
 def server(gguf, tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("server") / "llama-server.log", "w")
+    # One thread: the suite runs other tests beside this one, and ggml's threads wait for each
+    # other at every operation by spinning, so two on two busy cores waste what they wait for.
     process = subprocess.Popen(
         [SERVER, "-m", str(gguf / "model.gguf"), "--mmproj", str(gguf / "mmproj.gguf"), "--host", "127.0.0.1",
-         "--port", str(port), "--alias", SERVED_NAME, "-t", "2", "-c", "8192", "--reasoning-format", "none"],
+         "--port", str(port), "--alias", SERVED_NAME, "-t", "1", "-c", "8192", "--reasoning-format", "none"],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
