@@ -4,7 +4,7 @@
 # questions about the same image with the same model (the trained tiny Qwen2-VL, f32), at the
 # backend's default concurrency and at the server's best (benches/servers.py says how). Prints
 # seconds per image and the ratios (target: the engine at or under 1.0 against each). Builds
-# llama-server once (about 10 minutes) and installs vLLM's CPU build once (about 3 minutes).
+# llama-server once (at -O3, about 10 minutes) and installs vLLM's CPU build once (about 3 minutes).
 #
 #   benches/servers.sh            # BENCH_BIN=PATH times an engine binary already built
 set -euo pipefail
