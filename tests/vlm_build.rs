@@ -422,11 +422,11 @@ fn signal_summary(card: &str, split: &str) -> std::collections::BTreeMap<String,
 /// Then `build specs/s4.yaml` (and so S3) over the same score cache, as a publisher climbing the
 /// tiers would: S4 takes S2's grounding answers from the cache, not decoding them twice (its
 /// yes/no scores are keyed by the whole prompt set, which S3's reasoning prompt changes, so
-/// those are scored again). Every row gets an answer and every image a report
-/// through the real generation path; the release verifies, and the card states the parse rate.
-/// The sample's tiny model was trained on yes/no answers, boxes and short reports, never on the
-/// `<think>`/`<answer>` format: its S3 answers do not parse, and the card must say so rather than
-/// present them as a check.
+/// those are scored again). Every row gets an answer and every image a report through the real
+/// generation path; the release verifies, and the card states the parse rate. The sample's tiny
+/// model was trained on yes/no answers, boxes and short reports, never on the `<think>`/`<answer>`
+/// format: its S3 answers do not parse, and the card must say so rather than present them as a
+/// check.
 #[test]
 fn the_s2_then_s4_sample_builds_locate_findings_and_write_reasoning_and_reports() {
     let s = Scratch::new();
