@@ -63,7 +63,12 @@ fn s3_and_s4_resolve_with_their_prompts() {
     assert!(s3.prompts.report.is_none() && s3.prompts.location.is_some(), "S3 extends S2, not S4");
     let s4 = load("s4.yaml").unwrap();
     assert_eq!(s4.prompts.report.as_ref().map(|r| r.conditioning), Some(release_spec::narrative::Conditioning::ImageOnly));
-    assert_ne!(s3.prompts.hash(), load("s2.yaml").unwrap().prompts.hash(), "the reasoning prompt is part of the prompt set");
+    let s2 = load("s2.yaml").unwrap();
+    assert_ne!(s3.prompts.hash(), s2.prompts.hash(), "the reasoning prompt is part of the prompt set");
+    // The scores depend on the questions alone: S3 and S4 ask S2's, so they share its scores.
+    assert_eq!(s3.prompts.questions_hash(), s2.prompts.questions_hash());
+    assert_eq!(s4.prompts.questions_hash(), s2.prompts.questions_hash());
+    assert_ne!(s2.prompts.questions_hash(), load("s1b.yaml").unwrap().prompts.questions_hash(), "S2 adds side and zone questions");
 }
 
 #[test]

@@ -420,13 +420,12 @@ fn signal_summary(card: &str, split: &str) -> std::collections::BTreeMap<String,
 /// zones are mostly right; the release verifies and its card shows the S2 section.
 ///
 /// Then `build specs/s4.yaml` (and so S3) over the same score cache, as a publisher climbing the
-/// tiers would: S4 takes S2's grounding answers from the cache, not decoding them twice (its
-/// yes/no scores are keyed by the whole prompt set, which S3's reasoning prompt changes, so
-/// those are scored again). Every row gets an answer and every image a report through the real
-/// generation path; the release verifies, and the card states the parse rate. The sample's tiny
-/// model was trained on yes/no answers, boxes and short reports, never on the `<think>`/`<answer>`
-/// format: its S3 answers do not parse, and the card must say so rather than present them as a
-/// check.
+/// tiers would: S4 asks S2's questions, so it takes S2's scores and grounding answers from the
+/// cache, scoring and decoding none of them again. Every row gets an answer and every image a
+/// report through the real generation path; the release verifies, and the card states the parse
+/// rate. The sample's tiny model was trained on yes/no answers, boxes and short reports, never on
+/// the `<think>`/`<answer>` format: its S3 answers do not parse, and the card must say so rather
+/// than present them as a check.
 #[test]
 fn the_s2_then_s4_sample_builds_locate_findings_and_write_reasoning_and_reports() {
     let s = Scratch::new();
@@ -454,6 +453,8 @@ fn the_s2_then_s4_sample_builds_locate_findings_and_write_reasoning_and_reports(
     let out = s.path("s4");
     let a = build(&spec("s4.yaml"), &out, &s.cache(), &["--jobs", "2"]).success();
     let log = stderr(&a);
+    let scoring = log.lines().find(|l| l.starts_with("infer: ")).unwrap_or_default();
+    assert!(scoring.contains("640 images from the cache, 0 scored"), "S4 asks S2's questions and takes S2's scores: {log}");
     let grounding = log.lines().find(|l| l.starts_with("generate: grounding answers")).unwrap_or_default();
     assert!(grounding.contains("from the cache, 0 decoded"), "S4 takes S2's grounding answers from the cache: {log}");
     assert!(

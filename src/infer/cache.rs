@@ -1,4 +1,4 @@
-//! The per-image score cache: one small JSON entry per (image, scorer, prompt set), kept in a
+//! The per-image score cache: one small JSON entry per (image, scorer, questions), kept in a
 //! folder or an object store (see [`super::store`]).
 
 use serde::{Deserialize, Serialize};
@@ -12,12 +12,12 @@ use crate::hashing::sha256_parts;
 pub struct CacheKey {
     pub image_sha256: String,
     pub scorer_hash: String,
-    pub prompt_set_hash: String,
+    pub questions_hash: String,
 }
 
 impl CacheKey {
     pub fn digest(&self) -> String {
-        sha256_parts(&["bpals-scores/1", &self.image_sha256, &self.scorer_hash, &self.prompt_set_hash])
+        sha256_parts(&["bpals-scores/2", &self.image_sha256, &self.scorer_hash, &self.questions_hash])
     }
 }
 

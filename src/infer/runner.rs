@@ -72,7 +72,7 @@ pub fn run(
     images: &[ImageJob],
     scorer: &dyn Scorer,
     questions: &[Question],
-    prompt_set_hash: &str,
+    questions_hash: &str,
     cache: &ScoreCache,
     options: &RunOptions,
 ) -> Result<InferReport, InferError> {
@@ -90,7 +90,7 @@ pub fn run(
         let mut outcomes = Vec::with_capacity(jobs.len());
         let mut misses = Vec::new();
         for &job in jobs {
-            let (bytes, key) = read_keyed(job, &scorer_hash, prompt_set_hash)?;
+            let (bytes, key) = read_keyed(job, &scorer_hash, questions_hash)?;
             if let Some(scores) = cache.get(&key, &question_ids)? {
                 outcomes.push(Outcome::Cached(ImageScores { image_sha256: key.image_sha256, scores }));
                 bar.inc(1);
@@ -172,17 +172,17 @@ pub(super) fn read_image(job: &ImageJob) -> Result<(Vec<u8>, String), InferError
 }
 
 /// An image's bytes and its cache key.
-fn read_keyed(job: &ImageJob, scorer_hash: &str, prompt_set_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
+fn read_keyed(job: &ImageJob, scorer_hash: &str, questions_hash: &str) -> Result<(Vec<u8>, CacheKey), InferError> {
     let (bytes, image_sha256) = read_image(job)?;
-    let key = CacheKey { image_sha256, scorer_hash: scorer_hash.to_string(), prompt_set_hash: prompt_set_hash.to_string() };
+    let key = CacheKey { image_sha256, scorer_hash: scorer_hash.to_string(), questions_hash: questions_hash.to_string() };
     Ok((bytes, key))
 }
 
 /// How many of the images already have cached scores (reads and hashes every image, scores none).
-pub fn count_cached(images: &[ImageJob], scorer: &dyn Scorer, prompt_set_hash: &str, cache: &ScoreCache) -> Result<usize, InferError> {
+pub fn count_cached(images: &[ImageJob], scorer: &dyn Scorer, questions_hash: &str, cache: &ScoreCache) -> Result<usize, InferError> {
     let scorer_hash = scorer.identity().hash();
     images
         .par_iter()
-        .try_fold(|| 0usize, |n, job| Ok(n + usize::from(cache.contains(&read_keyed(job, &scorer_hash, prompt_set_hash)?.1)?)))
+        .try_fold(|| 0usize, |n, job| Ok(n + usize::from(cache.contains(&read_keyed(job, &scorer_hash, questions_hash)?.1)?)))
         .try_reduce(|| 0, |a, b| Ok(a + b))
 }

@@ -125,7 +125,7 @@ fn infer_all(spec: &ResolvedSpec, options: &BuildOptions, prepared: &Prepared, l
     let backend = &scorer.identity().backend;
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
-    let report = infer::run(&prepared.jobs, scorer, &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    let report = infer::run(&prepared.jobs, scorer, &prepared.questions, &prepared.questions_hash, &cache, &run)?;
     for problem in &report.cache_problems {
         log(&format!("infer: {problem}"));
     }
@@ -134,7 +134,7 @@ fn infer_all(spec: &ResolvedSpec, options: &BuildOptions, prepared: &Prepared, l
     let second_scores = match &prepared.second_scorer {
         None => None,
         Some(second) => {
-            let report = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+            let report = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
             for problem in &report.cache_problems {
                 log(&format!("infer (second opinion): {problem}"));
             }

@@ -118,6 +118,9 @@ pub struct Prepared {
     pub second_scorer: Option<Box<dyn Scorer>>,
     pub questions: Vec<crate::release_spec::Question>,
     pub prompt_set_hash: String,
+    /// What the score cache keys a pass's scores by (the questions alone; see
+    /// [`crate::release_spec::PromptSet::questions_hash`]).
+    pub questions_hash: String,
     /// S2's grounding prompts per image (empty before S2).
     pub grounding: diagnose::GroundingPlan,
     /// S3's reasoning prompts per image and S4's report prompt (empty before S3).
@@ -180,6 +183,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     };
     let questions = spec.prompts.questions();
     let prompt_set_hash = spec.prompts.hash();
+    let questions_hash = spec.prompts.questions_hash();
 
     let tool = ToolInfo::current();
     let mut stage_keys = BTreeMap::new();
@@ -224,6 +228,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
         second_scorer,
         questions,
         prompt_set_hash,
+        questions_hash,
         grounding,
         narrative,
         demo_reasons,
@@ -248,10 +253,10 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let prepared = prepare(spec, options)?;
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    let mut report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+    let mut report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
     // A second opinion's scores go into the same cache, under its own scorer's keys.
     if let Some(second) = &prepared.second_scorer {
-        let more = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.prompt_set_hash, &cache, &run)?;
+        let more = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
         report.computed += more.computed;
         report.cached += more.cached;
         report.cache_problems.extend(more.cache_problems);

@@ -36,10 +36,10 @@ pub fn plan(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Plan, BuildEr
     // A dry run never downloads: it plans with what this machine already has.
     let prepared = prepare(spec, &BuildOptions { offline: true, ..options.clone() })?;
     let cache = ScoreCache::open(&options.cache_dir)?;
-    let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.prompt_set_hash, &cache)?;
+    let cached = count_cached(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions_hash, &cache)?;
     let total = prepared.jobs.len();
     let second_cached = match &prepared.second_scorer {
-        Some(second) => count_cached(&prepared.jobs, second.as_ref(), &prepared.prompt_set_hash, &cache)?,
+        Some(second) => count_cached(&prepared.jobs, second.as_ref(), &prepared.questions_hash, &cache)?,
         None => 0,
     };
     let grounding = &prepared.grounding.jobs;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::layer::*;
-use crate::hashing::sha256_json;
+use crate::hashing::{sha256_json, sha256_parts};
 use crate::vocab::{LABELS, SUPPORT_DEVICES};
 
 /// A complete, validated release spec: plain data. The files it names (calibration, gold labels,
@@ -273,6 +273,12 @@ impl PromptSet {
     }
     pub fn hash(&self) -> String {
         sha256_json(self)
+    }
+    /// The hash of what the yes/no scores depend on: the questions (id, target, text) in order.
+    /// The score cache keys by it rather than by [`Self::hash`], so a spec that adds S3's
+    /// reasoning or S4's report prompts reuses S1 and S2's scores instead of scoring again.
+    pub fn questions_hash(&self) -> String {
+        sha256_parts(&["bpals-questions/1", &sha256_json(&self.questions())])
     }
     /// Whether the release carries S2's location or signs columns.
     pub fn diagnoses(&self) -> bool {
