@@ -9,7 +9,10 @@ tokens, N images a pass; --chunks tries other sizes), in the form the engine run
   tf32        the same products with TF32 allowed (cuBLAS's tensor cores on f32 operands);
   bf16-ops    the products' operands in bf16, accumulated and written in f32 (`bmm(out_dtype=)`),
               the state kept in f32: the numerics of the FLA kernels vLLM and SGLang use;
-  graph       the engine's form replayed as one CUDA graph: what the host's launches cost.
+  graph       the engine's form replayed as one CUDA graph: what the host's launches cost;
+  fused       the pass across as one kernel that holds each head's state on chip through all the
+              chunks (benches/kernels/delta_rule_across.cu, compiled by NVRTC through PyTorch's
+              `torch.cuda._compile_kernel`), f32 throughout; not yet in the engine.
 
 Each prints milliseconds a layer and an image (30 linear layers, as Qwen3.6-35B-A3B), and the
 largest difference of its outputs from the f32 form's. Random inputs in the layer's ranges.
@@ -18,12 +21,16 @@ largest difference of its outputs from the f32 form's. Random inputs in the laye
 """
 
 import argparse
+import ctypes
 import statistics
+from pathlib import Path
 
 import torch
 
 HEADS, DK, DV, PREFIX, LINEAR_LAYERS = 32, 128, 128, 1064, 30
 CHUNK, CHUNKS = 64, 17  # set per run by --chunks: tokens a chunk, and chunks to hold the prefix
+KERNEL = Path(__file__).resolve().parent / "kernels" / "delta_rule_across.cu"
+TILE, THREADS = 64, 256  # the kernel's state columns a block and threads a block
 
 
 def inputs(b, device, seed=0):
@@ -65,7 +72,15 @@ def prepare(q, k, v, decay, beta):
 
 def across(prepared, first, ops="f32"):
     """`Chunked::states_kept`: each chunk's new values and next state, then two products."""
-    values, keys_read, q_decayed, within, k_to_end, chunk_decay = prepared
+    states, news = states_and_news(prepared, first, ops)
+    _, _, q_decayed, within, _, _ = prepared
+    return q_decayed @ states + within @ news
+
+
+def states_and_news(prepared, first, ops="f32"):
+    """The loop of `Chunked::states_kept`: the state at each chunk's start, and what each chunk
+    writes less what that state already holds."""
+    values, keys_read, _, _, k_to_end, chunk_decay = prepared
     b, h, n, c, dv = values.shape
     states = torch.empty(b, h, n, DK, dv, device=values.device)
     news = torch.empty(b, h, n, c, dv, device=values.device)
@@ -82,6 +97,51 @@ def across(prepared, first, ops="f32"):
         torch.sub(values[:, :, i], product(keys_read[:, :, i], states[:, :, i]), out=news[:, :, i])
         if i + 1 < n:
             torch.add(states[:, :, i] * chunk_decay[:, :, i], product(k_to_end[:, :, i], news[:, :, i]), out=states[:, :, i + 1])
+    return states, news
+
+
+def kernel_operands(prepared, first):
+    """The fused kernel's inputs, contiguous: the keys decayed to the chunk's end back in (token,
+    key) order, the state after the prefix, and the chunks' decays."""
+    values, keys_read, _, _, k_to_end, chunk_decay = prepared
+    return [t.contiguous() for t in (values, keys_read, k_to_end.transpose(-1, -2), chunk_decay, first)]
+
+
+def shared_bytes():
+    """The fused kernel's shared memory a block: its state tile, a chunk's new values and one
+    chunk's keys (the kernel's SHARED_BYTES)."""
+    return 4 * (DK * TILE + CHUNK * TILE + DK * (CHUNK + 4))
+
+
+def compile_fused():
+    """The fused kernel, compiled by NVRTC for this GPU at this run's chunk size, or why not."""
+    if not hasattr(torch.cuda, "_compile_kernel"):
+        return None, f"PyTorch {torch.__version__} has no torch.cuda._compile_kernel"
+    if shared_bytes() > getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 49152):
+        return None, f"a chunk of {CHUNK} needs {shared_bytes()} bytes of shared memory a block, more than this GPU has"
+    options = [f"-DCHUNK={CHUNK}", f"-DDK={DK}"]
+    try:
+        kernel = torch.cuda._compile_kernel(KERNEL.read_text(), "delta_rule_across", nvcc_options=options)
+    except (OSError, RuntimeError) as e:  # no NVRTC library found, or the source did not compile
+        return None, f"NVRTC: {e}"
+    if hasattr(kernel, "set_shared_memory_config"):
+        kernel.set_shared_memory_config(shared_bytes())
+    else:  # older PyTorch: raise the kernel's dynamic shared memory limit through the driver
+        max_dynamic_shared = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        libcuda = torch.cuda._utils._get_gpu_runtime_library()
+        assert libcuda.cuFuncSetAttribute(kernel.func, max_dynamic_shared, ctypes.c_int(shared_bytes())) == 0
+    return kernel, None
+
+
+def fused_across(kernel, prepared, first):
+    """`across` with the loop as one launch of the fused kernel."""
+    values, keys_read, k_to_end, chunk_decay, first = kernel_operands(prepared, first)
+    b, h, n, _, dv = values.shape
+    states = torch.empty(b, h, n, DK, dv, device=values.device)
+    news = torch.empty_like(values)
+    args = [values, keys_read, k_to_end, chunk_decay, first, states, news, states, n, dv, 0]  # last: not written
+    kernel(grid=(b * h, dv // TILE, 1), block=(THREADS, 1, 1), args=args, shared_mem=shared_bytes())
+    _, _, q_decayed, within, _, _ = prepared
     return q_decayed @ states + within @ news
 
 
@@ -142,6 +202,11 @@ def main():
             with torch.cuda.graph(graph):
                 graphed = across(prepared, first)
             row("across, f32 as one graph", timed(graph.replay), graphed)
+            kernel, why_not = compile_fused()
+            if kernel is None:
+                print(f"| {CHUNK} | {b} | across, fused kernel: not run ({why_not}) | | | |", flush=True)
+            else:
+                row("across, fused kernel (f32)", timed(lambda: fused_across(kernel, prepared, first)), fused_across(kernel, prepared, first))
         del q, k, v, decay, beta, prepared, reference
         if cuda:
             torch.cuda.empty_cache()
