@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +90,26 @@ def test_the_fused_delta_rule_kernel_computes_the_engines_pass_across_chunks(tmp
                           (q_decayed @ got_states + within @ got_news, bench.across(prepared, first))]:
         diff = (got - expected).abs().max().item()
         assert diff < 1e-4 * max(1.0, expected.abs().max().item()), diff
+
+
+def load_nvrtc():
+    spec = importlib.util.spec_from_file_location("nvrtc", ROOT / "benches" / "kernels" / "nvrtc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
+def test_the_fused_kernel_compiles_for_the_gpus_it_is_measured_on_without_spilling():
+    """ptxas's report, made here without a GPU (benches/kernels/nvrtc.py), for an A100 (sm_80) and
+    an H100 or H200 (sm_90): nothing spilled to local memory, and few enough registers for two
+    blocks of 256 threads an SM, which their shared memory allows. A chunk the kernel's tiling
+    cannot take is refused when it compiles, not at a launch."""
+    nvrtc = load_nvrtc()
+    kernel = ROOT / "benches" / "kernels" / "delta_rule_across.cu"
+    for arch in ["sm_80", "sm_90"]:
+        report = nvrtc.compile_cubin(kernel, arch, ["-DCHUNK=64", "-DDK=128"])
+        assert (report["stack_bytes"], report["spill_stores"], report["spill_loads"]) == (0, 0, 0), report["log"]
+        assert 0 < report["registers"] * 256 * 2 <= 65536, report["log"]
+    with pytest.raises(RuntimeError, match="must be multiples of 16"):
+        nvrtc.compile_cubin(kernel, "sm_90", ["-DCHUNK=60"])

@@ -1,0 +1,81 @@
+"""Compiles a kernel of this folder with NVRTC for a GPU architecture, on any machine: no GPU needed.
+
+NVRTC comes with PyTorch's CUDA wheels (`nvidia/cu13/lib` beside torch). Compiling to a cubin
+runs ptxas, whose report says what no CPU test can: the registers a thread takes, spills to
+local memory, and so how many blocks fit on an SM. The suite holds the kernels to it for the
+GPUs the engine is measured on; a GPU session reads the same report beside its timings.
+
+    python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_90 -DCHUNK=64
+"""
+
+import argparse
+import ctypes
+import re
+from pathlib import Path
+
+
+def nvrtc_library():
+    """NVRTC from the installed PyTorch's CUDA wheels, its builtins loaded first (NVRTC opens
+    them by name), or None where this PyTorch has none (a CPU build)."""
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in map(Path, nvidia.__path__):
+        for lib in sorted(root.glob("*/lib/libnvrtc.so.*")):
+            builtins = sorted(lib.parent.glob("libnvrtc-builtins.so.*"))
+            if builtins and ".alt." not in lib.name:
+                ctypes.CDLL(str(builtins[0]), mode=ctypes.RTLD_GLOBAL)
+                return ctypes.CDLL(str(lib))
+    return None
+
+
+def compile_cubin(source, arch, defines=()):
+    """Compiles `source` (a path) for `arch` (sm_80, sm_90, ...); returns ptxas's report as a dict
+    (registers, spill_stores, spill_loads, stack_bytes, log). Raises RuntimeError with NVRTC's
+    log when it does not compile."""
+    lib = nvrtc_library()
+    if lib is None:
+        raise RuntimeError("no NVRTC library beside this PyTorch (a CPU build of it?)")
+    program = ctypes.c_void_p()
+    name = Path(source).name.encode()
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(program), Path(source).read_bytes(), name, 0, None, None))
+    try:
+        options = [f"-arch={arch}".encode(), b"-Xptxas=-v", *(d.encode() for d in defines)]
+        compiled = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
+        size = ctypes.c_size_t()
+        _check(lib, lib.nvrtcGetProgramLogSize(program, ctypes.byref(size)))
+        log = ctypes.create_string_buffer(size.value)
+        _check(lib, lib.nvrtcGetProgramLog(program, log))
+        log = log.value.decode(errors="replace")
+        if compiled != 0:
+            raise RuntimeError(f"{source} does not compile for {arch}:\n{log}")
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    registers = re.search(r"Used (\d+) registers", log)
+    if not (spills and registers):
+        raise RuntimeError(f"ptxas's report for {arch} is not in the form expected:\n{log}")
+    return {"registers": int(registers.group(1)), "stack_bytes": int(spills.group(1)),
+            "spill_stores": int(spills.group(2)), "spill_loads": int(spills.group(3)), "log": log}
+
+
+def _check(lib, status):
+    if status != 0:
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        raise RuntimeError(f"NVRTC: {lib.nvrtcGetErrorString(status).decode()}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source")
+    parser.add_argument("--arch", default="sm_90")
+    args, defines = parser.parse_known_args()
+    bad = [d for d in defines if not d.startswith("-D")]
+    if bad:
+        parser.error(f"only -DNAME=VALUE may follow the source, not {bad[0]}")
+    print(compile_cubin(args.source, args.arch, defines)["log"].strip())
+
+
+if __name__ == "__main__":
+    main()
