@@ -168,11 +168,11 @@ fn the_engine_families_stand_on_the_shared_config_types_and_point_nowhere_up() {
 
 /// The repository's tracked files travel with every run on a GPU node, where at most 64 MiB
 /// arrive in all and the bundle (`scripts/gpu-bundle`) takes up to 32 MiB of them: the tracked
-/// files stay under 24 MiB. Goldens hold the values their tests compare
+/// files stay under 25 MiB, 7 MiB to spare. Goldens hold the values their tests compare
 /// (fixtures/vlm/gen_tiny_models.py, thin_goldens); larger references are made at test time.
 #[test]
-fn the_tracked_files_stay_under_24_mib() {
-    const LIMIT: u64 = 24 << 20;
+fn the_tracked_files_stay_under_25_mib() {
+    const LIMIT: u64 = 25 << 20;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let listed = std::process::Command::new("git").args(["ls-files", "-z"]).current_dir(root).output();
     let Some(listed) = listed.ok().filter(|o| o.status.success()) else {
@@ -189,5 +189,5 @@ fn the_tracked_files_stay_under_24_mib() {
     let total: u64 = sizes.iter().map(|(n, _)| n).sum();
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     let largest: Vec<String> = sizes.iter().take(8).map(|(n, p)| format!("  {n:>10} {p}")).collect();
-    assert!(total <= LIMIT, "the tracked files hold {total} bytes, more than {LIMIT} (24 MiB); the largest:\n{}", largest.join("\n"));
+    assert!(total <= LIMIT, "the tracked files hold {total} bytes, more than {LIMIT} (25 MiB); the largest:\n{}", largest.join("\n"));
 }

@@ -6,6 +6,10 @@ local memory, and so how many blocks fit on an SM. The suite holds the kernels t
 GPUs the engine is measured on; a GPU session reads the same report beside its timings.
 
     python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_90 -DCHUNK=64
+    python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_80,sm_90,sm_100 --out DIR
+
+With --out it writes one cubin an architecture, DIR/NAME.sm_XX.cubin, which the engine loads
+where BPALS_CUDA_KERNELS names DIR (scripts/gpu-bundle makes them for the bundle).
 """
 
 import argparse
@@ -32,8 +36,8 @@ def nvrtc_library():
 
 def compile_cubin(source, arch, defines=()):
     """Compiles `source` (a path) for `arch` (sm_80, sm_90, ...); returns ptxas's report as a dict
-    (registers, spill_stores, spill_loads, stack_bytes, log). Raises RuntimeError with NVRTC's
-    log when it does not compile."""
+    (registers, spill_stores, spill_loads, stack_bytes, log) and the cubin's bytes (cubin).
+    Raises RuntimeError with NVRTC's log when it does not compile."""
     lib = nvrtc_library()
     if lib is None:
         raise RuntimeError("no NVRTC library beside this PyTorch (a CPU build of it?)")
@@ -50,6 +54,9 @@ def compile_cubin(source, arch, defines=()):
         log = log.value.decode(errors="replace")
         if compiled != 0:
             raise RuntimeError(f"{source} does not compile for {arch}:\n{log}")
+        _check(lib, lib.nvrtcGetCUBINSize(program, ctypes.byref(size)))
+        cubin = ctypes.create_string_buffer(size.value)
+        _check(lib, lib.nvrtcGetCUBIN(program, cubin))
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
     spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -57,7 +64,7 @@ def compile_cubin(source, arch, defines=()):
     if not (spills and registers):
         raise RuntimeError(f"ptxas's report for {arch} is not in the form expected:\n{log}")
     return {"registers": int(registers.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_stores": int(spills.group(2)), "spill_loads": int(spills.group(3)), "log": log}
+            "spill_stores": int(spills.group(2)), "spill_loads": int(spills.group(3)), "log": log, "cubin": cubin.raw}
 
 
 def _check(lib, status):
@@ -69,12 +76,20 @@ def _check(lib, status):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source")
-    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--arch", default="sm_90", help="comma-separated: sm_80,sm_90")
+    parser.add_argument("--out", type=Path, help="write NAME.ARCH.cubin here, one an architecture")
     args, defines = parser.parse_known_args()
     bad = [d for d in defines if not d.startswith("-D")]
     if bad:
         parser.error(f"only -DNAME=VALUE may follow the source, not {bad[0]}")
-    print(compile_cubin(args.source, args.arch, defines)["log"].strip())
+    for arch in args.arch.split(","):
+        report = compile_cubin(args.source, arch, defines)
+        print(report["log"].strip())
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            path = args.out / f"{Path(args.source).stem}.{arch}.cubin"
+            path.write_bytes(report["cubin"])
+            print(f"wrote {path} ({len(report['cubin'])} bytes)")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,11 @@ impl NativeScorer {
         // revision: each shapes the last bits of a score, so each is in the identity (scores
         // made another way are another scorer's).
         let device = engine.model.device;
+        // The engine's own CUDA kernels, where asked for, load now: a missing cubin or driver
+        // stops the build here, before any image is scored.
+        if let Some(Err(e)) = crate::vlm::cuda_kernels::for_device(device) {
+            return Err(InferError::Scorer { backend: "native".into(), message: format!("{}: {e}", crate::vlm::cuda_kernels::ENV) });
+        }
         preprocessing["scoring"] = serde_json::json!({
             "prefix": PrefixAttention::for_device(device).name(),
             "images_per_pass": model.images_per_pass,

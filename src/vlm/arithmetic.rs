@@ -20,20 +20,33 @@ pub const CPU: u32 = 1;
 /// give other kernels than one chunk's.
 pub const CUDA: u32 = 2;
 
-/// The revision as the identity records it: `cpu-1`, `cuda-2`.
+/// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
+/// them: their sums run in orders of their own, so they add to a CUDA revision.
+pub const CUDA_KERNELS: u32 = 1;
+
+/// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
+pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";
+
+/// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-1`.
 pub fn revision(cuda: bool) -> String {
-    if cuda {
-        format!("cuda-{CUDA}")
-    } else {
-        format!("cpu-{CPU}")
+    revision_of(cuda, std::env::var_os(CUDA_KERNELS_ENV).is_some_and(|v| !v.is_empty()))
+}
+
+fn revision_of(cuda: bool, kernels: bool) -> String {
+    match (cuda, kernels) {
+        (false, _) => format!("cpu-{CPU}"),
+        (true, false) => format!("cuda-{CUDA}"),
+        (true, true) => format!("cuda-{CUDA}+kernels-{CUDA_KERNELS}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_revision_names_its_device() {
-        assert_eq!(super::revision(false), format!("cpu-{}", super::CPU));
-        assert_eq!(super::revision(true), format!("cuda-{}", super::CUDA));
+    fn a_revision_names_its_device_and_the_engines_own_kernels() {
+        assert_eq!(super::revision_of(false, false), format!("cpu-{}", super::CPU));
+        assert_eq!(super::revision_of(false, true), format!("cpu-{}", super::CPU), "a CPU runs none of them");
+        assert_eq!(super::revision_of(true, false), format!("cuda-{}", super::CUDA));
+        assert_eq!(super::revision_of(true, true), format!("cuda-{}+kernels-{}", super::CUDA, super::CUDA_KERNELS));
     }
 }

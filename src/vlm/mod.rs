@@ -26,6 +26,8 @@ mod yes_no;
 #[cfg(feature = "vlm")]
 mod cache;
 #[cfg(feature = "vlm")]
+pub mod cuda_kernels;
+#[cfg(feature = "vlm")]
 mod decoder_input;
 #[cfg(feature = "vlm")]
 pub mod engine;

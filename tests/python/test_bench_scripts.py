@@ -3,7 +3,8 @@
 benches/delta_rule_gpu.py replays the engine's delta rule on a GPU; here, on the CPU, its f32
 form is held to the delta rule token by token (the recurrence as transformers' reference writes
 it), so its timings are of the right arithmetic, and its table is printed for every chunk size.
-The fused kernel it times on a GPU runs here on the CPU, held to the same form.
+The fused kernel it times on a GPU is compiled here for the GPUs it is measured on (ptxas's
+report); the engine's test of it runs its source on the CPU (src/vlm/families/qwen3_5/delta_rule.rs).
 """
 
 import importlib.util
@@ -55,41 +56,6 @@ def test_the_delta_rule_bench_prints_a_row_per_chunk_size_and_way():
     rows = [line for line in run.stdout.splitlines() if line.startswith("| 64 |") or line.startswith("| 128 |")]
     assert len(rows) == 4, run.stdout
     assert all(row.endswith("0.00e+00 |") for row in rows if "across" in row), run.stdout
-
-
-def test_the_fused_delta_rule_kernel_computes_the_engines_pass_across_chunks(tmp_path):
-    """benches/kernels/delta_rule_across.cu, compiled for the CPU (tests/kernels/cpu_emulation.h:
-    a thread per CUDA thread, __syncthreads as a barrier), against the engine's form on the
-    bench's inputs: two heads of one image over the prefix's 17 chunks, the last state kept."""
-    bench = load()
-    harness = tmp_path / "delta_rule_across_cpu"
-    build = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-Wall", "-Wno-unknown-pragmas", "-Werror",
-                            "-o", str(harness), str(ROOT / "tests" / "kernels" / "delta_rule_across_cpu.cpp")],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
-    q, k, v, decay, beta = (t[:, :2] for t in bench.inputs(1, "cpu", seed=5))
-    first = torch.randn(1, 2, bench.DK, bench.DV) * 0.1
-    prepared = bench.prepare(q, k, v, decay, beta)
-    operands = bench.kernel_operands(prepared, first)
-    for name, tensor in zip(["values", "keys_read", "k_to_end", "chunk_decay", "first"], operands):
-        tensor.numpy().astype("<f4").tofile(tmp_path / f"{name}.f32")
-    n = bench.CHUNKS
-    run = subprocess.run([str(harness), str(tmp_path), "2", str(n), str(bench.DV), "1"], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-
-    def read(name, shape):
-        return torch.from_numpy(__import__("numpy").fromfile(tmp_path / f"{name}.f32", dtype="<f4")).reshape(shape)
-
-    states, news = bench.states_and_news(prepared, first)
-    got_states, got_news = read("states", states.shape), read("news", news.shape)
-    _, _, q_decayed, within, k_to_end, chunk_decay = prepared
-    last = states[:, :, -1] * chunk_decay[:, :, -1] + k_to_end[:, :, -1] @ news[:, :, -1]
-    scale = states.abs().max().item()
-    assert scale > 0.1 and news.abs().max().item() > 0.1  # of a size where a wrong form shows
-    for got, expected in [(got_states, states), (got_news, news), (read("last", last.shape), last),
-                          (q_decayed @ got_states + within @ got_news, bench.across(prepared, first))]:
-        diff = (got - expected).abs().max().item()
-        assert diff < 1e-4 * max(1.0, expected.abs().max().item()), diff
 
 
 def load_nvrtc():

@@ -51,6 +51,22 @@ def test_the_bundle_carries_its_references_and_what_it_runs(bundle):
         assert 0 < family["cpu_bf16_diff"]["logit"] < 1, "bf16 on the CPU is near f32, and not equal to it"
     assert (bundle / "refs" / "s1a-cpu" / "manifest.json").is_file()
     assert not list(bundle.glob("fixtures/vlm/**/goldens.safetensors")), "the references are the engine's CPU values, not goldens"
+    cubins = sorted(bundle.glob("kernels/*.cubin"))
+    assert [p.name for p in cubins] == [f"delta_rule_across.sm_{a}.cubin" for a in (100, 80, 90)]
+    assert all(p.read_bytes()[:4] == b"\x7fELF" for p in cubins), "a cubin is an ELF image"
+
+
+def test_the_engines_own_kernels_are_asked_for_by_a_flag(bundle, tmp_path):
+    """`--kernels` hands the engine the bundle's cubins (a CPU runs none of them) and says so in the
+    report; a bundle without them is refused before anything is written."""
+    run = runner(bundle, "--device", "cpu", "--out", tmp_path / "out", "--quick", "--steps", "prep", "--kernels")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["kernels"] is True
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy, symlinks=True, ignore=shutil.ignore_patterns("kernels"))
+    run = runner(copy, "--device", "cpu", "--out", tmp_path / "refused", "--quick", "--kernels")
+    assert run.returncode == 2 and "--kernels:" in run.stderr and "holds no cubins" in run.stderr, run.stderr
+    assert not (tmp_path / "refused").exists()
 
 
 def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):

@@ -12,6 +12,7 @@
 
 use tch::{Kind, Tensor};
 
+use crate::vlm::cuda_kernels::{self, CudaKernels};
 use crate::vlm::part_clock::timed;
 
 /// Tokens per chunk of the chunked form at most (transformers' and the FLA kernels' size). A
@@ -52,15 +53,26 @@ pub fn recurrent_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Ten
 
 /// The delta rule in chunks of at most [`CHUNK`] tokens, from `start`; the same arguments and
 /// outputs as [`recurrent_rule`], and the final state where `keep` asks for it.
+///
+/// On a GPU where the engine's own kernels are asked for ([`cuda_kernels`]), a pass across
+/// several chunks runs as one launch of the delta-rule kernel; a failure to load them stops the
+/// pass with the driver's words.
 pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, start: Start, keep: bool) -> (Tensor, Option<Tensor>) {
-    chunked_rule_across(q, k, v, g, beta, start, keep, Across::StatesKept)
+    let across = match cuda_kernels::for_device(q.device()) {
+        None => Across::StatesKept,
+        Some(Ok(kernels)) => Across::Kernel(kernels),
+        Some(Err(e)) => panic!("{}: {e}", cuda_kernels::ENV),
+    };
+    chunked_rule_across(q, k, v, g, beta, start, keep, across)
 }
 
 /// How [`chunked_rule`] passes several chunks from one state per row: [`Chunked::states_kept`]
-/// (what it does), or [`Chunked::one_at_a_time`], which the tests hold it to.
-#[derive(Clone, Copy, PartialEq)]
-enum Across {
+/// (what it does), the same loop as one kernel where the widths fit it, or
+/// [`Chunked::one_at_a_time`], which the tests hold it to.
+#[derive(Clone, Copy)]
+enum Across<'k> {
     StatesKept,
+    Kernel(&'k CudaKernels),
     #[cfg_attr(not(test), allow(dead_code))]
     OneAtATime,
 }
@@ -116,9 +128,12 @@ fn chunked_rule_across(
         Start::PerImage(state) => State::Images(state),
     };
     let chunked = Chunked { values, keys_read, q_decayed, within, carried };
-    let (out, last) = timed("linear attention: delta rule: across chunks", || match state {
-        State::Rows(first) if n > 1 && across == Across::StatesKept => chunked.states_kept(first, keep),
-        state => chunked.one_at_a_time(state, b, keep),
+    let (out, last) = timed("linear attention: delta rule: across chunks", || match (state, across) {
+        (State::Rows(first), Across::Kernel(kernels)) if n > 1 && CudaKernels::takes_delta_rule(chunk, dk, dv, q.kind()) => {
+            chunked.by_kernel(kernels, first, keep)
+        }
+        (State::Rows(first), Across::StatesKept | Across::Kernel(_)) if n > 1 => chunked.states_kept(first, keep),
+        (state, _) => chunked.one_at_a_time(state, b, keep),
     });
     (out.reshape([b, h, n * chunk, dv]).narrow(2, 0, s), last)
 }
@@ -194,6 +209,19 @@ impl Chunked {
     }
 }
 
+impl Chunked {
+    /// [`Chunked::states_kept`] with its loop as one launch of the engine's delta-rule kernel.
+    fn by_kernel(&self, kernels: &CudaKernels, first: Tensor, keep: bool) -> (Tensor, Option<Tensor>) {
+        let Some((k_to_end, chunk_decay)) = &self.carried else {
+            unreachable!("several chunks hand each other their state");
+        };
+        let (states, news, last) = kernels
+            .delta_rule_across(&self.values, &self.keys_read, k_to_end, chunk_decay, &first, keep)
+            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
+        (self.q_decayed.matmul(&states) + self.within.matmul(&news), last)
+    }
+}
+
 /// The state inside [`chunked_rule`]: one per row, or one per image not yet repeated.
 enum State {
     Rows(Tensor),
@@ -232,12 +260,15 @@ mod tests {
     use tch::{Kind, Tensor};
 
     use super::super::linear_attention::l2_normalize;
-    use super::{chunked_rule, chunked_rule_across, recurrent_rule, Across, Start};
+    use super::{chunked_rule, chunked_rule_across, recurrent_rule, Across, CudaKernels, Start};
 
     /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
     fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
+        inputs_of(b, h, s, 16, 8, seed)
+    }
+
+    fn inputs_of(b: i64, h: i64, s: i64, dk: i64, dv: i64, seed: i64) -> [Tensor; 5] {
         tch::manual_seed(seed);
-        let (dk, dv) = (16, 8);
         let q = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu))) * 0.25;
         let k = l2_normalize(&Tensor::randn([b, h, s, dk], (Kind::Float, tch::Device::Cpu)));
         let v = Tensor::randn([b, h, s, dv], (Kind::Float, tch::Device::Cpu));
@@ -358,6 +389,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The engine's delta-rule kernel launched as on a GPU, through a stand-in driver that runs
+    /// its source on the CPU (`tests/kernels/fake_libcuda.cpp`): a prefix's pass is one launch and
+    /// gives the libtorch loop's outputs and final state, from zero and from a carried state;
+    /// widths it does not take stay with the loop; a folder without this GPU's cubin, or with a
+    /// bad one, is refused naming the file.
+    #[test]
+    fn the_delta_rule_kernel_through_a_stand_in_driver_gives_the_loops_pass() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, cubins) = (scratch.path().join("libcuda-standin.so"), scratch.path().join("cubins"));
+        std::fs::create_dir(&cubins).unwrap();
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels/fake_libcuda.cpp");
+        let built = std::process::Command::new("c++")
+            .args(["-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .output()
+            .expect("a C++ compiler (c++) for the stand-in driver");
+        assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+
+        let cubin = cubins.join("delta_rule_across.sm_90.cubin");
+        let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
+        assert!(refused.contains(&cubin.display().to_string()) && refused.contains("--arch sm_90"), "{refused}");
+        std::fs::write(&cubin, b"NOT-A-CUBIN").unwrap();
+        let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
+        assert!(refused.contains("CUDA_ERROR_INVALID_IMAGE") && refused.contains(&cubin.display().to_string()), "{refused}");
+        std::fs::write(&cubin, b"FAKE-CUBIN").unwrap();
+        let kernels = CudaKernels::load(&library, &cubins, 0).unwrap();
+        assert_eq!(kernels.arch, "sm_90");
+        let launches = || {
+            // SAFETY: the stand-in's own counter, `int standin_launches(void)`.
+            unsafe {
+                let standin = libloading::Library::new(&library).unwrap();
+                let count = standin.get::<unsafe extern "C" fn() -> i32>(b"standin_launches\0").unwrap();
+                count()
+            }
+        };
+
+        // 150 tokens: two full chunks and a padded third, at the widths of Qwen3.5's linear layers.
+        let [q, k, v, g, beta] = inputs_of(1, 2, 150, 128, 128, 17);
+        let carried = Tensor::randn([1, 2, 128, 128], (Kind::Float, tch::Device::Cpu)) * 0.1;
+        for keep in [true, false] {
+            for start in [None, Some(&carried)] {
+                let begin = || start.map_or(Start::Zero, |s| Start::PerRow(s.copy()));
+                let before = launches();
+                let (by_kernel, kernel_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::Kernel(&kernels));
+                assert_eq!(launches(), before + 1, "the pass across is one launch");
+                let (looped, loop_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::StatesKept);
+                let context = format!("keep {keep}, from a state {}", start.is_some());
+                assert!(looped.abs().max().double_value(&[]) > 0.1, "{context}: outputs of a size where a wrong form shows");
+                assert!(max_diff(&by_kernel, &looped) < 1e-5, "{context}: outputs differ by {}", max_diff(&by_kernel, &looped));
+                assert_eq!(kernel_state.is_some(), keep, "{context}");
+                if let (Some(a), Some(b)) = (kernel_state, loop_state) {
+                    assert!(max_diff(&a, &b) < 1e-5, "{context}: final states differ by {}", max_diff(&a, &b));
+                }
+            }
+        }
+        let [q, k, v, g, beta] = inputs(1, 2, 150, 19);
+        let before = launches();
+        let (narrow, _) = chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::Kernel(&kernels));
+        assert_eq!(launches(), before, "keys of 16 are not the kernel's: the loop runs");
+        assert!(narrow.equal(&chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::StatesKept).0));
     }
 
     fn copies_of(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, rows: i64) -> Tensor {

@@ -1,0 +1,248 @@
+//! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
+//! GPU idle in: the delta rule's pass across a prefix's chunks, five small kernels a chunk there
+//! (`benches/kernels/delta_rule_across.cu` holds each head's state on chip through all of them).
+//!
+//! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
+//! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
+//! node has, on libtorch's default stream, so they are ordered with libtorch's work. No CUDA
+//! toolkit, crate or compiler is needed where they run.
+//!
+//! Opt-in while they are measured: [`ENV`] names the cubins' folder, and a build that sets it
+//! scores by another arithmetic revision ([`super::arithmetic`]). Without it, and on a CPU,
+//! nothing here runs. The suite runs the launch path on the CPU against a stand-in driver that
+//! runs the kernel's own source (`tests/kernels/fake_libcuda.cpp`).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+
+use libloading::Library;
+use tch::{Device, Kind, Tensor};
+
+pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
+
+/// Where the driver library is looked for (`BPALS_LIBCUDA` overrides it, for the suite's stand-in).
+const LIBCUDA: &str = "libcuda.so.1";
+
+/// The delta-rule kernel's geometry, as `delta_rule_across.cu` is compiled for the engine.
+pub const CHUNK: i64 = 64;
+pub const KEY_DIM: i64 = 128;
+const TILE: i64 = 64;
+const THREADS: u32 = 256;
+/// Its dynamic shared memory a block: the state tile, a chunk's new values, one chunk's keys.
+const SHARED_BYTES: i64 = 4 * (KEY_DIM * TILE + CHUNK * TILE + KEY_DIM * (CHUNK + 4));
+
+type CuResult = c_int;
+type Handle = *mut c_void;
+
+/// The driver's entry points the kernels need (CUDA's driver API, by their exported names).
+struct Driver {
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
+    device_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
+    context_current: unsafe extern "C" fn(*mut Handle) -> CuResult,
+    primary_context_retain: unsafe extern "C" fn(*mut Handle, c_int) -> CuResult,
+    set_context_current: unsafe extern "C" fn(Handle) -> CuResult,
+    module_load_data: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
+    module_function: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult,
+    function_attribute: unsafe extern "C" fn(Handle, c_int, c_int) -> CuResult,
+    #[allow(clippy::type_complexity)]
+    launch:
+        unsafe extern "C" fn(Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle, *mut Handle, *mut Handle) -> CuResult,
+    error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// Kept loaded for as long as the entry points above are used.
+    _library: Library,
+}
+
+const COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+const COMPUTE_CAPABILITY_MINOR: c_int = 76;
+const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+
+impl Driver {
+    fn open(path: &Path) -> Result<Driver, String> {
+        // SAFETY: loading the CUDA driver runs its initialisers, which expect nothing of us.
+        let library = unsafe { Library::new(path) }.map_err(|e| format!("the CUDA driver ({}) did not load: {e}", path.display()))?;
+        macro_rules! entry {
+            ($name:literal) => {
+                // SAFETY: the type is the driver API's signature of this entry point.
+                *unsafe { library.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| format!("the CUDA driver ({}) has no {}: {e}", path.display(), $name))?
+            };
+        }
+        Ok(Driver {
+            init: entry!("cuInit"),
+            device_get: entry!("cuDeviceGet"),
+            device_attribute: entry!("cuDeviceGetAttribute"),
+            context_current: entry!("cuCtxGetCurrent"),
+            primary_context_retain: entry!("cuDevicePrimaryCtxRetain"),
+            set_context_current: entry!("cuCtxSetCurrent"),
+            module_load_data: entry!("cuModuleLoadData"),
+            module_function: entry!("cuModuleGetFunction"),
+            function_attribute: entry!("cuFuncSetAttribute"),
+            launch: entry!("cuLaunchKernel"),
+            error_string: entry!("cuGetErrorString"),
+            _library: library,
+        })
+    }
+
+    /// `Ok` for CUDA_SUCCESS, else the driver's words for the code and what was being done.
+    fn check(&self, code: CuResult, doing: &str) -> Result<(), String> {
+        if code == 0 {
+            return Ok(());
+        }
+        let mut text: *const c_char = std::ptr::null();
+        // SAFETY: the driver writes a pointer to a static string, or leaves it null.
+        let known = unsafe { (self.error_string)(code, &mut text) } == 0 && !text.is_null();
+        let words = if known { unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned() } else { "unknown error".to_string() };
+        Err(format!("{doing}: CUDA error {code} ({words})"))
+    }
+}
+
+/// The kernels, loaded for one device.
+pub struct CudaKernels {
+    driver: Driver,
+    device: i64,
+    /// The GPU's architecture, as the cubins are named (`sm_90`).
+    pub arch: String,
+    delta_rule_across: Handle,
+}
+
+// SAFETY: a CUfunction belongs to its context, not to a thread; the driver may be called from
+// any thread with that context current, which every launch makes sure of.
+unsafe impl Send for CudaKernels {}
+unsafe impl Sync for CudaKernels {}
+
+impl CudaKernels {
+    /// The driver at `library`, and the cubins in `dir` for device `device`'s architecture.
+    pub fn load(library: &Path, dir: &Path, device: i64) -> Result<CudaKernels, String> {
+        let driver = Driver::open(library)?;
+        let (mut ordinal, mut major, mut minor) = (0, 0, 0);
+        // SAFETY: each call writes only through the pointers it is given.
+        unsafe {
+            driver.check((driver.init)(0), "cuInit")?;
+            driver.check((driver.device_get)(&mut ordinal, device as c_int), "cuDeviceGet")?;
+            driver.check((driver.device_attribute)(&mut major, COMPUTE_CAPABILITY_MAJOR, ordinal), "the GPU's compute capability")?;
+            driver.check((driver.device_attribute)(&mut minor, COMPUTE_CAPABILITY_MINOR, ordinal), "the GPU's compute capability")?;
+        }
+        let arch = format!("sm_{major}{minor}");
+        let mut kernels = CudaKernels { driver, device, arch, delta_rule_across: null_mut() };
+        kernels.make_context_current()?;
+        let cubin = dir.join(format!("delta_rule_across.{}.cubin", kernels.arch));
+        let image = std::fs::read(&cubin).map_err(|e| {
+            format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({}): make one with `benches/kernels/nvrtc.py --arch {} --out DIR`", cubin.display(), kernels.arch, kernels.arch)
+        })?;
+        let (mut module, mut function): (Handle, Handle) = (null_mut(), null_mut());
+        let d = &kernels.driver;
+        // SAFETY: the driver copies the image before it returns; the name is NUL-terminated.
+        unsafe {
+            d.check((d.module_load_data)(&mut module, image.as_ptr().cast()), &format!("loading {}", cubin.display()))?;
+            d.check(
+                (d.module_function)(&mut function, module, c"delta_rule_across".as_ptr()),
+                &format!("{}: delta_rule_across", cubin.display()),
+            )?;
+            d.check(
+                (d.function_attribute)(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, SHARED_BYTES as c_int),
+                "delta_rule_across's shared memory",
+            )?;
+        }
+        kernels.delta_rule_across = function;
+        Ok(kernels)
+    }
+
+    /// The context libtorch works in (the device's primary context) current on this thread.
+    fn make_context_current(&self) -> Result<(), String> {
+        let d = &self.driver;
+        let mut context: Handle = null_mut();
+        // SAFETY: each call writes only through the pointer it is given.
+        unsafe {
+            d.check((d.context_current)(&mut context), "cuCtxGetCurrent")?;
+            if context.is_null() {
+                d.check((d.primary_context_retain)(&mut context, self.device as c_int), "cuDevicePrimaryCtxRetain")?;
+                d.check((d.set_context_current)(context), "cuCtxSetCurrent")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the delta-rule kernel takes a pass of these widths (f32, 64-token chunks, keys of
+    /// 128, values in whole tiles).
+    pub fn takes_delta_rule(chunk: i64, key_dim: i64, value_dim: i64, kind: Kind) -> bool {
+        chunk == CHUNK && key_dim == KEY_DIM && value_dim % TILE == 0 && kind == Kind::Float
+    }
+
+    /// The delta rule's pass across chunks (`Chunked::states_kept`'s loop): from `first` (rows,
+    /// heads, dk, dv), each chunk's starting state (rows, heads, n, dk, dv) and new values (rows,
+    /// heads, n, chunk, dv), and the state after the last chunk where `keep`. `values` (.., chunk,
+    /// dv), `keys_read` and `keys_to_end` (.., chunk, dk), `chunk_decay` one a chunk.
+    pub fn delta_rule_across(
+        &self,
+        values: &Tensor,
+        keys_read: &Tensor,
+        keys_to_end: &Tensor,
+        chunk_decay: &Tensor,
+        first: &Tensor,
+        keep: bool,
+    ) -> Result<(Tensor, Tensor, Option<Tensor>), String> {
+        let size = values.size();
+        let (b, h, n, chunk, dv) = (size[0], size[1], size[2], size[3], size[4]);
+        assert!(Self::takes_delta_rule(chunk, keys_read.size()[4], dv, values.kind()), "a pass the kernel does not take: {size:?}");
+        let [values, keys_read, keys_to_end, chunk_decay, first] =
+            [values, keys_read, keys_to_end, chunk_decay, first].map(Tensor::contiguous);
+        let options = (Kind::Float, values.device());
+        let states = Tensor::empty([b, h, n, KEY_DIM, dv], options);
+        let news = Tensor::empty([b, h, n, chunk, dv], options);
+        let last = Tensor::empty(if keep { vec![b, h, KEY_DIM, dv] } else { vec![1] }, options);
+        let mut pointers = [&values, &keys_read, &keys_to_end, &chunk_decay, &first, &states, &news, &last].map(|t| t.data_ptr() as u64);
+        let mut numbers: [c_int; 3] = [n as c_int, dv as c_int, c_int::from(keep)];
+        let mut args: Vec<Handle> = pointers.iter_mut().map(|p| (p as *mut u64).cast()).collect();
+        args.extend(numbers.iter_mut().map(|x| (x as *mut c_int).cast::<c_void>()));
+        self.make_context_current()?;
+        let d = &self.driver;
+        // SAFETY: the arguments match the kernel's signature (eight pointers to tensors that live
+        // until the call returns and, on libtorch's stream, until the kernel has run; three ints);
+        // the grid and shared memory are those it was written for. The null stream is libtorch's.
+        let grid = ((b * h) as c_uint, (dv / TILE) as c_uint);
+        unsafe {
+            let code = (d.launch)(
+                self.delta_rule_across,
+                grid.0,
+                grid.1,
+                1,
+                THREADS,
+                1,
+                1,
+                SHARED_BYTES as c_uint,
+                null_mut(),
+                args.as_mut_ptr(),
+                null_mut(),
+            );
+            d.check(code, "launching delta_rule_across")?;
+        }
+        Ok((states, news, keep.then_some(last)))
+    }
+}
+
+/// The kernels for `device`, where [`ENV`] asks for them and the device is a GPU; loaded on first
+/// use. An error (no driver, no cubin for this GPU) is the same on every call.
+pub fn for_device(device: Device) -> Option<Result<&'static CudaKernels, String>> {
+    static LOADED: OnceLock<Result<CudaKernels, String>> = OnceLock::new();
+    let Device::Cuda(index) = device else { return None };
+    let dir = requested()?;
+    let loaded = LOADED.get_or_init(|| {
+        let library = std::env::var_os("BPALS_LIBCUDA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(LIBCUDA));
+        CudaKernels::load(&library, &dir, index as i64)
+    });
+    Some(match loaded {
+        Ok(kernels) if kernels.device != index as i64 => {
+            Err(format!("{ENV}: the kernels were loaded for GPU {}, not {index}", kernels.device))
+        }
+        Ok(kernels) => Ok(kernels),
+        Err(e) => Err(e.clone()),
+    })
+}
+
+/// The cubins' folder, where [`ENV`] names one.
+pub fn requested() -> Option<PathBuf> {
+    std::env::var_os(ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
