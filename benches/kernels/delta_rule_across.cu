@@ -14,8 +14,10 @@
 // a row's result does not depend on what else is in the pass. Every sum runs in f32 in a fixed
 // order (the keys' index, then the chunk's rows, upward), with no atomics.
 //
-// Not yet part of the engine: benches/delta_rule_gpu.py compiles it with NVRTC (through
-// PyTorch) and measures it beside the engine's form; tests/kernels/ runs it on the CPU.
+// On trial: the engine launches it where BPALS_CUDA_KERNELS names its cubins (made by nvrtc.py
+// here; src/vlm/cuda_kernels.rs), benches/delta_rule_gpu.py times it beside the engine's form,
+// and tests/kernels/fake_libcuda.cpp runs it on the CPU. TILE, THREADS and SHARED_BYTES are
+// repeated in cuda_kernels.rs (the stand-in driver checks they agree) and in the bench.
 //
 // Layouts, all f32 and contiguous, bh = images x heads:
 //   values (bh, n, CHUNK, dv), keys_read and k_to_end (bh, n, CHUNK, DK), chunk_decay (bh, n),

@@ -27,9 +27,15 @@ pub const CUDA_KERNELS: u32 = 1;
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
 pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";
 
+/// The cubins' folder, where [`CUDA_KERNELS_ENV`] names one: what asks for the kernels, read
+/// here (no libtorch needed) so the revision and the engine agree on it.
+pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
+    std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
+}
+
 /// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-1`.
 pub fn revision(cuda: bool) -> String {
-    revision_of(cuda, std::env::var_os(CUDA_KERNELS_ENV).is_some_and(|v| !v.is_empty()))
+    revision_of(cuda, cuda_kernels_folder().is_some())
 }
 
 fn revision_of(cuda: bool, kernels: bool) -> String {

@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use libloading::Library;
 use tch::{Device, Kind, Tensor};
 
+use super::arithmetic::cuda_kernels_folder;
 pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
 
 /// Where the driver library is looked for (`BPALS_LIBCUDA` overrides it, for the suite's stand-in).
@@ -223,26 +224,22 @@ impl CudaKernels {
     }
 }
 
-/// The kernels for `device`, where [`ENV`] asks for them and the device is a GPU; loaded on first
-/// use. An error (no driver, no cubin for this GPU) is the same on every call.
+/// The kernels for `device`, where [`ENV`] asks for them and the device is a GPU; the variable is
+/// read and the kernels loaded on first use, once a process. An error (no driver, no cubin for
+/// this GPU) is the same on every call.
 pub fn for_device(device: Device) -> Option<Result<&'static CudaKernels, String>> {
-    static LOADED: OnceLock<Result<CudaKernels, String>> = OnceLock::new();
+    static LOADED: OnceLock<Option<Result<CudaKernels, String>>> = OnceLock::new();
     let Device::Cuda(index) = device else { return None };
-    let dir = requested()?;
     let loaded = LOADED.get_or_init(|| {
+        let dir = cuda_kernels_folder()?;
         let library = std::env::var_os("BPALS_LIBCUDA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(LIBCUDA));
-        CudaKernels::load(&library, &dir, index as i64)
+        Some(CudaKernels::load(&library, &dir, index as i64))
     });
-    Some(match loaded {
+    Some(match loaded.as_ref()? {
         Ok(kernels) if kernels.device != index as i64 => {
             Err(format!("{ENV}: the kernels were loaded for GPU {}, not {index}", kernels.device))
         }
         Ok(kernels) => Ok(kernels),
         Err(e) => Err(e.clone()),
     })
-}
-
-/// The cubins' folder, where [`ENV`] names one.
-pub fn requested() -> Option<PathBuf> {
-    std::env::var_os(ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
 }

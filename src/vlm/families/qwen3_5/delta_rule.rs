@@ -207,9 +207,7 @@ impl Chunked {
         }
         (self.q_decayed.matmul(&states) + self.within.matmul(&news), last)
     }
-}
 
-impl Chunked {
     /// [`Chunked::states_kept`] with its loop as one launch of the engine's delta-rule kernel.
     fn by_kernel(&self, kernels: &CudaKernels, first: Tensor, keep: bool) -> (Tensor, Option<Tensor>) {
         let Some((k_to_end, chunk_decay)) = &self.carried else {
