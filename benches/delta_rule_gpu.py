@@ -10,9 +10,11 @@ tokens, N images a pass; --chunks tries other sizes), in the form the engine run
   bf16-ops    the products' operands in bf16, accumulated and written in f32 (`bmm(out_dtype=)`),
               the state kept in f32: the numerics of the FLA kernels vLLM and SGLang use;
   graph       the engine's form replayed as one CUDA graph: what the host's launches cost;
-  fused       the pass across as one kernel that holds each head's state on chip through all the
-              chunks (benches/kernels/delta_rule_across.cu, compiled by NVRTC through PyTorch's
-              `torch.cuda._compile_kernel`), f32 throughout; on trial in the engine (off by default).
+  fused       the engine's own kernels, compiled by NVRTC through PyTorch's `torch.cuda._compile_kernel`,
+              f32 throughout, on trial in the engine (off by default): the preparation as one
+              block a chunk (benches/kernels/delta_rule_within.cu), and the pass across as one
+              kernel that holds each head's state on chip through all the chunks
+              (benches/kernels/delta_rule_across.cu).
 
 Each prints milliseconds a layer and an image (30 linear layers, as Qwen3.6-35B-A3B), and the
 largest difference of its outputs from the f32 form's. Random inputs in the layer's ranges.
@@ -29,8 +31,8 @@ import torch
 
 HEADS, DK, DV, PREFIX, LINEAR_LAYERS = 32, 128, 128, 1064, 30
 CHUNK, CHUNKS = 64, 17  # set per run by --chunks: tokens a chunk, and chunks to hold the prefix
-KERNEL = Path(__file__).resolve().parent / "kernels" / "delta_rule_across.cu"
-TILE, THREADS = 64, 256  # the kernel's state columns a block and threads a block
+KERNELS = Path(__file__).resolve().parent / "kernels"
+TILE, THREADS = 64, 256  # the pass-across kernel's state columns a block; both kernels' threads a block
 
 
 def inputs(b, device, seed=0):
@@ -46,13 +48,14 @@ def inputs(b, device, seed=0):
 
     q, k = unit(*shape, DK) * DK**-0.5, unit(*shape, DK)
     v = torch.randn(*shape, DV, generator=g).to(device)
-    decay = (-rand(*shape) * 0.1).cumsum(-1)
+    log_decay = -rand(*shape) * 0.1
     beta = rand(*shape, 1)
-    return q, k, v, decay, beta
+    return q, k, v, log_decay, beta
 
 
-def prepare(q, k, v, decay, beta):
+def prepare(q, k, v, log_decay, beta):
     """The chunk preparation of `chunked_rule_across`: what the pass across chunks reads."""
+    decay = log_decay.cumsum(-1)
     k_beta, v_beta = k * beta, v * beta
     future = torch.ones(CHUNK, CHUNK, dtype=torch.bool, device=q.device).triu(1)
     between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(future, float("-inf")).exp()
@@ -101,46 +104,62 @@ def states_and_news(prepared, first, ops="f32"):
 
 
 def kernel_operands(prepared, first):
-    """The fused kernel's inputs, contiguous: the keys decayed to the chunk's end back in (token,
+    """The pass-across kernel's inputs, contiguous: the keys decayed to the chunk's end back in (token,
     key) order, the state after the prefix, and the chunks' decays."""
     values, keys_read, _, _, k_to_end, chunk_decay = prepared
     return [t.contiguous() for t in (values, keys_read, k_to_end.transpose(-1, -2), chunk_decay, first)]
 
 
-def shared_bytes():
-    """The fused kernel's shared memory a block: its state tile, a chunk's new values and one
-    chunk's keys (the kernel's SHARED_BYTES)."""
+def across_shared_bytes():
+    """The pass-across kernel's shared memory a block: its state tile, a chunk's new values and
+    one chunk's keys (its SHARED_BYTES)."""
     return 4 * (DK * TILE + CHUNK * TILE + DK * (CHUNK + 4))
 
 
-def compile_fused():
-    """The fused kernel, compiled by NVRTC for this GPU at this run's chunk size, or why not."""
+def within_shared_bytes():
+    """The preparation kernel's shared memory a block: a chunk's keys and one staged operand, the
+    system's inverse, and three numbers a token (its SHARED_BYTES, at chunks of up to 64)."""
+    return 4 * (2 * 64 * (DK + 4) + 64 * 68 + 3 * 64)
+
+
+def compile_kernel(name, shared, options):
+    """One of the engine's kernels, compiled by NVRTC for this GPU, or why not."""
     if not hasattr(torch.cuda, "_compile_kernel"):
         return None, f"PyTorch {torch.__version__} has no torch.cuda._compile_kernel"
-    if shared_bytes() > getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 49152):
-        return None, f"a chunk of {CHUNK} needs {shared_bytes()} bytes of shared memory a block, more than this GPU has"
-    options = [f"-DCHUNK={CHUNK}", f"-DDK={DK}"]
+    if shared > getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 49152):
+        return None, f"{name} at a chunk of {CHUNK} needs {shared} bytes of shared memory a block, more than this GPU has"
     try:
-        kernel = torch.cuda._compile_kernel(KERNEL.read_text(), "delta_rule_across", nvcc_options=options)
+        kernel = torch.cuda._compile_kernel((KERNELS / f"{name}.cu").read_text(), name, nvcc_options=options)
     except (OSError, RuntimeError) as e:  # no NVRTC library found, or the source did not compile
         return None, f"NVRTC: {e}"
     if hasattr(kernel, "set_shared_memory_config"):
-        kernel.set_shared_memory_config(shared_bytes())
+        kernel.set_shared_memory_config(shared)
     else:  # older PyTorch: raise the kernel's dynamic shared memory limit through the driver
         max_dynamic_shared = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         libcuda = torch.cuda._utils._get_gpu_runtime_library()
-        assert libcuda.cuFuncSetAttribute(kernel.func, max_dynamic_shared, ctypes.c_int(shared_bytes())) == 0
+        assert libcuda.cuFuncSetAttribute(kernel.func, max_dynamic_shared, ctypes.c_int(shared)) == 0
     return kernel, None
 
 
+def fused_prepare(kernel, q, k, v, log_decay, beta):
+    """`prepare` as one launch of the preparation kernel, in `prepare`'s layouts."""
+    b, h, n, c, dv = v.shape
+    q, k, v, log_decay, beta = (t.contiguous() for t in (q, k, v, log_decay, beta))
+    values, keys_read, q_decayed, k_to_end = torch.empty_like(v), torch.empty_like(k), torch.empty_like(q), torch.empty_like(k)
+    within, chunk_decay = torch.empty(b, h, n, c, c, device=v.device), torch.empty(b, h, n, 1, 1, device=v.device)
+    args = [q, k, v, log_decay, beta, values, keys_read, q_decayed, within, k_to_end, chunk_decay, c, dv, 1]
+    kernel(grid=(b * h * n, 1, 1), block=(THREADS, 1, 1), args=args, shared_mem=within_shared_bytes())
+    return values, keys_read, q_decayed, within, k_to_end.transpose(-1, -2), chunk_decay
+
+
 def fused_across(kernel, prepared, first):
-    """`across` with the loop as one launch of the fused kernel."""
+    """`across` with the loop as one launch of the pass-across kernel."""
     values, keys_read, k_to_end, chunk_decay, first = kernel_operands(prepared, first)
     b, h, n, _, dv = values.shape
     states = torch.empty(b, h, n, DK, dv, device=values.device)
     news = torch.empty_like(values)
     args = [values, keys_read, k_to_end, chunk_decay, first, states, news, states, n, dv, 0]  # last: not written
-    kernel(grid=(b * h, dv // TILE, 1), block=(THREADS, 1, 1), args=args, shared_mem=shared_bytes())
+    kernel(grid=(b * h, dv // TILE, 1), block=(THREADS, 1, 1), args=args, shared_mem=across_shared_bytes())
     _, _, q_decayed, within, _, _ = prepared
     return q_decayed @ states + within @ news
 
@@ -175,41 +194,64 @@ def main():
     global CHUNK, CHUNKS
     for CHUNK, b in [(int(c), int(x)) for c in args.chunks.split(",") for x in args.images.split(",")]:
         CHUNKS = -(-PREFIX // CHUNK)
-        q, k, v, decay, beta = inputs(b, args.device)
-        first = torch.randn(b, HEADS, DK, DV, device=args.device) * 0.1
-        torch.backends.cuda.matmul.allow_tf32 = False
-        prepared = prepare(q, k, v, decay, beta)
-        reference = across(prepared, first)
-
-        def row(way, ms, out):
-            diff = (out - reference).abs().max().item() if out is not None else float("nan")
-            print(f"| {CHUNK} | {b} | {way} | {ms:.3f} | {ms * LINEAR_LAYERS / b:.2f} | {diff:.2e} |", flush=True)
-
-        row("prepare, f32", timed(lambda: prepare(q, k, v, decay, beta)), None)
-        row("across, f32 (the engine's)", timed(lambda: across(prepared, first)), reference)
-        if cuda:
-            torch.backends.cuda.matmul.allow_tf32 = True
-            row("prepare, tf32", timed(lambda: prepare(q, k, v, decay, beta)), None)
-            tf32_prepared = prepare(q, k, v, decay, beta)
-            row("across, tf32", timed(lambda: across(prepared, first)), across(tf32_prepared, first))
-            torch.backends.cuda.matmul.allow_tf32 = False
-            row("across, bf16-ops", timed(lambda: across(prepared, first, "bf16-ops")), across(prepared, first, "bf16-ops"))
-            graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                across(prepared, first)
-            torch.cuda.current_stream().wait_stream(stream)
-            with torch.cuda.graph(graph):
-                graphed = across(prepared, first)
-            row("across, f32 as one graph", timed(graph.replay), graphed)
-            kernel, why_not = compile_fused()
-            if kernel is None:
-                print(f"| {CHUNK} | {b} | across, fused kernel: not run ({why_not}) | | | |", flush=True)
-            else:
-                row("across, fused kernel (f32)", timed(lambda: fused_across(kernel, prepared, first)), fused_across(kernel, prepared, first))
-        del q, k, v, decay, beta, prepared, reference
+        measure(b, args.device)
         if cuda:
             torch.cuda.empty_cache()
+
+
+def measure(b, device):
+    """Every way's rows at this run's chunk size and `b` images a pass."""
+    cuda = device == "cuda"
+    q, k, v, log_decay, beta = inputs(b, device)
+    first = torch.randn(b, HEADS, DK, DV, device=device) * 0.1
+    torch.backends.cuda.matmul.allow_tf32 = False
+    prepared = prepare(q, k, v, log_decay, beta)
+    reference = across(prepared, first)
+
+    def row(way, ms, out):
+        diff = (out - reference).abs().max().item() if out is not None else float("nan")
+        print(f"| {CHUNK} | {b} | {way} | {ms:.3f} | {ms * LINEAR_LAYERS / b:.2f} | {diff:.2e} |", flush=True)
+
+    def not_run(way, why):
+        print(f"| {CHUNK} | {b} | {way}: not run ({why}) | | | |", flush=True)
+
+    row("prepare, f32", timed(lambda: prepare(q, k, v, log_decay, beta)), None)
+    row("across, f32 (the engine's)", timed(lambda: across(prepared, first)), reference)
+    if not cuda:
+        return
+    torch.backends.cuda.matmul.allow_tf32 = True
+    row("prepare, tf32", timed(lambda: prepare(q, k, v, log_decay, beta)), None)
+    tf32_prepared = prepare(q, k, v, log_decay, beta)
+    row("across, tf32", timed(lambda: across(prepared, first)), across(tf32_prepared, first))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    row("across, bf16-ops", timed(lambda: across(prepared, first, "bf16-ops")), across(prepared, first, "bf16-ops"))
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        across(prepared, first)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        graphed = across(prepared, first)
+    row("across, f32 as one graph", timed(graph.replay), graphed)
+
+    within_kernel, within_why = compile_kernel("delta_rule_within", within_shared_bytes(), [f"-DKEY_DIM={DK}"])
+    if within_kernel is not None and CHUNK > 64:
+        within_kernel, within_why = None, f"chunks of {CHUNK} tokens are more than its 64"
+    across_kernel, across_why = compile_kernel("delta_rule_across", across_shared_bytes(), [f"-DCHUNK={CHUNK}", f"-DDK={DK}"])
+    if within_kernel is None:
+        not_run("prepare, fused kernel", within_why)
+    else:
+        def fused():
+            return fused_prepare(within_kernel, q, k, v, log_decay, beta)
+        row("prepare, fused kernel (f32)", timed(fused), across(fused(), first))
+    if across_kernel is None:
+        not_run("across, fused kernel", across_why)
+    else:
+        row("across, fused kernel (f32)", timed(lambda: fused_across(across_kernel, prepared, first)), fused_across(across_kernel, prepared, first))
+    if within_kernel is not None and across_kernel is not None:
+        def both():
+            return fused_across(across_kernel, fused_prepare(within_kernel, q, k, v, log_decay, beta), first)
+        row("prepare and across, both kernels", timed(both), both())
 
 
 if __name__ == "__main__":

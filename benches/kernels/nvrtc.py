@@ -1,4 +1,4 @@
-"""Compiles a kernel of this folder with NVRTC for a GPU architecture, on any machine: no GPU needed.
+"""Compiles kernels of this folder with NVRTC for GPU architectures, on any machine: no GPU needed.
 
 NVRTC comes with PyTorch's CUDA wheels (`nvidia/cu13/lib` beside torch). Compiling to a cubin
 runs ptxas, whose report says what no CPU test can: the registers a thread takes, spills to
@@ -6,9 +6,9 @@ local memory, and so how many blocks fit on an SM. The suite holds the kernels t
 GPUs the engine is measured on; a GPU session reads the same report beside its timings.
 
     python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_90 -DCHUNK=64
-    python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_80,sm_90,sm_100 --out DIR
+    python3 benches/kernels/nvrtc.py benches/kernels/*.cu --arch sm_80,sm_90,sm_100 --out DIR
 
-With --out it writes one cubin an architecture, DIR/NAME.sm_XX.cubin, which the engine loads
+With --out it writes one cubin a kernel file and architecture, DIR/NAME.sm_XX.cubin, which the engine loads
 where BPALS_CUDA_KERNELS names DIR (scripts/gpu-bundle makes them for the bundle).
 """
 
@@ -75,21 +75,22 @@ def _check(lib, status):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source")
+    parser.add_argument("sources", nargs="+", metavar="source")
     parser.add_argument("--arch", default="sm_90", help="comma-separated: sm_80,sm_90")
     parser.add_argument("--out", type=Path, help="write NAME.ARCH.cubin here, one an architecture")
     args, defines = parser.parse_known_args()
     bad = [d for d in defines if not d.startswith("-D")]
     if bad:
         parser.error(f"only -DNAME=VALUE may follow the source, not {bad[0]}")
-    for arch in args.arch.split(","):
-        report = compile_cubin(args.source, arch, defines)
-        print(report["log"].strip())
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path = args.out / f"{Path(args.source).stem}.{arch}.cubin"
-            path.write_bytes(report["cubin"])
-            print(f"wrote {path} ({len(report['cubin'])} bytes)")
+    for source in args.sources:
+        for arch in args.arch.split(","):
+            report = compile_cubin(source, arch, defines)
+            print(report["log"].strip())
+            if args.out:
+                args.out.mkdir(parents=True, exist_ok=True)
+                path = args.out / f"{Path(source).stem}.{arch}.cubin"
+                path.write_bytes(report["cubin"])
+                print(f"wrote {path} ({len(report['cubin'])} bytes)")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ pub const CPU: u32 = 1;
 pub const CUDA: u32 = 2;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
-/// them: their sums run in orders of their own, so they add to a CUDA revision.
-pub const CUDA_KERNELS: u32 = 1;
+/// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
+/// rule's preparation within chunks joined its pass across them.
+pub const CUDA_KERNELS: u32 = 2;
 
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
 pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";
@@ -33,7 +34,7 @@ pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
     std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
-/// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-1`.
+/// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-2`.
 pub fn revision(cuda: bool) -> String {
     revision_of(cuda, cuda_kernels_folder().is_some())
 }

@@ -1,5 +1,7 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
-//! GPU idle in: the delta rule's pass across a prefix's chunks, five small kernels a chunk there
+//! GPU idle in: the delta rule's preparation within each chunk, some twenty small kernels over
+//! all the chunks there (`benches/kernels/delta_rule_within.cu` makes a chunk's in one block), and
+//! its pass across a prefix's chunks, five small kernels a chunk there
 //! (`benches/kernels/delta_rule_across.cu` holds each head's state on chip through all of them).
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
@@ -26,13 +28,27 @@ pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
 /// Where the driver library is looked for (`BPALS_LIBCUDA` overrides it, for the suite's stand-in).
 const LIBCUDA: &str = "libcuda.so.1";
 
-/// The delta-rule kernel's geometry, as `delta_rule_across.cu` is compiled for the engine.
+/// The delta-rule kernels' geometry, as `delta_rule_within.cu` and `delta_rule_across.cu` are
+/// compiled for the engine: tokens a chunk (at most, within), a key head's width, threads a block.
 pub const CHUNK: i64 = 64;
 pub const KEY_DIM: i64 = 128;
-const TILE: i64 = 64;
 const THREADS: u32 = 256;
-/// Its dynamic shared memory a block: the state tile, a chunk's new values, one chunk's keys.
-const SHARED_BYTES: i64 = 4 * (KEY_DIM * TILE + CHUNK * TILE + KEY_DIM * (CHUNK + 4));
+/// State columns a block of the pass across holds.
+const TILE: i64 = 64;
+
+/// One kernel: its cubins' and its function's name, and its dynamic shared memory a block.
+struct KernelSpec {
+    name: &'static str,
+    shared_bytes: i64,
+}
+
+/// The preparation within chunks: a chunk's keys and one staged operand, the system's inverse,
+/// and the decays and betas.
+const WITHIN: KernelSpec =
+    KernelSpec { name: "delta_rule_within", shared_bytes: 4 * (2 * CHUNK * (KEY_DIM + 4) + CHUNK * (CHUNK + 4) + 3 * CHUNK) };
+/// The pass across chunks: the state tile, a chunk's new values, one chunk's keys.
+const ACROSS: KernelSpec =
+    KernelSpec { name: "delta_rule_across", shared_bytes: 4 * (KEY_DIM * TILE + CHUNK * TILE + KEY_DIM * (CHUNK + 4)) };
 
 type CuResult = c_int;
 type Handle = *mut c_void;
@@ -106,7 +122,19 @@ pub struct CudaKernels {
     device: i64,
     /// The GPU's architecture, as the cubins are named (`sm_90`).
     pub arch: String,
+    delta_rule_within: Handle,
     delta_rule_across: Handle,
+}
+
+/// The delta rule's chunks prepared for the pass across them (`chunked_rule_across`'s tensors,
+/// each (rows, heads, chunks, chunk, ·)).
+pub struct WithinChunks {
+    pub values: Tensor,
+    pub keys_read: Tensor,
+    pub q_decayed: Tensor,
+    pub within: Tensor,
+    /// The keys decayed to the chunk's end and the chunk's whole decay (.., 1, 1), where asked.
+    pub carried: Option<(Tensor, Tensor)>,
 }
 
 // SAFETY: a CUfunction belongs to its context, not to a thread; the driver may be called from
@@ -127,28 +155,33 @@ impl CudaKernels {
             driver.check((driver.device_attribute)(&mut minor, COMPUTE_CAPABILITY_MINOR, ordinal), "the GPU's compute capability")?;
         }
         let arch = format!("sm_{major}{minor}");
-        let mut kernels = CudaKernels { driver, device, arch, delta_rule_across: null_mut() };
+        let mut kernels = CudaKernels { driver, device, arch, delta_rule_within: null_mut(), delta_rule_across: null_mut() };
         kernels.make_context_current()?;
-        let cubin = dir.join(format!("delta_rule_across.{}.cubin", kernels.arch));
+        kernels.delta_rule_within = kernels.load_function(dir, &WITHIN)?;
+        kernels.delta_rule_across = kernels.load_function(dir, &ACROSS)?;
+        Ok(kernels)
+    }
+
+    /// `kernel`'s function from its cubin for this GPU in `dir`, allowed its shared memory.
+    fn load_function(&self, dir: &Path, kernel: &KernelSpec) -> Result<Handle, String> {
+        let (name, arch) = (kernel.name, &self.arch);
+        let cubin = dir.join(format!("{name}.{arch}.cubin"));
         let image = std::fs::read(&cubin).map_err(|e| {
-            format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({}): make one with `benches/kernels/nvrtc.py --arch {} --out DIR`", cubin.display(), kernels.arch, kernels.arch)
+            format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({arch}): make one with `benches/kernels/nvrtc.py --arch {arch} --out DIR`", cubin.display())
         })?;
         let (mut module, mut function): (Handle, Handle) = (null_mut(), null_mut());
-        let d = &kernels.driver;
+        let symbol = std::ffi::CString::new(name).expect("a kernel's name has no NUL");
+        let d = &self.driver;
         // SAFETY: the driver copies the image before it returns; the name is NUL-terminated.
         unsafe {
             d.check((d.module_load_data)(&mut module, image.as_ptr().cast()), &format!("loading {}", cubin.display()))?;
+            d.check((d.module_function)(&mut function, module, symbol.as_ptr()), &format!("{}: {name}", cubin.display()))?;
             d.check(
-                (d.module_function)(&mut function, module, c"delta_rule_across".as_ptr()),
-                &format!("{}: delta_rule_across", cubin.display()),
-            )?;
-            d.check(
-                (d.function_attribute)(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, SHARED_BYTES as c_int),
-                "delta_rule_across's shared memory",
+                (d.function_attribute)(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.shared_bytes as c_int),
+                &format!("{name}'s shared memory"),
             )?;
         }
-        kernels.delta_rule_across = function;
-        Ok(kernels)
+        Ok(function)
     }
 
     /// The context libtorch works in (the device's primary context) current on this thread.
@@ -166,10 +199,33 @@ impl CudaKernels {
         Ok(())
     }
 
-    /// Whether the delta-rule kernel takes a pass of these widths (f32, 64-token chunks, keys of
+    /// Whether the preparation kernel takes chunks of these widths (f32, chunks of a multiple of 8
+    /// tokens up to 64, keys of 128, values in whole key widths).
+    pub fn takes_within(chunk: i64, key_dim: i64, value_dim: i64, kind: Kind) -> bool {
+        chunk % 8 == 0 && (8..=CHUNK).contains(&chunk) && key_dim == KEY_DIM && value_dim % KEY_DIM == 0 && kind == Kind::Float
+    }
+
+    /// Whether the pass-across kernel takes a pass of these widths (f32, 64-token chunks, keys of
     /// 128, values in whole tiles).
-    pub fn takes_delta_rule(chunk: i64, key_dim: i64, value_dim: i64, kind: Kind) -> bool {
+    pub fn takes_across(chunk: i64, key_dim: i64, value_dim: i64, kind: Kind) -> bool {
         chunk == CHUNK && key_dim == KEY_DIM && value_dim % TILE == 0 && kind == Kind::Float
+    }
+
+    /// The delta rule's chunks prepared for the pass across them, from `q` and `k` (rows, heads,
+    /// chunks, chunk, dk), `v` (.., dv), the log decays `g` (rows, heads, chunks, chunk) and `beta`
+    /// (.., chunk, 1), all padded to whole chunks; what each chunk hands the next where `carry`.
+    pub fn delta_rule_within(&self, q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, carry: bool) -> Result<WithinChunks, String> {
+        let size = v.size();
+        let (b, h, n, chunk, dv) = (size[0], size[1], size[2], size[3], size[4]);
+        assert!(Self::takes_within(chunk, q.size()[4], dv, v.kind()), "chunks the kernel does not take: {size:?}");
+        let [q, k, v, g, beta] = [q, k, v, g, beta].map(Tensor::contiguous);
+        let options = (Kind::Float, v.device());
+        let keys = || Tensor::empty([b, h, n, chunk, KEY_DIM], options);
+        let (values, keys_read, q_decayed, within) = (Tensor::empty_like(&v), keys(), keys(), Tensor::empty([b, h, n, chunk, chunk], options));
+        let (k_to_end, chunk_decay) = if carry { (keys(), Tensor::empty([b, h, n, 1, 1], options)) } else { (Tensor::empty([1], options), Tensor::empty([1], options)) };
+        let tensors = [&q, &k, &v, &g, &beta, &values, &keys_read, &q_decayed, &within, &k_to_end, &chunk_decay];
+        self.launch(&WITHIN, self.delta_rule_within, ((b * h * n) as c_uint, 1), &tensors, [chunk as c_int, dv as c_int, c_int::from(carry)])?;
+        Ok(WithinChunks { values, keys_read, q_decayed, within, carried: carry.then_some((k_to_end, chunk_decay)) })
     }
 
     /// The delta rule's pass across chunks (`Chunked::states_kept`'s loop): from `first` (rows,
@@ -187,40 +243,36 @@ impl CudaKernels {
     ) -> Result<(Tensor, Tensor, Option<Tensor>), String> {
         let size = values.size();
         let (b, h, n, chunk, dv) = (size[0], size[1], size[2], size[3], size[4]);
-        assert!(Self::takes_delta_rule(chunk, keys_read.size()[4], dv, values.kind()), "a pass the kernel does not take: {size:?}");
+        assert!(Self::takes_across(chunk, keys_read.size()[4], dv, values.kind()), "a pass the kernel does not take: {size:?}");
         let [values, keys_read, keys_to_end, chunk_decay, first] =
             [values, keys_read, keys_to_end, chunk_decay, first].map(Tensor::contiguous);
         let options = (Kind::Float, values.device());
         let states = Tensor::empty([b, h, n, KEY_DIM, dv], options);
         let news = Tensor::empty([b, h, n, chunk, dv], options);
         let last = Tensor::empty(if keep { vec![b, h, KEY_DIM, dv] } else { vec![1] }, options);
-        let mut pointers = [&values, &keys_read, &keys_to_end, &chunk_decay, &first, &states, &news, &last].map(|t| t.data_ptr() as u64);
-        let mut numbers: [c_int; 3] = [n as c_int, dv as c_int, c_int::from(keep)];
+        let tensors = [&values, &keys_read, &keys_to_end, &chunk_decay, &first, &states, &news, &last];
+        let grid = ((b * h) as c_uint, (dv / TILE) as c_uint);
+        self.launch(&ACROSS, self.delta_rule_across, grid, &tensors, [n as c_int, dv as c_int, c_int::from(keep)])?;
+        Ok((states, news, keep.then_some(last)))
+    }
+
+    /// Launches `function` (`kernel`'s) on a `grid` of blocks of [`THREADS`], with arguments the
+    /// `tensors`' data pointers and then the `numbers`, in the kernel's order.
+    fn launch<const N: usize>(&self, kernel: &KernelSpec, function: Handle, grid: (c_uint, c_uint), tensors: &[&Tensor], numbers: [c_int; N]) -> Result<(), String> {
+        let mut pointers: Vec<u64> = tensors.iter().map(|t| t.data_ptr() as u64).collect();
+        let mut numbers = numbers;
         let mut args: Vec<Handle> = pointers.iter_mut().map(|p| (p as *mut u64).cast()).collect();
         args.extend(numbers.iter_mut().map(|x| (x as *mut c_int).cast::<c_void>()));
         self.make_context_current()?;
         let d = &self.driver;
-        // SAFETY: the arguments match the kernel's signature (eight pointers to tensors that live
-        // until the call returns and, on libtorch's stream, until the kernel has run; three ints);
-        // the grid and shared memory are those it was written for. The null stream is libtorch's.
-        let grid = ((b * h) as c_uint, (dv / TILE) as c_uint);
-        unsafe {
-            let code = (d.launch)(
-                self.delta_rule_across,
-                grid.0,
-                grid.1,
-                1,
-                THREADS,
-                1,
-                1,
-                SHARED_BYTES as c_uint,
-                null_mut(),
-                args.as_mut_ptr(),
-                null_mut(),
-            );
-            d.check(code, "launching delta_rule_across")?;
-        }
-        Ok((states, news, keep.then_some(last)))
+        // SAFETY: the callers pass the arguments in the kernel's signature (pointers to tensors
+        // that live until the call returns and, on libtorch's stream, until the kernel has run;
+        // then ints); the block and shared memory are those it was written for. The null stream
+        // is libtorch's.
+        let code = unsafe {
+            (d.launch)(function, grid.0, grid.1, 1, THREADS, 1, 1, kernel.shared_bytes as c_uint, null_mut(), args.as_mut_ptr(), null_mut())
+        };
+        d.check(code, &format!("launching {}", kernel.name))
     }
 }
 

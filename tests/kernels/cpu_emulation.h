@@ -18,13 +18,23 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 
-inline thread_local dim3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
-inline std::barrier<>* emulated_block_barrier = nullptr;
+// Everything below is a translation unit's own (static): a kernel and its launch share one unit,
+// and no two units, nor two stand-in libraries loaded in one process (tests running side by
+// side), may share a barrier or shared memory. (`inline` variables would be unique process-wide.)
+
+/// The emulated shared memory, one buffer for the block that runs: the kernel's block-scope
+/// `extern __shared__ float4 shared4[]` takes this declaration's internal linkage.
+constexpr unsigned EMULATED_SHARED_BYTES = 96 * 1024;
+static float4 shared4[EMULATED_SHARED_BYTES / sizeof(float4)];
+
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+static std::barrier<>* emulated_block_barrier = nullptr;
 
 #define __global__
 #define __device__
 #define __shared__
+#define __launch_bounds__(...)
 #define __syncthreads() emulated_block_barrier->arrive_and_wait()
 
 /// Runs `kernel` (a callable taking no arguments) over `grid` blocks of `block.x` threads.

@@ -3,11 +3,15 @@
 benches/delta_rule_gpu.py replays the engine's delta rule on a GPU; here, on the CPU, its f32
 form is held to the delta rule token by token (the recurrence as transformers' reference writes
 it), so its timings are of the right arithmetic, and its table is printed for every chunk size.
-The fused kernel it times on a GPU is compiled here for the GPUs it is measured on (ptxas's
-report); the engine's test of it runs its source on the CPU (src/vlm/families/qwen3_5/delta_rule.rs).
+The engine's kernels it times on a GPU are compiled here for the GPUs they are measured on
+(ptxas's report), and its launches of them run here through the stand-in CUDA driver that
+executes their source on the CPU (tests/kernels/), as the engine's own test of them does
+(src/vlm/families/qwen3_5/delta_rule.rs).
 """
 
+import ctypes
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,14 +32,14 @@ def load():
 
 def test_the_delta_rule_bench_computes_the_delta_rule():
     bench = load()
-    q, k, v, decay, beta = bench.inputs(1, "cpu", seed=3)
+    q, k, v, log_decay, beta = bench.inputs(1, "cpu", seed=3)
     first = torch.randn(1, bench.HEADS, bench.DK, bench.DV) * 0.1
-    out = bench.across(bench.prepare(q, k, v, decay, beta), first)
+    out = bench.across(bench.prepare(q, k, v, log_decay, beta), first)
 
     # Token by token: decay, read, correct, write, then read out with the query.
     flat = lambda t: t.reshape(1, bench.HEADS, bench.CHUNKS * bench.CHUNK, *t.shape[4:])
     q_t, k_t, v_t, beta_t = flat(q), flat(k), flat(v), flat(beta)[..., 0]
-    step_decay = torch.diff(decay, dim=-1, prepend=torch.zeros_like(decay[..., :1])).reshape(1, bench.HEADS, -1)
+    step_decay = log_decay.reshape(1, bench.HEADS, -1)
     state, outs = first.clone(), []
     for t in range(q_t.shape[2]):
         state = state * step_decay[:, :, t].exp()[..., None, None]
@@ -66,16 +70,76 @@ def load_nvrtc():
 
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
-def test_the_fused_kernel_compiles_for_the_gpus_it_is_measured_on_without_spilling():
+def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_spilling():
     """ptxas's report, made here without a GPU (benches/kernels/nvrtc.py), for an A100 (sm_80) and
     an H100 or H200 (sm_90): nothing spilled to local memory, and few enough registers for two
-    blocks of 256 threads an SM, which their shared memory allows. A chunk the kernel's tiling
-    cannot take is refused when it compiles, not at a launch."""
+    blocks of 256 threads an SM, which their shared memory allows on an H100. A width the kernels'
+    tiling cannot take is refused when they compile, not at a launch."""
     nvrtc = load_nvrtc()
-    kernel = ROOT / "benches" / "kernels" / "delta_rule_across.cu"
-    for arch in ["sm_80", "sm_90"]:
-        report = nvrtc.compile_cubin(kernel, arch, ["-DCHUNK=64", "-DDK=128"])
-        assert (report["stack_bytes"], report["spill_stores"], report["spill_loads"]) == (0, 0, 0), report["log"]
-        assert 0 < report["registers"] * 256 * 2 <= 65536, report["log"]
+    kernels = ROOT / "benches" / "kernels"
+    for kernel, defines in [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"])]:
+        for arch in ["sm_80", "sm_90"]:
+            report = nvrtc.compile_cubin(kernels / kernel, arch, defines)
+            assert (report["stack_bytes"], report["spill_stores"], report["spill_loads"]) == (0, 0, 0), report["log"]
+            assert 0 < report["registers"] * 256 * 2 <= 65536, report["log"]
     with pytest.raises(RuntimeError, match="must be multiples of 16"):
-        nvrtc.compile_cubin(kernel, "sm_90", ["-DCHUNK=60"])
+        nvrtc.compile_cubin(kernels / "delta_rule_across.cu", "sm_90", ["-DCHUNK=60"])
+    with pytest.raises(RuntimeError, match="must cover KEY_DIM columns"):
+        nvrtc.compile_cubin(kernels / "delta_rule_within.cu", "sm_90", ["-DKEY_DIM=96"])
+
+
+class StandInKernel:
+    """A kernel of the stand-in CUDA driver (tests/kernels/), called as the bench calls the kernels
+    `torch.cuda._compile_kernel` makes; its launch refuses another block or shared memory size
+    than the kernel's source was written for."""
+
+    def __init__(self, driver, name):
+        module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+        assert driver.cuModuleLoadData(ctypes.byref(module), b"FAKE-CUBIN") == 0
+        assert driver.cuModuleGetFunction(ctypes.byref(self.function), module, name.encode()) == 0
+        self.driver, self.name = driver, name
+
+    def set_shared_memory_config(self, size):
+        assert self.driver.cuFuncSetAttribute(self.function, 8, size) == 0  # its dynamic shared memory
+
+    def __call__(self, grid, block, args, shared_mem):
+        held = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
+        launch = self.driver.cuLaunchKernel
+        launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        assert launch(self.function, *grid, *block, shared_mem, None, params, None) == 0, f"{self.name}: launch refused"
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
+def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
+    """The bench's operands, grids and shared memory for the two kernels (its own copies of the
+    kernels' geometry), run on the CPU through the stand-in driver on a slice of the full-size
+    shapes (2 heads, 3 chunks of 64): each kernel alone and both together give the f32 form's
+    outputs within 1e-5."""
+    kernels = ROOT / "tests" / "kernels"
+    driver_path = tmp_path / "libcuda-standin.so"
+    sources = [kernels / f for f in ("fake_libcuda.cpp", "delta_rule_within.cpp", "delta_rule_across.cpp")]
+    built = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o", driver_path, *sources],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    driver = ctypes.CDLL(str(driver_path))
+    bench = load()
+    bench.HEADS, bench.CHUNKS = 2, 3
+    within, across = StandInKernel(driver, "delta_rule_within"), StandInKernel(driver, "delta_rule_across")
+    within.set_shared_memory_config(bench.within_shared_bytes())
+    across.set_shared_memory_config(bench.across_shared_bytes())
+
+    q, k, v, log_decay, beta = bench.inputs(1, "cpu", seed=5)
+    first = torch.randn(1, bench.HEADS, bench.DK, bench.DV) * 0.1
+    prepared = bench.prepare(q, k, v, log_decay, beta)
+    reference = bench.across(prepared, first)
+    assert reference.abs().max().item() > 0.05  # outputs of a size where a wrong form shows
+    fused_prepared = bench.fused_prepare(within, q, k, v, log_decay, beta)
+    ways = {
+        "prepare, fused kernel": bench.across(fused_prepared, first),
+        "across, fused kernel": bench.fused_across(across, prepared, first),
+        "both kernels": bench.fused_across(across, fused_prepared, first),
+    }
+    for way, out in ways.items():
+        diff = (out - reference).abs().max().item()
+        assert diff < 1e-5, f"{way}: {diff}"

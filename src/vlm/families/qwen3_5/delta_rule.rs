@@ -12,7 +12,7 @@
 
 use tch::{Kind, Tensor};
 
-use crate::vlm::cuda_kernels::{self, CudaKernels};
+use crate::vlm::cuda_kernels::{self, CudaKernels, WithinChunks};
 use crate::vlm::part_clock::timed;
 
 /// Tokens per chunk of the chunked form at most (transformers' and the FLA kernels' size). A
@@ -98,28 +98,16 @@ fn chunked_rule_across(
     let chunks = |t: &Tensor, d: i64| padded(t, &[0, 0, 0, pad]).reshape([b, h, n, chunk, d]);
     let (q, k, v) = (chunks(q, dk), chunks(k, dk), chunks(v, dv));
     let beta = padded(beta, &[0, pad]).reshape([b, h, n, chunk, 1]);
-    let decay = padded(g, &[0, pad]).reshape([b, h, n, chunk]).cumsum(-1, Kind::Float); // log decay from the chunk start
-    let (k_beta, v_beta) = (&k * &beta, &v * &beta);
-
-    // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
-    let future = Tensor::ones([chunk, chunk], (Kind::Bool, q.device())).triu(1);
-    let decay_between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(&future, f64::NEG_INFINITY).exp();
-    // Within a chunk the writes interfere through (I + strictly lower part of this)^-1, made
-    // once (one triangular solve against the identity) and applied by two products: on a GPU
-    // far cheaper than two triangular solves against the values and keys.
-    let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
-    let identity = Tensor::eye(chunk, (Kind::Float, q.device())).expand_as(&system);
-    let inverse = timed("linear attention: delta rule: inverse", || system.linalg_solve_triangular(&identity, false, true, true));
-    let decay_exp = decay.exp().unsqueeze(-1);
-    let values = inverse.matmul(&v_beta);
-    let keys_read = inverse.matmul(&(&k_beta * &decay_exp));
-    let within = q.matmul(&k.transpose(-1, -2)) * &decay_between;
-    let q_decayed = &q * &decay_exp;
+    let g = padded(g, &[0, pad]).reshape([b, h, n, chunk]);
     // What a chunk hands the next: only where there is a next chunk, or the state is kept (the
     // questions' one chunk hands nothing on).
-    let carried = (n > 1 || keep).then(|| {
-        let last = decay.narrow(-1, chunk - 1, 1);
-        (&k * (&last - &decay).exp().unsqueeze(-1), last.exp().unsqueeze(-1)) // (b, h, n, c, dk), (b, h, n, 1, 1)
+    let carry = n > 1 || keep;
+    let chunked = timed("linear attention: delta rule: within chunks", || match across {
+        Across::Kernel(kernels) if CudaKernels::takes_within(chunk, dk, dv, q.kind()) => kernels
+            .delta_rule_within(&q, &k, &v, &g, &beta, carry)
+            .map(Chunked::from)
+            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV)),
+        _ => Chunked::prepare(&q, &k, &v, &g, &beta, carry),
     });
 
     let state = match start {
@@ -127,9 +115,8 @@ fn chunked_rule_across(
         Start::PerRow(state) => State::Rows(state),
         Start::PerImage(state) => State::Images(state),
     };
-    let chunked = Chunked { values, keys_read, q_decayed, within, carried };
     let (out, last) = timed("linear attention: delta rule: across chunks", || match (state, across) {
-        (State::Rows(first), Across::Kernel(kernels)) if n > 1 && CudaKernels::takes_delta_rule(chunk, dk, dv, q.kind()) => {
+        (State::Rows(first), Across::Kernel(kernels)) if n > 1 && CudaKernels::takes_across(chunk, dk, dv, q.kind()) => {
             chunked.by_kernel(kernels, first, keep)
         }
         (State::Rows(first), Across::StatesKept | Across::Kernel(_)) if n > 1 => chunked.states_kept(first, keep),
@@ -155,6 +142,33 @@ struct Chunked {
 }
 
 impl Chunked {
+    /// The chunks prepared by libtorch's operations: q, k (rows, heads, chunks, chunk, dk), v (..,
+    /// dv), the log decays g (.., chunk) and beta (.., chunk, 1), padded to whole chunks.
+    fn prepare(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, carry: bool) -> Chunked {
+        let chunk = q.size()[3];
+        let decay = g.cumsum(-1, Kind::Float); // log decay from the chunk start
+        let (k_beta, v_beta) = (k * beta, v * beta);
+        // decay_between[i, j] = exp(decay_i - decay_j) for j <= i: what a write at j has decayed by at i.
+        let future = Tensor::ones([chunk, chunk], (Kind::Bool, q.device())).triu(1);
+        let decay_between = (decay.unsqueeze(-1) - decay.unsqueeze(-2)).masked_fill(&future, f64::NEG_INFINITY).exp();
+        // Within a chunk the writes interfere through (I + strictly lower part of this)^-1, made
+        // once (one triangular solve against the identity) and applied by two products: on a GPU
+        // far cheaper than two triangular solves against the values and keys.
+        let system = k_beta.matmul(&k.transpose(-1, -2)) * &decay_between;
+        let identity = Tensor::eye(chunk, (Kind::Float, q.device())).expand_as(&system);
+        let inverse = timed("linear attention: delta rule: inverse", || system.linalg_solve_triangular(&identity, false, true, true));
+        let decay_exp = decay.exp().unsqueeze(-1);
+        let values = inverse.matmul(&v_beta);
+        let keys_read = inverse.matmul(&(&k_beta * &decay_exp));
+        let within = q.matmul(&k.transpose(-1, -2)) * &decay_between;
+        let q_decayed = q * &decay_exp;
+        let carried = carry.then(|| {
+            let last = decay.narrow(-1, chunk - 1, 1);
+            (k * (&last - &decay).exp().unsqueeze(-1), last.exp().unsqueeze(-1)) // (b, h, n, c, dk), (b, h, n, 1, 1)
+        });
+        Chunked { values, keys_read, q_decayed, within, carried }
+    }
+
     /// Each chunk's output made as the state passes it: one chunk (the questions'), or rows that
     /// start from their image's state, read in place before the first chunk.
     fn one_at_a_time(&self, mut state: State, b: i64, keep: bool) -> (Tensor, Option<Tensor>) {
@@ -217,6 +231,12 @@ impl Chunked {
             .delta_rule_across(&self.values, &self.keys_read, k_to_end, chunk_decay, &first, keep)
             .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
         (self.q_decayed.matmul(&states) + self.within.matmul(&news), last)
+    }
+}
+
+impl From<WithinChunks> for Chunked {
+    fn from(w: WithinChunks) -> Chunked {
+        Chunked { values: w.values, keys_read: w.keys_read, q_decayed: w.q_decayed, within: w.within, carried: w.carried }
     }
 }
 
@@ -389,42 +409,53 @@ mod tests {
         }
     }
 
-    /// The engine's delta-rule kernel launched as on a GPU, through a stand-in driver that runs
-    /// its source on the CPU (`tests/kernels/fake_libcuda.cpp`): a prefix's pass is one launch and
-    /// gives the libtorch loop's outputs and final state, from zero and from a carried state;
-    /// widths it does not take stay with the loop; a folder without this GPU's cubin, or with a
-    /// bad one, is refused naming the file.
-    #[test]
-    fn the_delta_rule_kernel_through_a_stand_in_driver_gives_the_loops_pass() {
-        let scratch = tempfile::tempdir().unwrap();
-        let (library, cubins) = (scratch.path().join("libcuda-standin.so"), scratch.path().join("cubins"));
+    /// The stand-in CUDA driver (`tests/kernels/`), built into `scratch`, which runs the kernels'
+    /// own source on the CPU, and a folder for its cubins.
+    fn stand_in_driver(scratch: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (library, cubins) = (scratch.join("libcuda-standin.so"), scratch.join("cubins"));
         std::fs::create_dir(&cubins).unwrap();
-        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels/fake_libcuda.cpp");
+        let sources = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
         let built = std::process::Command::new("c++")
             .args(["-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o"])
             .arg(&library)
-            .arg(&source)
+            .args(["fake_libcuda.cpp", "delta_rule_within.cpp", "delta_rule_across.cpp"].map(|f| sources.join(f)))
             .output()
             .expect("a C++ compiler (c++) for the stand-in driver");
         assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+        (library, cubins)
+    }
 
-        let cubin = cubins.join("delta_rule_across.sm_90.cubin");
+    /// How many kernels the stand-in driver at `library` has run.
+    fn launches(library: &std::path::Path) -> i32 {
+        // SAFETY: the stand-in's own counter, `int standin_launches(void)`.
+        unsafe {
+            let standin = libloading::Library::new(library).unwrap();
+            let count = standin.get::<unsafe extern "C" fn() -> i32>(b"standin_launches\0").unwrap();
+            count()
+        }
+    }
+
+    /// The engine's delta-rule kernels launched as on a GPU, through a stand-in driver that runs
+    /// their source on the CPU: a prefix's pass is two launches (the chunks prepared, then the pass
+    /// across them) and gives libtorch's outputs and final state, from zero and from a carried
+    /// state; widths they do not take stay with libtorch; a folder without this GPU's cubins, or
+    /// with a bad one, is refused naming the file.
+    #[test]
+    fn the_delta_rule_kernels_through_a_stand_in_driver_give_libtorchs_pass() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, cubins) = stand_in_driver(scratch.path());
+        let (within, across) = (cubins.join("delta_rule_within.sm_90.cubin"), cubins.join("delta_rule_across.sm_90.cubin"));
+        for missing in [&within, &across] {
+            let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
+            assert!(refused.contains(&missing.display().to_string()) && refused.contains("--arch sm_90"), "{refused}");
+            std::fs::write(missing, b"FAKE-CUBIN").unwrap();
+        }
+        std::fs::write(&across, b"NOT-A-CUBIN").unwrap();
         let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
-        assert!(refused.contains(&cubin.display().to_string()) && refused.contains("--arch sm_90"), "{refused}");
-        std::fs::write(&cubin, b"NOT-A-CUBIN").unwrap();
-        let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
-        assert!(refused.contains("CUDA_ERROR_INVALID_IMAGE") && refused.contains(&cubin.display().to_string()), "{refused}");
-        std::fs::write(&cubin, b"FAKE-CUBIN").unwrap();
+        assert!(refused.contains("CUDA_ERROR_INVALID_IMAGE") && refused.contains(&across.display().to_string()), "{refused}");
+        std::fs::write(&across, b"FAKE-CUBIN").unwrap();
         let kernels = CudaKernels::load(&library, &cubins, 0).unwrap();
         assert_eq!(kernels.arch, "sm_90");
-        let launches = || {
-            // SAFETY: the stand-in's own counter, `int standin_launches(void)`.
-            unsafe {
-                let standin = libloading::Library::new(&library).unwrap();
-                let count = standin.get::<unsafe extern "C" fn() -> i32>(b"standin_launches\0").unwrap();
-                count()
-            }
-        };
 
         // 150 tokens: two full chunks and a padded third, at the widths of Qwen3.5's linear layers.
         let [q, k, v, g, beta] = inputs_of(1, 2, 150, 128, 128, 17);
@@ -432,9 +463,9 @@ mod tests {
         for keep in [true, false] {
             for start in [None, Some(&carried)] {
                 let begin = || start.map_or(Start::Zero, |s| Start::PerRow(s.copy()));
-                let before = launches();
+                let before = launches(&library);
                 let (by_kernel, kernel_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::Kernel(&kernels));
-                assert_eq!(launches(), before + 1, "the pass across is one launch");
+                assert_eq!(launches(&library), before + 2, "a prefix's pass is two launches");
                 let (looped, loop_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::StatesKept);
                 let context = format!("keep {keep}, from a state {}", start.is_some());
                 assert!(looped.abs().max().double_value(&[]) > 0.1, "{context}: outputs of a size where a wrong form shows");
@@ -446,10 +477,37 @@ mod tests {
             }
         }
         let [q, k, v, g, beta] = inputs(1, 2, 150, 19);
-        let before = launches();
+        let before = launches(&library);
         let (narrow, _) = chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::Kernel(&kernels));
-        assert_eq!(launches(), before, "keys of 16 are not the kernel's: the loop runs");
+        assert_eq!(launches(&library), before, "keys of 16 are not the kernels': libtorch runs");
         assert!(narrow.equal(&chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::StatesKept).0));
+    }
+
+    /// Questions after their image, through the stand-in driver: their chunks (one of 24 tokens, or
+    /// two of 64) are prepared by the kernel and read their image's state in place, values twice
+    /// as wide as the keys, as libtorch gives them.
+    #[test]
+    fn questions_prepared_by_the_kernel_through_a_stand_in_driver_give_libtorchs_outputs() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, cubins) = stand_in_driver(scratch.path());
+        for name in ["delta_rule_within", "delta_rule_across"] {
+            std::fs::write(cubins.join(format!("{name}.sm_90.cubin")), b"FAKE-CUBIN").unwrap();
+        }
+        let kernels = CudaKernels::load(&library, &cubins, 0).unwrap();
+        let (images, rows) = (2, 3);
+        let prefix = Tensor::randn([images, 2, 128, 256], (Kind::Float, tch::Device::Cpu)) * 0.1;
+        for tokens in [21, 90] {
+            let [q, k, v, g, beta] = inputs_of(images * rows, 2, tokens, 128, 256, 23);
+            let start = || Start::PerImage(prefix.shallow_clone());
+            let before = launches(&library);
+            let (by_kernel, none) = chunked_rule_across(&q, &k, &v, &g, &beta, start(), false, Across::Kernel(&kernels));
+            assert_eq!(launches(&library), before + 1, "{tokens} tokens: the chunks prepared in one launch, read one at a time");
+            assert!(none.is_none());
+            let (by_libtorch, _) = chunked_rule_across(&q, &k, &v, &g, &beta, start(), false, Across::StatesKept);
+            assert!(by_libtorch.abs().max().double_value(&[]) > 0.1);
+            let diff = max_diff(&by_kernel, &by_libtorch);
+            assert!(diff < 1e-5, "{tokens} tokens: outputs differ by {diff}");
+        }
     }
 
     fn copies_of(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, rows: i64) -> Tensor {
