@@ -36,7 +36,8 @@ def nvrtc_library():
 
 def compile_cubin(source, arch, defines=()):
     """Compiles `source` (a path) for `arch` (sm_80, sm_90, ...); returns ptxas's report as a dict
-    (registers, spill_stores, spill_loads, stack_bytes, log) and the cubin's bytes (cubin).
+    (registers, spill_stores, spill_loads, stack_bytes: the most of any of its kernels; log) and
+    the cubin's bytes (cubin).
     Raises RuntimeError with NVRTC's log when it does not compile."""
     lib = nvrtc_library()
     if lib is None:
@@ -59,12 +60,14 @@ def compile_cubin(source, arch, defines=()):
         _check(lib, lib.nvrtcGetCUBIN(program, cubin))
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
-    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    registers = re.search(r"Used (\d+) registers", log)
+    # One report an entry function: the file's worst of each.
+    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    registers = re.findall(r"Used (\d+) registers", log)
     if not (spills and registers):
         raise RuntimeError(f"ptxas's report for {arch} is not in the form expected:\n{log}")
-    return {"registers": int(registers.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_stores": int(spills.group(2)), "spill_loads": int(spills.group(3)), "log": log, "cubin": cubin.raw}
+    worst = [max(int(entry[i]) for entry in spills) for i in range(3)]
+    return {"registers": max(map(int, registers)), "stack_bytes": worst[0], "spill_stores": worst[1],
+            "spill_loads": worst[2], "log": log, "cubin": cubin.raw}
 
 
 def _check(lib, status):

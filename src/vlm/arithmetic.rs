@@ -22,8 +22,9 @@ pub const CUDA: u32 = 2;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
 /// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
-/// rule's preparation within chunks joined its pass across them.
-pub const CUDA_KERNELS: u32 = 2;
+/// rule's preparation within chunks joined its pass across them; 3: the linear layers' inputs
+/// (convolution, SiLU, norms).
+pub const CUDA_KERNELS: u32 = 3;
 
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
 pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";
@@ -34,7 +35,7 @@ pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
     std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
-/// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-2`.
+/// The revision as the identity records it: `cpu-1`, `cuda-2`, `cuda-2+kernels-3`.
 pub fn revision(cuda: bool) -> String {
     revision_of(cuda, cuda_kernels_folder().is_some())
 }

@@ -1,5 +1,7 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
-//! GPU idle in: the delta rule's preparation within each chunk, some twenty small kernels over
+//! GPU idle in: a linear-attention layer's inputs to the delta rule (its convolution, SiLU and
+//! norms, some ten passes over the activations there; `benches/kernels/linear_inputs.cu` takes
+//! one), the delta rule's preparation within each chunk, some twenty small kernels over
 //! all the chunks there (`benches/kernels/delta_rule_within.cu` makes a chunk's in one block), and
 //! its pass across a prefix's chunks, five small kernels a chunk there
 //! (`benches/kernels/delta_rule_across.cu` holds each head's state on chip through all of them).
@@ -24,6 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::arithmetic::cuda_kernels_folder;
 pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
+use super::config::LinearAttentionConfig;
 
 /// Where the driver library is looked for (`BPALS_LIBCUDA` overrides it, for the suite's stand-in).
 const LIBCUDA: &str = "libcuda.so.1";
@@ -36,19 +39,33 @@ const THREADS: u32 = 256;
 /// State columns a block of the pass across holds.
 const TILE: i64 = 64;
 
-/// One kernel: its cubins' and its function's name, and its dynamic shared memory a block.
+/// One kernel: its cubins' name (`FILE.sm_XX.cubin`), its function's, and its dynamic shared
+/// memory a block (at most, where a launch's widths set it).
 struct KernelSpec {
+    file: &'static str,
     name: &'static str,
     shared_bytes: i64,
 }
 
 /// The preparation within chunks: a chunk's keys and one staged operand, the system's inverse,
 /// and the decays and betas.
-const WITHIN: KernelSpec =
-    KernelSpec { name: "delta_rule_within", shared_bytes: 4 * (2 * CHUNK * (KEY_DIM + 4) + CHUNK * (CHUNK + 4) + 3 * CHUNK) };
+const WITHIN: KernelSpec = KernelSpec {
+    file: "delta_rule_within",
+    name: "delta_rule_within",
+    shared_bytes: 4 * (2 * CHUNK * (KEY_DIM + 4) + CHUNK * (CHUNK + 4) + 3 * CHUNK),
+};
 /// The pass across chunks: the state tile, a chunk's new values, one chunk's keys.
-const ACROSS: KernelSpec =
-    KernelSpec { name: "delta_rule_across", shared_bytes: 4 * (KEY_DIM * TILE + CHUNK * TILE + KEY_DIM * (CHUNK + 4)) };
+const ACROSS: KernelSpec = KernelSpec {
+    file: "delta_rule_across",
+    name: "delta_rule_across",
+    shared_bytes: 4 * (KEY_DIM * TILE + CHUNK * TILE + KEY_DIM * (CHUNK + 4)),
+};
+/// A linear layer's inputs, one kernel a precision: a token's channels and its heads' norms, in
+/// no more than the shared memory every GPU gives a block unasked.
+const LINEAR_INPUTS: [KernelSpec; 2] = [
+    KernelSpec { file: "linear_inputs", name: "linear_inputs_bf16", shared_bytes: 48 * 1024 },
+    KernelSpec { file: "linear_inputs", name: "linear_inputs_f32", shared_bytes: 48 * 1024 },
+];
 
 type CuResult = c_int;
 type Handle = *mut c_void;
@@ -124,6 +141,8 @@ pub struct CudaKernels {
     pub arch: String,
     delta_rule_within: Handle,
     delta_rule_across: Handle,
+    /// bf16's, then f32's.
+    linear_inputs: [Handle; 2],
 }
 
 /// The delta rule's chunks prepared for the pass across them (`chunked_rule_across`'s tensors,
@@ -155,17 +174,27 @@ impl CudaKernels {
             driver.check((driver.device_attribute)(&mut minor, COMPUTE_CAPABILITY_MINOR, ordinal), "the GPU's compute capability")?;
         }
         let arch = format!("sm_{major}{minor}");
-        let mut kernels = CudaKernels { driver, device, arch, delta_rule_within: null_mut(), delta_rule_across: null_mut() };
+        let mut kernels = CudaKernels {
+            driver,
+            device,
+            arch,
+            delta_rule_within: null_mut(),
+            delta_rule_across: null_mut(),
+            linear_inputs: [null_mut(); 2],
+        };
         kernels.make_context_current()?;
         kernels.delta_rule_within = kernels.load_function(dir, &WITHIN)?;
         kernels.delta_rule_across = kernels.load_function(dir, &ACROSS)?;
+        for (i, kernel) in LINEAR_INPUTS.iter().enumerate() {
+            kernels.linear_inputs[i] = kernels.load_function(dir, kernel)?;
+        }
         Ok(kernels)
     }
 
     /// `kernel`'s function from its cubin for this GPU in `dir`, allowed its shared memory.
     fn load_function(&self, dir: &Path, kernel: &KernelSpec) -> Result<Handle, String> {
         let (name, arch) = (kernel.name, &self.arch);
-        let cubin = dir.join(format!("{name}.{arch}.cubin"));
+        let cubin = dir.join(format!("{}.{arch}.cubin", kernel.file));
         let image = std::fs::read(&cubin).map_err(|e| {
             format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({arch}): make one with `benches/kernels/nvrtc.py --arch {arch} --out DIR`", cubin.display())
         })?;
@@ -214,17 +243,39 @@ impl CudaKernels {
     /// The delta rule's chunks prepared for the pass across them, from `q` and `k` (rows, heads,
     /// chunks, chunk, dk), `v` (.., dv), the log decays `g` (rows, heads, chunks, chunk) and `beta`
     /// (.., chunk, 1), all padded to whole chunks; what each chunk hands the next where `carry`.
-    pub fn delta_rule_within(&self, q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, carry: bool) -> Result<WithinChunks, String> {
+    pub fn delta_rule_within(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        carry: bool,
+    ) -> Result<WithinChunks, String> {
         let size = v.size();
         let (b, h, n, chunk, dv) = (size[0], size[1], size[2], size[3], size[4]);
         assert!(Self::takes_within(chunk, q.size()[4], dv, v.kind()), "chunks the kernel does not take: {size:?}");
         let [q, k, v, g, beta] = [q, k, v, g, beta].map(Tensor::contiguous);
         let options = (Kind::Float, v.device());
         let keys = || Tensor::empty([b, h, n, chunk, KEY_DIM], options);
-        let (values, keys_read, q_decayed, within) = (Tensor::empty_like(&v), keys(), keys(), Tensor::empty([b, h, n, chunk, chunk], options));
-        let (k_to_end, chunk_decay) = if carry { (keys(), Tensor::empty([b, h, n, 1, 1], options)) } else { (Tensor::empty([1], options), Tensor::empty([1], options)) };
+        let (values, keys_read, q_decayed, within) =
+            (Tensor::empty_like(&v), keys(), keys(), Tensor::empty([b, h, n, chunk, chunk], options));
+        let (k_to_end, chunk_decay) = if carry {
+            (keys(), Tensor::empty([b, h, n, 1, 1], options))
+        } else {
+            (Tensor::empty([1], options), Tensor::empty([1], options))
+        };
         let tensors = [&q, &k, &v, &g, &beta, &values, &keys_read, &q_decayed, &within, &k_to_end, &chunk_decay];
-        self.launch(&WITHIN, self.delta_rule_within, ((b * h * n) as c_uint, 1), &tensors, [chunk as c_int, dv as c_int, c_int::from(carry)])?;
+        let grid = ((b * h * n) as c_uint, 1);
+        self.launch(
+            &WITHIN,
+            self.delta_rule_within,
+            grid,
+            WITHIN.shared_bytes,
+            &tensors,
+            &[chunk as c_int, dv as c_int, c_int::from(carry)],
+            &[],
+        )?;
         Ok(WithinChunks { values, keys_read, q_decayed, within, carried: carry.then_some((k_to_end, chunk_decay)) })
     }
 
@@ -252,27 +303,110 @@ impl CudaKernels {
         let last = Tensor::empty(if keep { vec![b, h, KEY_DIM, dv] } else { vec![1] }, options);
         let tensors = [&values, &keys_read, &keys_to_end, &chunk_decay, &first, &states, &news, &last];
         let grid = ((b * h) as c_uint, (dv / TILE) as c_uint);
-        self.launch(&ACROSS, self.delta_rule_across, grid, &tensors, [n as c_int, dv as c_int, c_int::from(keep)])?;
+        self.launch(
+            &ACROSS,
+            self.delta_rule_across,
+            grid,
+            ACROSS.shared_bytes,
+            &tensors,
+            &[n as c_int, dv as c_int, c_int::from(keep)],
+            &[],
+        )?;
         Ok((states, news, keep.then_some(last)))
     }
 
-    /// Launches `function` (`kernel`'s) on a `grid` of blocks of [`THREADS`], with arguments the
-    /// `tensors`' data pointers and then the `numbers`, in the kernel's order.
-    fn launch<const N: usize>(&self, kernel: &KernelSpec, function: Handle, grid: (c_uint, c_uint), tensors: &[&Tensor], numbers: [c_int; N]) -> Result<(), String> {
+    /// Whether the linear-inputs kernel takes a layer of this shape in this precision: bf16 or
+    /// f32, whole value heads a key head, a token's channels and norms in 48 KiB.
+    pub fn takes_linear_inputs(shape: &LinearAttentionConfig, kind: Kind) -> bool {
+        let (channels, key_heads) = (shape.conv_dim(), shape.num_key_heads);
+        matches!(kind, Kind::BFloat16 | Kind::Float)
+            && key_heads > 0
+            && shape.num_value_heads % key_heads == 0
+            && shape.conv_kernel_dim >= 1
+            && 4 * (channels + 2 * key_heads) <= 48 * 1024
+    }
+
+    /// A linear-attention layer's inputs to the delta rule: the causal depthwise convolution of
+    /// `mixed` (rows, s, channels) after `previous` (rows, channels, kernel - 1) by `weight`
+    /// (channels, 1, kernel), its SiLU, and the queries (L2-normalised, times `q_scale`), keys
+    /// (L2-normalised) and values split into heads, each key head repeated for its value heads:
+    /// q, k (rows, value heads, s, key_head_dim) and v (.., value_head_dim), in f32.
+    pub fn linear_inputs(
+        &self,
+        mixed: &Tensor,
+        previous: &Tensor,
+        weight: &Tensor,
+        shape: &LinearAttentionConfig,
+        q_scale: f64,
+    ) -> Result<(Tensor, Tensor, Tensor), String> {
+        let (rows, s, channels) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
+        let taps = shape.conv_kernel_dim as i64;
+        assert!(Self::takes_linear_inputs(shape, mixed.kind()) && channels == shape.conv_dim() as i64, "a layer the kernel does not take");
+        let [mixed, previous, weight] = [mixed, previous, weight].map(|t| t.to_kind(mixed.kind()).contiguous());
+        assert_eq!((previous.size(), weight.numel()), (vec![rows, channels, taps - 1], (channels * taps) as usize));
+        let (kh, vh, dk, dv) =
+            (shape.num_key_heads as i64, shape.num_value_heads as i64, shape.key_head_dim as i64, shape.value_head_dim as i64);
+        let options = (Kind::Float, mixed.device());
+        let (q, k, v) = (
+            Tensor::empty([rows, vh, s, dk], options),
+            Tensor::empty([rows, vh, s, dk], options),
+            Tensor::empty([rows, vh, s, dv], options),
+        );
+        let which = usize::from(mixed.kind() == Kind::Float);
+        let numbers = [s, kh, vh, dk, dv, taps].map(|x| x as c_int);
+        let shared = 4 * (channels + 2 * kh);
+        let grid = (s as c_uint, rows as c_uint);
+        self.launch(
+            &LINEAR_INPUTS[which],
+            self.linear_inputs[which],
+            grid,
+            shared,
+            &[&mixed, &previous, &weight, &q, &k, &v],
+            &numbers,
+            &[q_scale as f32],
+        )?;
+        Ok((q, k, v))
+    }
+
+    /// Launches `function` (`kernel`'s) on a `grid` of blocks of [`THREADS`] with `shared` bytes
+    /// of dynamic shared memory, its arguments the `tensors`' data pointers, then the `numbers`,
+    /// then the `reals`, in the kernel's order.
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        kernel: &KernelSpec,
+        function: Handle,
+        grid: (c_uint, c_uint),
+        shared: i64,
+        tensors: &[&Tensor],
+        numbers: &[c_int],
+        reals: &[f32],
+    ) -> Result<(), String> {
+        assert!(shared <= kernel.shared_bytes, "{}: {shared} bytes of shared memory, more than its {}", kernel.name, kernel.shared_bytes);
         let mut pointers: Vec<u64> = tensors.iter().map(|t| t.data_ptr() as u64).collect();
-        let mut numbers = numbers;
+        let (mut numbers, mut reals) = (numbers.to_vec(), reals.to_vec());
         let mut args: Vec<Handle> = pointers.iter_mut().map(|p| (p as *mut u64).cast()).collect();
         args.extend(numbers.iter_mut().map(|x| (x as *mut c_int).cast::<c_void>()));
+        args.extend(reals.iter_mut().map(|x| (x as *mut f32).cast::<c_void>()));
         self.make_context_current()?;
         let d = &self.driver;
         // SAFETY: the callers pass the arguments in the kernel's signature (pointers to tensors
         // that live until the call returns and, on libtorch's stream, until the kernel has run;
-        // then ints); the block and shared memory are those it was written for. The null stream
-        // is libtorch's.
-        let code = unsafe {
-            (d.launch)(function, grid.0, grid.1, 1, THREADS, 1, 1, kernel.shared_bytes as c_uint, null_mut(), args.as_mut_ptr(), null_mut())
-        };
+        // then ints, then floats); the block and shared memory are those it was written for. The
+        // null stream is libtorch's.
+        let code =
+            unsafe { (d.launch)(function, grid.0, grid.1, 1, THREADS, 1, 1, shared as c_uint, null_mut(), args.as_mut_ptr(), null_mut()) };
         d.check(code, &format!("launching {}", kernel.name))
+    }
+}
+
+/// The kernels for `device` where they are asked for, as [`for_device`]; a failure to load them
+/// stops the caller with the driver's words (the native scorer checks them as it opens, so a
+/// build stops there before any image is scored).
+pub fn asked_for(device: Device) -> Option<&'static CudaKernels> {
+    match for_device(device)? {
+        Ok(kernels) => Some(kernels),
+        Err(e) => panic!("{ENV}: {e}"),
     }
 }
 
@@ -294,4 +428,54 @@ pub fn for_device(device: Device) -> Option<Result<&'static CudaKernels, String>
         Ok(kernels) => Ok(kernels),
         Err(e) => Err(e.clone()),
     })
+}
+
+/// The suite's stand-in for the CUDA driver (`tests/kernels/`), which runs the kernels' own source
+/// on the CPU: built from every `.cpp` there, with a fake cubin for each kernel.
+#[cfg(test)]
+pub(crate) mod stand_in {
+    use std::path::{Path, PathBuf};
+
+    use super::{CudaKernels, ACROSS, LINEAR_INPUTS, WITHIN};
+
+    /// The stand-in driver built into `scratch`, and an empty folder for cubins beside it.
+    pub fn driver(scratch: &Path) -> (PathBuf, PathBuf) {
+        let (library, cubins) = (scratch.join("libcuda-standin.so"), scratch.join("cubins"));
+        std::fs::create_dir(&cubins).unwrap();
+        let sources_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
+        let mut sources: Vec<PathBuf> = std::fs::read_dir(&sources_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cpp"))
+            .collect();
+        sources.sort();
+        let built = std::process::Command::new("c++")
+            .args(["-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .args(&sources)
+            .output()
+            .expect("a C++ compiler (c++) for the stand-in driver");
+        assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+        (library, cubins)
+    }
+
+    /// The stand-in driver, and the kernels loaded through it from fake cubins.
+    pub fn kernels(scratch: &Path) -> (PathBuf, CudaKernels) {
+        let (library, cubins) = driver(scratch);
+        for kernel in [&WITHIN, &ACROSS, &LINEAR_INPUTS[0]] {
+            std::fs::write(cubins.join(format!("{}.sm_90.cubin", kernel.file)), b"FAKE-CUBIN").unwrap();
+        }
+        let kernels = CudaKernels::load(&library, &cubins, 0).unwrap();
+        (library, kernels)
+    }
+
+    /// How many kernels the stand-in driver at `library` has run.
+    pub fn launches(library: &Path) -> i32 {
+        // SAFETY: the stand-in's own counter, `int standin_launches(void)`.
+        unsafe {
+            let standin = libloading::Library::new(library).unwrap();
+            let count = standin.get::<unsafe extern "C" fn() -> i32>(b"standin_launches\0").unwrap();
+            count()
+        }
+    }
 }

@@ -519,7 +519,9 @@ mod tests {
             .sum();
         // Six steps, and three of the delta rule's own.
         assert_eq!(parts.parts.iter().filter(|p| p.part.starts_with("linear attention: ")).count(), 9);
-        assert!(part("linear attention: delta rule: inverse").ms_per_image <= part("linear attention: delta rule: within chunks").ms_per_image);
+        assert!(
+            part("linear attention: delta rule: inverse").ms_per_image <= part("linear attention: delta rule: within chunks").ms_per_image
+        );
         assert!(part("linear attention: delta rule: within chunks").ms_per_image <= part("linear attention: delta rule").ms_per_image);
         assert!(steps <= part("linear attention").ms_per_image && parts.clocked_ms_per_image >= part("vision tower").ms_per_image);
     }

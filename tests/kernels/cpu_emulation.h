@@ -7,6 +7,7 @@
 #pragma once
 
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -36,6 +37,11 @@ static std::barrier<>* emulated_block_barrier = nullptr;
 #define __shared__
 #define __launch_bounds__(...)
 #define __syncthreads() emulated_block_barrier->arrive_and_wait()
+
+// CUDA's intrinsics the kernels use, as the CPU has them.
+inline float __uint_as_float(unsigned int x) { return std::bit_cast<float>(x); }
+inline unsigned int __float_as_uint(float x) { return std::bit_cast<unsigned int>(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 /// Runs `kernel` (a callable taking no arguments) over `grid` blocks of `block.x` threads.
 template <class Kernel>

@@ -17,6 +17,8 @@ struct EmulatedKernel {
 static EmulatedKernel kernels[] = {
     {"delta_rule_across", emulate_delta_rule_across, 48 * 1024},
     {"delta_rule_within", emulate_delta_rule_within, 48 * 1024},
+    {"linear_inputs_bf16", emulate_linear_inputs_bf16, 48 * 1024},
+    {"linear_inputs_f32", emulate_linear_inputs_f32, 48 * 1024},
 };
 
 static int context_marker, module_marker;

@@ -77,7 +77,10 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     tiling cannot take is refused when they compile, not at a launch."""
     nvrtc = load_nvrtc()
     kernels = ROOT / "benches" / "kernels"
-    for kernel, defines in [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"])]:
+    kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
+                    ("linear_inputs.cu", [])]
+    assert {name for name, _ in kernel_files} == {p.name for p in kernels.glob("*.cu")}, "every kernel the bundle ships"
+    for kernel, defines in kernel_files:
         for arch in ["sm_80", "sm_90"]:
             report = nvrtc.compile_cubin(kernels / kernel, arch, defines)
             assert (report["stack_bytes"], report["spill_stores"], report["spill_loads"]) == (0, 0, 0), report["log"]
@@ -118,7 +121,7 @@ def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
     outputs within 1e-5."""
     kernels = ROOT / "tests" / "kernels"
     driver_path = tmp_path / "libcuda-standin.so"
-    sources = [kernels / f for f in ("fake_libcuda.cpp", "delta_rule_within.cpp", "delta_rule_across.cpp")]
+    sources = sorted(kernels.glob("*.cpp"))
     built = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o", driver_path, *sources],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr

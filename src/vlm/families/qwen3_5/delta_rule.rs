@@ -54,15 +54,11 @@ pub fn recurrent_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Ten
 /// The delta rule in chunks of at most [`CHUNK`] tokens, from `start`; the same arguments and
 /// outputs as [`recurrent_rule`], and the final state where `keep` asks for it.
 ///
-/// On a GPU where the engine's own kernels are asked for ([`cuda_kernels`]), a pass across
-/// several chunks runs as one launch of the delta-rule kernel; a failure to load them stops the
-/// pass with the driver's words.
+/// On a GPU where the engine's own kernels are asked for ([`cuda_kernels`]), the chunks are
+/// prepared by one launch and a pass across several chunks is another; a failure to load them
+/// stops the pass with the driver's words.
 pub fn chunked_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor, start: Start, keep: bool) -> (Tensor, Option<Tensor>) {
-    let across = match cuda_kernels::for_device(q.device()) {
-        None => Across::StatesKept,
-        Some(Ok(kernels)) => Across::Kernel(kernels),
-        Some(Err(e)) => panic!("{}: {e}", cuda_kernels::ENV),
-    };
+    let across = cuda_kernels::asked_for(q.device()).map_or(Across::StatesKept, Across::Kernel);
     chunked_rule_across(q, k, v, g, beta, start, keep, across)
 }
 
@@ -164,7 +160,8 @@ impl Chunked {
         let q_decayed = q * &decay_exp;
         let carried = carry.then(|| {
             let last = decay.narrow(-1, chunk - 1, 1);
-            (k * (&last - &decay).exp().unsqueeze(-1), last.exp().unsqueeze(-1)) // (b, h, n, c, dk), (b, h, n, 1, 1)
+            (k * (&last - &decay).exp().unsqueeze(-1), last.exp().unsqueeze(-1))
+            // (b, h, n, c, dk), (b, h, n, 1, 1)
         });
         Chunked { values, keys_read, q_decayed, within, carried }
     }
@@ -279,6 +276,7 @@ mod tests {
 
     use super::super::linear_attention::l2_normalize;
     use super::{chunked_rule, chunked_rule_across, recurrent_rule, Across, CudaKernels, Start};
+    use crate::vlm::cuda_kernels::stand_in;
 
     /// Random inputs in the ranges the layer produces: unit-norm keys, decays <= 0, beta in (0, 1).
     fn inputs(b: i64, h: i64, s: i64, seed: i64) -> [Tensor; 5] {
@@ -409,32 +407,6 @@ mod tests {
         }
     }
 
-    /// The stand-in CUDA driver (`tests/kernels/`), built into `scratch`, which runs the kernels'
-    /// own source on the CPU, and a folder for its cubins.
-    fn stand_in_driver(scratch: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-        let (library, cubins) = (scratch.join("libcuda-standin.so"), scratch.join("cubins"));
-        std::fs::create_dir(&cubins).unwrap();
-        let sources = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
-        let built = std::process::Command::new("c++")
-            .args(["-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o"])
-            .arg(&library)
-            .args(["fake_libcuda.cpp", "delta_rule_within.cpp", "delta_rule_across.cpp"].map(|f| sources.join(f)))
-            .output()
-            .expect("a C++ compiler (c++) for the stand-in driver");
-        assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-        (library, cubins)
-    }
-
-    /// How many kernels the stand-in driver at `library` has run.
-    fn launches(library: &std::path::Path) -> i32 {
-        // SAFETY: the stand-in's own counter, `int standin_launches(void)`.
-        unsafe {
-            let standin = libloading::Library::new(library).unwrap();
-            let count = standin.get::<unsafe extern "C" fn() -> i32>(b"standin_launches\0").unwrap();
-            count()
-        }
-    }
-
     /// The engine's delta-rule kernels launched as on a GPU, through a stand-in driver that runs
     /// their source on the CPU: a prefix's pass is two launches (the chunks prepared, then the pass
     /// across them) and gives libtorch's outputs and final state, from zero and from a carried
@@ -443,8 +415,9 @@ mod tests {
     #[test]
     fn the_delta_rule_kernels_through_a_stand_in_driver_give_libtorchs_pass() {
         let scratch = tempfile::tempdir().unwrap();
-        let (library, cubins) = stand_in_driver(scratch.path());
+        let (library, cubins) = stand_in::driver(scratch.path());
         let (within, across) = (cubins.join("delta_rule_within.sm_90.cubin"), cubins.join("delta_rule_across.sm_90.cubin"));
+        std::fs::write(cubins.join("linear_inputs.sm_90.cubin"), b"FAKE-CUBIN").unwrap();
         for missing in [&within, &across] {
             let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
             assert!(refused.contains(&missing.display().to_string()) && refused.contains("--arch sm_90"), "{refused}");
@@ -463,9 +436,9 @@ mod tests {
         for keep in [true, false] {
             for start in [None, Some(&carried)] {
                 let begin = || start.map_or(Start::Zero, |s| Start::PerRow(s.copy()));
-                let before = launches(&library);
+                let before = stand_in::launches(&library);
                 let (by_kernel, kernel_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::Kernel(&kernels));
-                assert_eq!(launches(&library), before + 2, "a prefix's pass is two launches");
+                assert_eq!(stand_in::launches(&library), before + 2, "a prefix's pass is two launches");
                 let (looped, loop_state) = chunked_rule_across(&q, &k, &v, &g, &beta, begin(), keep, Across::StatesKept);
                 let context = format!("keep {keep}, from a state {}", start.is_some());
                 assert!(looped.abs().max().double_value(&[]) > 0.1, "{context}: outputs of a size where a wrong form shows");
@@ -477,9 +450,9 @@ mod tests {
             }
         }
         let [q, k, v, g, beta] = inputs(1, 2, 150, 19);
-        let before = launches(&library);
+        let before = stand_in::launches(&library);
         let (narrow, _) = chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::Kernel(&kernels));
-        assert_eq!(launches(&library), before, "keys of 16 are not the kernels': libtorch runs");
+        assert_eq!(stand_in::launches(&library), before, "keys of 16 are not the kernels': libtorch runs");
         assert!(narrow.equal(&chunked_rule_across(&q, &k, &v, &g, &beta, Start::Zero, true, Across::StatesKept).0));
     }
 
@@ -489,19 +462,15 @@ mod tests {
     #[test]
     fn questions_prepared_by_the_kernel_through_a_stand_in_driver_give_libtorchs_outputs() {
         let scratch = tempfile::tempdir().unwrap();
-        let (library, cubins) = stand_in_driver(scratch.path());
-        for name in ["delta_rule_within", "delta_rule_across"] {
-            std::fs::write(cubins.join(format!("{name}.sm_90.cubin")), b"FAKE-CUBIN").unwrap();
-        }
-        let kernels = CudaKernels::load(&library, &cubins, 0).unwrap();
+        let (library, kernels) = stand_in::kernels(scratch.path());
         let (images, rows) = (2, 3);
         let prefix = Tensor::randn([images, 2, 128, 256], (Kind::Float, tch::Device::Cpu)) * 0.1;
         for tokens in [21, 90] {
             let [q, k, v, g, beta] = inputs_of(images * rows, 2, tokens, 128, 256, 23);
             let start = || Start::PerImage(prefix.shallow_clone());
-            let before = launches(&library);
+            let before = stand_in::launches(&library);
             let (by_kernel, none) = chunked_rule_across(&q, &k, &v, &g, &beta, start(), false, Across::Kernel(&kernels));
-            assert_eq!(launches(&library), before + 1, "{tokens} tokens: the chunks prepared in one launch, read one at a time");
+            assert_eq!(stand_in::launches(&library), before + 1, "{tokens} tokens: the chunks prepared in one launch, read one at a time");
             assert!(none.is_none());
             let (by_libtorch, _) = chunked_rule_across(&q, &k, &v, &g, &beta, start(), false, Across::StatesKept);
             assert!(by_libtorch.abs().max().double_value(&[]) > 0.1);

@@ -11,6 +11,7 @@ use tch::{Kind, Tensor};
 
 use super::delta_rule::{chunked_rule, recurrent_rule, Start};
 use crate::vlm::config::{LinearAttentionConfig, TextConfig};
+use crate::vlm::cuda_kernels::{self, CudaKernels};
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{rms_normalize, Linear};
 use crate::vlm::part_clock::timed;
@@ -29,8 +30,7 @@ pub struct GatedDeltaNet {
     in_proj_z: Linear,
     in_proj_b: Linear,
     in_proj_a: Linear,
-    /// Depthwise kernel, (conv_dim, 1, kernel).
-    conv: Tensor,
+    conv: ShortConvolution,
     /// -exp(A_log) and dt_bias, f32: the decay rate per value head and its offset.
     neg_a: Tensor,
     dt_bias: Tensor,
@@ -52,7 +52,7 @@ impl GatedDeltaNet {
             in_proj_z: Linear::load(w, &at("in_proj_z"), h, value_dim, false)?,
             in_proj_b: Linear::load(w, &at("in_proj_b"), h, heads, false)?,
             in_proj_a: Linear::load(w, &at("in_proj_a"), h, heads, false)?,
-            conv: w.get(&at("conv1d.weight"), &[conv_dim, 1, shape.conv_kernel_dim as i64])?,
+            conv: ShortConvolution { weight: w.get(&at("conv1d.weight"), &[conv_dim, 1, shape.conv_kernel_dim as i64])?, shape },
             neg_a: -w.get(&at("A_log"), &[heads])?.to_kind(Kind::Float).exp(),
             dt_bias: w.get(&at("dt_bias"), &[heads])?.to_kind(Kind::Float),
             norm_weight: w.get(&at("norm.weight"), &[shape.value_head_dim as i64])?,
@@ -98,8 +98,7 @@ impl GatedDeltaNet {
     ) -> (Tensor, Option<LinearState>) {
         let (b, s) = (x.size()[0], x.size()[1]);
         let s_cfg = &self.shape;
-        let (kh, vh, dk, dv) =
-            (s_cfg.num_key_heads as i64, s_cfg.num_value_heads as i64, s_cfg.key_head_dim as i64, s_cfg.value_head_dim as i64);
+        let (vh, dv) = (s_cfg.num_value_heads as i64, s_cfg.value_head_dim as i64);
         let (mixed, z, beta, g) = timed("linear attention: projections in", || {
             let mixed = self.in_proj_qkv.forward(x); // (b, s, conv_dim)
             let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
@@ -113,7 +112,65 @@ impl GatedDeltaNet {
             (mixed, z, beta, g)
         });
 
-        let (mixed, conv_state) = timed("linear attention: convolution", || self.convolve(&mixed, conv, valid)); // (b, s, conv_dim)
+        let (q, k, v, conv_state) = self.conv.delta_rule_inputs(&mixed, conv, valid);
+        let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
+
+        let (out, recurrent) = timed("linear attention: delta rule", || match start {
+            Start::PerRow(initial) if s == 1 => {
+                let (out, state) = recurrent_rule(&q, &k, &v, &g, &beta, Some(initial));
+                (out, Some(state))
+            }
+            start => chunked_rule(&q, &k, &v, &g, &beta, start, keep_state),
+        });
+        let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
+
+        let out = out.transpose(1, 2); // (b, s, vh, dv)
+        let out = timed("linear attention: gated norm", || self.gated_norm(&out, &z, x.kind()));
+        (timed("linear attention: projection out", || self.out_proj.forward(&out.reshape([b, s, vh * dv]))), kept)
+    }
+
+    /// The delta rule's output `out` (f32) in the model's precision `kind`, RMSNorm over each
+    /// head (in f32), scaled, then gated by SiLU(z), as transformers does; on a GPU, in the
+    /// fewer kernels of [`gated_norm_fused`].
+    fn gated_norm(&self, out: &Tensor, z: &Tensor, kind: Kind) -> Tensor {
+        if out.device().is_cuda() {
+            let mut x = Tensor::empty(out.size(), (kind, out.device()));
+            x.copy_(out); // cast and made contiguous in one pass
+            return gated_norm_fused(&x, z, &self.norm_weight, self.eps);
+        }
+        gated_norm_elementwise(&out.to_kind(kind), z, &self.norm_weight, self.eps)
+    }
+}
+
+/// The causal depthwise convolution over the projected queries, keys and values, and what makes
+/// its output the delta rule's inputs: SiLU, the queries' and keys' L2 norms, heads split and
+/// each key head repeated for the value heads it serves.
+struct ShortConvolution {
+    /// Depthwise kernel, (conv_dim, 1, kernel).
+    weight: Tensor,
+    shape: LinearAttentionConfig,
+}
+
+impl ShortConvolution {
+    /// The delta rule's inputs from the projection `mixed` (batch, seq, channels) after the
+    /// convolution's `previous` inputs (batch, channels, kernel - 1): the queries (L2-normalised
+    /// and scaled) and keys (L2-normalised), each key head repeated for its value heads, and the
+    /// values, all (batch, value heads, seq, ·) in f32; and the convolution's inputs to keep. On a
+    /// GPU where the engine's own kernels are asked for, in one launch of its kernel.
+    fn delta_rule_inputs(&self, mixed: &Tensor, previous: Option<&Tensor>, valid: Option<&Tensor>) -> (Tensor, Tensor, Tensor, Tensor) {
+        match cuda_kernels::asked_for(mixed.device()).filter(|_| CudaKernels::takes_linear_inputs(&self.shape, mixed.kind())) {
+            Some(kernels) => timed("linear attention: convolution", || self.by_kernel(kernels, mixed, previous, valid)),
+            None => self.by_libtorch(mixed, previous, valid),
+        }
+    }
+
+    /// [`Self::delta_rule_inputs`] by libtorch's operations.
+    fn by_libtorch(&self, mixed: &Tensor, previous: Option<&Tensor>, valid: Option<&Tensor>) -> (Tensor, Tensor, Tensor, Tensor) {
+        let (b, s) = (mixed.size()[0], mixed.size()[1]);
+        let s_cfg = &self.shape;
+        let (kh, vh, dk, dv) =
+            (s_cfg.num_key_heads as i64, s_cfg.num_value_heads as i64, s_cfg.key_head_dim as i64, s_cfg.value_head_dim as i64);
+        let (mixed, conv_state) = timed("linear attention: convolution", || self.convolve(mixed, previous, valid)); // (b, s, conv_dim)
         let key_dim = kh * dk;
         let split_heads = |t: Tensor, heads: i64, dim: i64| t.reshape([b, s, heads, dim]).transpose(1, 2).to_kind(Kind::Float);
         let q = split_heads(mixed.narrow(-1, 0, key_dim), kh, dk);
@@ -131,20 +188,27 @@ impl GatedDeltaNet {
             let q = normalised(&q, (dk as f64).powf(-0.5)).repeat_interleave_self_int(vh / kh, 1, None);
             (q, normalised(&k, 1.0).repeat_interleave_self_int(vh / kh, 1, None))
         });
-        let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
+        (q, k, v, conv_state)
+    }
 
-        let (out, recurrent) = timed("linear attention: delta rule", || match start {
-            Start::PerRow(initial) if s == 1 => {
-                let (out, state) = recurrent_rule(&q, &k, &v, &g, &beta, Some(initial));
-                (out, Some(state))
-            }
-            start => chunked_rule(&q, &k, &v, &g, &beta, start, keep_state),
-        });
-        let kept = recurrent.map(|recurrent| LinearState { conv: conv_state, recurrent });
-
-        let out = out.transpose(1, 2); // (b, s, vh, dv)
-        let out = timed("linear attention: gated norm", || self.gated_norm(&out, &z, x.kind()));
-        (timed("linear attention: projection out", || self.out_proj.forward(&out.reshape([b, s, vh * dv]))), kept)
+    /// [`Self::by_libtorch`] as one launch of the engine's own kernel on a GPU
+    /// (`benches/kernels/linear_inputs.cu`): the convolution, its SiLU, the norms and the repeat
+    /// in one pass over the projection.
+    fn by_kernel(
+        &self,
+        kernels: &CudaKernels,
+        mixed: &Tensor,
+        previous: Option<&Tensor>,
+        valid: Option<&Tensor>,
+    ) -> (Tensor, Tensor, Tensor, Tensor) {
+        let (b, channels) = (mixed.size()[0], mixed.size()[2]);
+        let keep = self.shape.conv_kernel_dim as i64 - 1;
+        let previous = previous.map_or_else(|| Tensor::zeros([b, channels, keep], (mixed.kind(), mixed.device())), Tensor::shallow_clone);
+        let q_scale = (self.shape.key_head_dim as f64).powf(-0.5);
+        let (q, k, v) = kernels
+            .linear_inputs(mixed, &previous, &self.weight, &self.shape, q_scale)
+            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
+        (q, k, v, kept_inputs(&previous.transpose(1, 2), mixed, valid))
     }
 
     /// The causal depthwise convolution with SiLU over `mixed` (batch, seq, channels), continuing
@@ -156,38 +220,37 @@ impl GatedDeltaNet {
     /// took libtorch's generic depthwise kernel, about 8% of an image's time on the 35B. The CPU
     /// keeps the 1-D form whose bits the parity goldens were checked with.
     fn convolve(&self, mixed: &Tensor, previous: Option<&Tensor>, valid: Option<&Tensor>) -> (Tensor, Tensor) {
-        let (b, s, channels) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
+        let (b, channels) = (mixed.size()[0], mixed.size()[2]);
         let keep = self.shape.conv_kernel_dim as i64 - 1;
         let previous = match previous {
             Some(p) => p.transpose(1, 2),
             None => Tensor::zeros([b, keep, channels], (mixed.kind(), mixed.device())),
         };
         let inputs = Tensor::cat(&[&previous, mixed], 1); // (b, keep + s, channels)
-        let out = if mixed.device().is_cuda() { depthwise_channels_last(&inputs, &self.conv) } else { depthwise(&inputs, &self.conv) };
-        // The kept inputs end at each row's last real token: row lens[r] + keep - 1.
-        let kept = match valid {
-            Some(valid) if keep > 0 => {
-                let lens = valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64); // (b)
-                let offsets = Tensor::arange(keep, (Kind::Int64, mixed.device()));
-                let rows = (lens.unsqueeze(1) + offsets.unsqueeze(0)).unsqueeze(2).expand([b, keep, channels], false);
-                inputs.gather(1, &rows, false)
-            }
-            _ => inputs.narrow(1, s, keep),
-        };
-        (out.silu(), kept.transpose(1, 2).contiguous())
+        let out = if mixed.device().is_cuda() { depthwise_channels_last(&inputs, &self.weight) } else { depthwise(&inputs, &self.weight) };
+        (out.silu(), kept_inputs(&previous, mixed, valid))
     }
+}
 
-    /// The delta rule's output `out` (f32) in the model's precision `kind`, RMSNorm over each
-    /// head (in f32), scaled, then gated by SiLU(z), as transformers does; on a GPU, in the
-    /// fewer kernels of [`gated_norm_fused`].
-    fn gated_norm(&self, out: &Tensor, z: &Tensor, kind: Kind) -> Tensor {
-        if out.device().is_cuda() {
-            let mut x = Tensor::empty(out.size(), (kind, out.device()));
-            x.copy_(out); // cast and made contiguous in one pass
-            return gated_norm_fused(&x, z, &self.norm_weight, self.eps);
+/// The convolution's inputs to keep for the next call after `previous` (batch, kernel - 1,
+/// channels) and `mixed` (batch, seq, channels): (batch, channels, kernel - 1), ending at each
+/// row's last real token where `valid` marks them (row r's at lens[r] + kernel - 2 of the two
+/// side by side).
+fn kept_inputs(previous: &Tensor, mixed: &Tensor, valid: Option<&Tensor>) -> Tensor {
+    let (b, s, channels) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
+    let keep = previous.size()[1];
+    let kept = match valid {
+        Some(valid) if keep > 0 => {
+            let inputs = Tensor::cat(&[previous, mixed], 1);
+            let lens = valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64); // (b)
+            let offsets = Tensor::arange(keep, (Kind::Int64, mixed.device()));
+            let rows = (lens.unsqueeze(1) + offsets.unsqueeze(0)).unsqueeze(2).expand([b, keep, channels], false);
+            inputs.gather(1, &rows, false)
         }
-        gated_norm_elementwise(&out.to_kind(kind), z, &self.norm_weight, self.eps)
-    }
+        _ if s >= keep => mixed.narrow(1, s - keep, keep),
+        _ => Tensor::cat(&[previous, mixed], 1).narrow(1, s, keep),
+    };
+    kept.transpose(1, 2).contiguous()
 }
 
 /// The gated norm of `x` (in the model's precision) as transformers computes it, rounding as it
@@ -260,7 +323,11 @@ fn l2_normalize_fused(x: &Tensor, scale: f64) -> Tensor {
 mod tests {
     use tch::{Kind, Tensor};
 
-    use super::{depthwise, depthwise_channels_last, gated_norm_elementwise, gated_norm_fused, l2_normalize, l2_normalize_fused};
+    use super::{
+        depthwise, depthwise_channels_last, gated_norm_elementwise, gated_norm_fused, l2_normalize, l2_normalize_fused,
+        LinearAttentionConfig, ShortConvolution,
+    };
+    use crate::vlm::cuda_kernels::stand_in;
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b).abs().max().double_value(&[])
@@ -329,5 +396,46 @@ mod tests {
         let after = l2_normalize(&x.repeat_interleave_self_int(2, 1, None)) * 0.125;
         let before = (l2_normalize(&x.contiguous()) * 0.125).repeat_interleave_self_int(2, 1, None);
         assert!(after.equal(&before));
+    }
+
+    /// The engine's linear-inputs kernel launched as on a GPU, through the stand-in driver that
+    /// runs its source on the CPU: one launch gives libtorch's queries, keys and values (norms,
+    /// scale, repeat and all) and the same inputs kept, from zero and from carried inputs, with
+    /// right-padded rows; in f32 within f32's rounding, in bf16 within a bf16 step of the values.
+    #[test]
+    fn the_linear_inputs_kernel_through_a_stand_in_driver_gives_libtorchs_inputs() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = stand_in::kernels(scratch.path());
+        let shape =
+            LinearAttentionConfig { conv_kernel_dim: 4, key_head_dim: 128, value_head_dim: 64, num_key_heads: 2, num_value_heads: 4 };
+        let (b, s, channels) = (3, 13, shape.conv_dim() as i64);
+        tch::manual_seed(29);
+        let cpu = |size: &[i64]| Tensor::randn(size, (Kind::Float, tch::Device::Cpu));
+        let weight = cpu(&[channels, 1, 4]) * 0.5;
+        let (mixed, carried) = (cpu(&[b, s, channels]), cpu(&[b, channels, 3]));
+        let valid = Tensor::ones([b, s], (Kind::Int64, tch::Device::Cpu));
+        let _ = valid.narrow(0, 2, 1).narrow(1, s - 4, 4).fill_(0); // the last row right-padded by 4
+        for (kind, tolerance) in [(Kind::Float, 1e-5), (Kind::BFloat16, 2.0 * 2f64.powi(-8))] {
+            let conv = ShortConvolution { weight: weight.to_kind(kind), shape };
+            for (previous, valid) in [(None, None), (Some(carried.to_kind(kind)), Some(&valid))] {
+                let mixed = mixed.to_kind(kind);
+                let before = stand_in::launches(&library);
+                let (q, k, v, kept) = conv.by_kernel(&kernels, &mixed, previous.as_ref(), valid);
+                assert_eq!(stand_in::launches(&library), before + 1, "one launch");
+                let (q0, k0, v0, kept0) = conv.by_libtorch(&mixed, previous.as_ref(), valid);
+                let context = format!("{kind:?}, from carried inputs {}", previous.is_some());
+                assert!(kept.equal(&kept0), "{context}: the inputs kept");
+                for (name, got, want) in [("q", &q, &q0), ("k", &k, &k0), ("v", &v, &v0)] {
+                    assert_eq!(got.size(), want.size(), "{context}: {name}");
+                    // Relative to the tensor's scale: the queries are scaled by 1 / sqrt(128).
+                    let diff = max_diff(got, want) / want.abs().max().double_value(&[]);
+                    assert!(diff <= tolerance, "{context}: {name} differs by {diff} of its largest");
+                }
+                // In bf16 the values are the convolution's SiLU rounded where libtorch rounds (its
+                // sum, then its SiLU): equal but where two sums fall either side of a rounding.
+                let same = v.eq_tensor(&v0).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+                assert!(kind == Kind::Float || same >= 0.99, "{context}: {same} of the values the same");
+            }
+        }
     }
 }
