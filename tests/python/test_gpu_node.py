@@ -68,6 +68,23 @@ def test_the_engines_own_kernels_are_asked_for_by_a_flag(bundle, tmp_path):
     run = runner(copy, "--device", "cpu", "--out", tmp_path / "refused", "--quick", "--kernels")
     assert run.returncode == 2 and "--kernels:" in run.stderr and "holds no cubins" in run.stderr, run.stderr
     assert not (tmp_path / "refused").exists()
+    run = runner(copy, "--device", "cpu", "--out", tmp_path / "refused", "--quick", "--steps", "throughput", "--ways", "shared+kernels:1")
+    assert run.returncode == 2 and "--ways" in run.stderr and "holds no cubins" in run.stderr, run.stderr
+    assert not (tmp_path / "refused").exists()
+
+
+def test_a_way_with_the_engines_own_kernels_runs_beside_libtorchs_in_one_call(bundle, tmp_path):
+    """`--ways shared:1,shared+kernels:1`: each model once by libtorch's forms and once with the
+    engine's kernels asked for (on a CPU they run nowhere, so only the plumbing is proven here),
+    the second's time against the first's reported, and a column of its own in the tables."""
+    out = tmp_path / "out"
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "shared:1,shared+kernels:1", "--out", out)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads((out / "report.json").read_text())["steps"]["throughput"]["results"]
+    assert [(r["prefix_attention"], r["images_per_pass"], r["kernels"]) for r in results] == [("shared", 1, False), ("shared", 1, True)]
+    assert "time_ratio_to_libtorch" not in results[0] and results[1]["time_ratio_to_libtorch"] > 0
+    assert "of libtorch's time" in run.stdout
+    assert "| shared, 1 a pass | shared + own kernels, 1 a pass |" in (out / "throughput.md").read_text()
 
 
 def test_the_small_cpu_steps_pass_and_write_the_report(bundle, tmp_path):
@@ -167,9 +184,9 @@ def test_nothing_to_run_is_refused_before_anything_is_written(bundle, tmp_path):
 
 
 def test_ways_pick_the_throughput_runs_and_a_malformed_one_is_refused(bundle, tmp_path):
-    for bad in ("shared", "fast:8", "fused:0", "shared:8,"):
+    for bad in ("shared", "fast:8", "fused:0", "shared:8,", "fused+fast:8", "fused+:8"):
         run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", bad, "--out", tmp_path / "bad")
-        assert run.returncode == 2 and "--ways" in run.stderr and "PATH:N" in run.stderr, (bad, run.stderr)
+        assert run.returncode == 2 and "--ways" in run.stderr and "PATH[+kernels]:N" in run.stderr, (bad, run.stderr)
     assert not (tmp_path / "bad").exists()
     # One image a pass: the way asked for alone (the invariance check, which a pass of several
     # adds, is the test above's).
