@@ -208,7 +208,8 @@ impl ShortConvolution {
         let (q, k, v) = kernels
             .linear_inputs(mixed, &previous, &self.weight, &self.shape, q_scale)
             .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
-        (q, k, v, kept_inputs(&previous.transpose(1, 2), mixed, valid))
+        let previous = previous.transpose(1, 2);
+        (q, k, v, kept_inputs(&previous, mixed, valid, || Tensor::cat(&[&previous, mixed], 1)))
     }
 
     /// The causal depthwise convolution with SiLU over `mixed` (batch, seq, channels), continuing
@@ -228,27 +229,28 @@ impl ShortConvolution {
         };
         let inputs = Tensor::cat(&[&previous, mixed], 1); // (b, keep + s, channels)
         let out = if mixed.device().is_cuda() { depthwise_channels_last(&inputs, &self.weight) } else { depthwise(&inputs, &self.weight) };
-        (out.silu(), kept_inputs(&previous, mixed, valid))
+        (out.silu(), kept_inputs(&previous, mixed, valid, || inputs.shallow_clone()))
     }
 }
 
 /// The convolution's inputs to keep for the next call after `previous` (batch, kernel - 1,
 /// channels) and `mixed` (batch, seq, channels): (batch, channels, kernel - 1), ending at each
 /// row's last real token where `valid` marks them (row r's at lens[r] + kernel - 2 of the two
-/// side by side).
-fn kept_inputs(previous: &Tensor, mixed: &Tensor, valid: Option<&Tensor>) -> Tensor {
+/// side by side). `side_by_side` gives the two concatenated, made only where needed (a caller
+/// that has them already hands them over).
+fn kept_inputs(previous: &Tensor, mixed: &Tensor, valid: Option<&Tensor>, side_by_side: impl FnOnce() -> Tensor) -> Tensor {
     let (b, s, channels) = (mixed.size()[0], mixed.size()[1], mixed.size()[2]);
     let keep = previous.size()[1];
     let kept = match valid {
         Some(valid) if keep > 0 => {
-            let inputs = Tensor::cat(&[previous, mixed], 1);
+            let inputs = side_by_side();
             let lens = valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64); // (b)
             let offsets = Tensor::arange(keep, (Kind::Int64, mixed.device()));
             let rows = (lens.unsqueeze(1) + offsets.unsqueeze(0)).unsqueeze(2).expand([b, keep, channels], false);
             inputs.gather(1, &rows, false)
         }
         _ if s >= keep => mixed.narrow(1, s - keep, keep),
-        _ => Tensor::cat(&[previous, mixed], 1).narrow(1, s, keep),
+        _ => side_by_side().narrow(1, s, keep),
     };
     kept.transpose(1, 2).contiguous()
 }
