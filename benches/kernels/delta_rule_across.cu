@@ -15,9 +15,10 @@
 // order (the keys' index, then the chunk's rows, upward), with no atomics.
 //
 // On trial: the engine launches it where BPALS_CUDA_KERNELS names its cubins (made by nvrtc.py
-// here; src/vlm/cuda_kernels.rs), benches/delta_rule_gpu.py times it beside the engine's form,
-// and tests/kernels/fake_libcuda.cpp runs it on the CPU. TILE, THREADS and SHARED_BYTES are
-// repeated in cuda_kernels.rs and in the bench (the stand-in driver checks both launches).
+// here; src/vlm/cuda_kernels/delta_rule.rs), benches/delta_rule_gpu.py times it beside the
+// engine's form, and tests/kernels/fake_libcuda.cpp runs it on the CPU. TILE, THREADS and
+// SHARED_BYTES are repeated in cuda_kernels/delta_rule.rs and in the bench (the stand-in driver
+// checks both launches).
 //
 // Layouts, all f32 and contiguous, bh = images x heads:
 //   values (bh, n, CHUNK, dv), keys_read and k_to_end (bh, n, CHUNK, DK), chunk_decay (bh, n),

@@ -19,9 +19,9 @@
 // result does not depend on what else is in the pass.
 //
 // On trial, like delta_rule_across.cu: the engine launches it where BPALS_CUDA_KERNELS names its
-// cubins (src/vlm/cuda_kernels.rs), benches/delta_rule_gpu.py times it, and the suite runs it on
-// the CPU (tests/kernels/). THREADS and SHARED_BYTES are repeated in cuda_kernels.rs and in the
-// bench (the stand-in driver checks both launches).
+// cubins (src/vlm/cuda_kernels/delta_rule.rs), benches/delta_rule_gpu.py times it, and the
+// suite runs it on the CPU (tests/kernels/). THREADS and SHARED_BYTES are repeated in
+// cuda_kernels/delta_rule.rs and in the bench (the stand-in driver checks both launches).
 //
 // Layouts, all f32 and contiguous, rows = images x heads x chunks x c: q, k, k_to_end, keys_read,
 // q_decayed (rows, KEY_DIM); v, values (rows, dv); g, beta (rows); within (rows, c); chunk_decay

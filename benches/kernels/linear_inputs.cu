@@ -18,7 +18,7 @@
 // atomics: a token's result depends on nothing else in the pass.
 //
 // On trial like the delta-rule kernels: the engine launches it where BPALS_CUDA_KERNELS names its
-// cubins (src/vlm/cuda_kernels.rs); the suite runs it on the CPU (tests/kernels/).
+// cubins (src/vlm/cuda_kernels/linear_inputs.rs); the suite runs it on the CPU (tests/kernels/).
 //
 // Layouts, contiguous: mixed (rows, s, C) and previous (rows, C, K - 1) in the model's precision,
 // weight (C, K) likewise, with C = 2 kh dk + vh dv channels (queries, keys, values); out q, k

@@ -1,5 +1,5 @@
 // A stand-in for the CUDA driver (libcuda.so.1) on a machine without a GPU, so the suite runs
-// the engine's launch path (src/vlm/cuda_kernels.rs) end to end: the entry points it calls, a
+// the engine's launch path (src/vlm/cuda_kernels/) end to end: the entry points it calls, a
 // GPU of compute capability 9.0, a "cubin" that is any file starting FAKE-CUBIN, and a launch
 // that runs the kernel's own source on the CPU (cpu_emulation.h; each kernel's translation unit
 // beside this one checks the geometry it was written for), on host memory. Built by the test

@@ -99,10 +99,9 @@ fn chunked_rule_across(
     // questions' one chunk hands nothing on).
     let carry = n > 1 || keep;
     let chunked = timed("linear attention: delta rule: within chunks", || match across {
-        Across::Kernel(kernels) if CudaKernels::takes_within(chunk, dk, dv, q.kind()) => kernels
-            .delta_rule_within(&q, &k, &v, &g, &beta, carry)
-            .map(Chunked::from)
-            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV)),
+        Across::Kernel(kernels) if CudaKernels::takes_within(chunk, dk, dv, q.kind()) => {
+            Chunked::from(kernels.delta_rule_within(&q, &k, &v, &g, &beta, carry))
+        }
         _ => Chunked::prepare(&q, &k, &v, &g, &beta, carry),
     });
 
@@ -224,9 +223,7 @@ impl Chunked {
         let Some((k_to_end, chunk_decay)) = &self.carried else {
             unreachable!("several chunks hand each other their state");
         };
-        let (states, news, last) = kernels
-            .delta_rule_across(&self.values, &self.keys_read, k_to_end, chunk_decay, &first, keep)
-            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
+        let (states, news, last) = kernels.delta_rule_across(&self.values, &self.keys_read, k_to_end, chunk_decay, &first, keep);
         (self.q_decayed.matmul(&states) + self.within.matmul(&news), last)
     }
 }
@@ -417,7 +414,7 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let (library, cubins) = stand_in::driver(scratch.path());
         let (within, across) = (cubins.join("delta_rule_within.sm_90.cubin"), cubins.join("delta_rule_across.sm_90.cubin"));
-        std::fs::write(cubins.join("linear_inputs.sm_90.cubin"), b"FAKE-CUBIN").unwrap();
+        stand_in::write_cubins(&cubins, &["delta_rule_within", "delta_rule_across"]);
         for missing in [&within, &across] {
             let refused = CudaKernels::load(&library, &cubins, 0).err().unwrap();
             assert!(refused.contains(&missing.display().to_string()) && refused.contains("--arch sm_90"), "{refused}");

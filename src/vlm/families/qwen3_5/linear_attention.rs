@@ -205,9 +205,7 @@ impl ShortConvolution {
         let keep = self.shape.conv_kernel_dim as i64 - 1;
         let previous = previous.map_or_else(|| Tensor::zeros([b, channels, keep], (mixed.kind(), mixed.device())), Tensor::shallow_clone);
         let q_scale = (self.shape.key_head_dim as f64).powf(-0.5);
-        let (q, k, v) = kernels
-            .linear_inputs(mixed, &previous, &self.weight, &self.shape, q_scale)
-            .unwrap_or_else(|e| panic!("{}: {e}", cuda_kernels::ENV));
+        let (q, k, v) = kernels.linear_inputs(mixed, &previous, &self.weight, &self.shape, q_scale);
         let previous = previous.transpose(1, 2);
         (q, k, v, kept_inputs(&previous, mixed, valid, || Tensor::cat(&[&previous, mixed], 1)))
     }
