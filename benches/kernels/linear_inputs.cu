@@ -28,20 +28,7 @@
 #define THREADS 256
 #define EPS 1e-6f  // the FLA kernels' epsilon on the sum of squares
 
-// bf16 <-> f32 by their bits (bf16 is the high half of an f32), rounding to nearest even.
-__device__ inline float from_bf16(unsigned short x) {
-    return __uint_as_float(static_cast<unsigned int>(x) << 16);
-}
-__device__ inline float round_bf16(float x) {
-    const unsigned int bits = __float_as_uint(x);
-    if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // inf and NaN as they are
-    const unsigned int rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-    return __uint_as_float(rounded & 0xffff0000u);
-}
-__device__ inline float load(const unsigned short* p) { return from_bf16(*p); }
-__device__ inline float load(const float* p) { return *p; }
-__device__ inline float as_stored(float x, const unsigned short*) { return round_bf16(x); }
-__device__ inline float as_stored(float x, const float*) { return x; }
+#include "bf16.cuh"
 
 template <class T>
 __device__ void linear_inputs(const T* mixed, const T* previous, const T* weight, float* q, float* k, float* v, int s,

@@ -46,7 +46,9 @@ def compile_cubin(source, arch, defines=()):
     name = Path(source).name.encode()
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(program), Path(source).read_bytes(), name, 0, None, None))
     try:
-        options = [f"-arch={arch}".encode(), b"-Xptxas=-v", *(d.encode() for d in defines)]
+        # Headers beside the source (bf16.cuh) are found as a compiler finds them.
+        include = f"--include-path={Path(source).resolve().parent}".encode()
+        options = [f"-arch={arch}".encode(), b"-Xptxas=-v", include, *(d.encode() for d in defines)]
         compiled = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
         size = ctypes.c_size_t()
         _check(lib, lib.nvrtcGetProgramLogSize(program, ctypes.byref(size)))

@@ -14,10 +14,15 @@
 //! release's bytes must not depend on it. Each group is padded with zero rows to a multiple of
 //! [`GROUP_ROWS`], so a token's output does not depend on how many other tokens chose its expert
 //! (which other images share the pass).
+//!
+//! On a GPU where the engine's own kernels are asked for, the grouping (the same layout, to the
+//! byte) and the weighted sum are theirs ([`cuda_kernels`]): four launches where libtorch's
+//! forms take some twenty.
 
 use tch::{Kind, Tensor};
 
 use super::config::{FusedLayout, MoeConfig};
+use super::cuda_kernels::{self, CudaKernels, ExpertGroups};
 use super::error::VlmError;
 use super::layers::{GatedMlp, Linear};
 use super::part_clock::timed;
@@ -62,9 +67,20 @@ impl Experts {
     }
 
     /// `x` (tokens, hidden), each token's k experts `chosen` (tokens, k) and their `weights`
-    /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden).
+    /// (tokens, k) -> the weighted sum of the chosen experts' outputs (tokens, hidden). On a GPU
+    /// where the engine's own kernels are asked for, the grouping and the sum are theirs.
     pub fn forward(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor) -> Tensor {
-        let grouping = timed("experts: grouping", || self.grouping(x, chosen));
+        let kernels = cuda_kernels::asked_for(x.device()).filter(|_| CudaKernels::takes_experts(x, self.experts));
+        self.forward_by(x, weights, chosen, kernels)
+    }
+
+    /// [`Self::forward`], the rows grouped and summed by `kernels` where given, else by
+    /// libtorch's operations.
+    fn forward_by(&self, x: &Tensor, weights: &Tensor, chosen: &Tensor, kernels: Option<&CudaKernels>) -> Tensor {
+        let grouping = timed("experts: grouping", || match kernels {
+            Some(kernels) => kernels.experts_grouping(x, chosen, self.experts, GROUP_ROWS),
+            None => self.grouping(x, chosen),
+        });
         let both = timed("experts: products", || {
             let both = grouping.rows.internal_grouped_mm(&self.gate_up, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>);
             let i = both.size()[1] / 2;
@@ -75,17 +91,17 @@ impl Experts {
         });
         timed("experts: weighted sum", || {
             let weights = weights.to_kind(x.kind());
-            if x.device().is_cuda() {
-                weighted_sum_by_bags(&both, &grouping.output_row, &weights)
-            } else {
-                weighted_sum_by_gather(&both, &grouping.output_row, &weights)
+            match kernels {
+                Some(kernels) => kernels.experts_weighted_sum(&both, &grouping.output_row, &weights),
+                None if x.device().is_cuda() => weighted_sum_by_bags(&both, &grouping.output_row, &weights),
+                None => weighted_sum_by_gather(&both, &grouping.output_row, &weights),
             }
         })
     }
 
     /// The tokens' rows grouped by expert, each group padded, and where each (token, slot)'s
     /// output will be.
-    fn grouping(&self, x: &Tensor, chosen: &Tensor) -> Grouping {
+    fn grouping(&self, x: &Tensor, chosen: &Tensor) -> ExpertGroups {
         let (tokens, k, device) = (x.size()[0], chosen.size()[1], x.device());
         // Sorted as bytes where the experts fit one (a GPU's radix sort then takes one pass over
         // the keys, not eight): a stable sort's order is the same whatever the keys' type.
@@ -116,7 +132,7 @@ impl Experts {
         let rows = gather_rows(&with_zero_row, &source);
         // The sorted assignment j is (token, slot) order[j] and sits at grouped row place[j].
         let output_row = place.zeros_like().index_copy(0, &order, &place);
-        Grouping { rows, offsets, output_row }
+        ExpertGroups { rows, offsets, output_row }
     }
 }
 
@@ -160,16 +176,6 @@ fn weighted_sum_by_bags(both: &Tensor, output_row: &Tensor, weights: &Tensor) ->
         include_last_offset,
     );
     sums
-}
-
-/// A pass's rows grouped by expert for the grouped products.
-struct Grouping {
-    /// The rows, each expert's together, padded with zero rows.
-    rows: Tensor,
-    /// Where each expert's group ends, (experts) int32.
-    offsets: Tensor,
-    /// For each (token, slot), the grouped row holding its output.
-    output_row: Tensor,
 }
 
 impl SparseMoe {
@@ -320,5 +326,89 @@ mod tests {
         let (got_gate_up, got_down) = fused_experts(&w, "m.experts", e, hidden, i, FusedLayout::Columns).unwrap();
         assert_eq!(got_gate_up.size(), [e, hidden, 2 * i]);
         assert!(got_gate_up.equal(&gate_up.transpose(1, 2)) && got_down.equal(&down.transpose(1, 2)));
+    }
+
+    /// Experts of `hidden` rows and `intermediate` columns, random, in `kind`.
+    fn random_experts(experts: i64, hidden: i64, intermediate: i64, kind: Kind) -> Experts {
+        let options = (Kind::Float, Device::Cpu);
+        Experts {
+            gate_up: (Tensor::randn([experts, hidden, 2 * intermediate], options) * 0.1).to_kind(kind),
+            down: (Tensor::randn([experts, intermediate, hidden], options) * 0.1).to_kind(kind),
+            experts,
+            gelu_tanh: false,
+        }
+    }
+
+    /// The grouping's three kernels, run on the CPU through the stand-in driver, lay a pass's rows
+    /// out as libtorch's operations do, to the byte: the rows (padding and the zero rows after the
+    /// last group included), the groups' ends and each (token, slot)'s row. One tile and several,
+    /// a token chosen twice, more experts than a block has threads, experts no token chose (the
+    /// first and the last two), one token alone.
+    #[test]
+    fn the_grouping_kernels_through_a_stand_in_driver_lay_the_rows_out_as_libtorch_does() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        for (tokens, k, experts, kind) in [(150, 3, 10, Kind::Float), (700, 4, 300, Kind::BFloat16), (1, 2, 4, Kind::Float)] {
+            tch::manual_seed(tokens);
+            let x = Tensor::randn([tokens, 64], (Kind::Float, Device::Cpu)).to_kind(kind);
+            let chosen = Tensor::randint_low(1, experts - 2, [tokens, k], (Kind::Int64, Device::Cpu));
+            let layer = random_experts(experts, 64, 8, kind);
+            let before = cuda_kernels::stand_in::launches(&library);
+            let by_kernel = kernels.experts_grouping(&x, &chosen, experts, GROUP_ROWS);
+            assert_eq!(cuda_kernels::stand_in::launches(&library), before + 3, "three launches");
+            let by_libtorch = layer.grouping(&x, &chosen);
+            let context = format!("{tokens} tokens, k {k}, {experts} experts, {kind:?}");
+            assert!(by_kernel.offsets.equal(&by_libtorch.offsets), "{context}: the groups' ends");
+            assert!(by_kernel.output_row.equal(&by_libtorch.output_row), "{context}: each (token, slot)'s row");
+            assert!(by_kernel.rows.equal(&by_libtorch.rows), "{context}: the grouped rows");
+        }
+    }
+
+    /// The weighted-sum kernel through the stand-in driver: each token's k rows times its weights,
+    /// summed in f32 and rounded once, as libtorch's f32 gather, products and sum give them (to
+    /// rounding); a token's sum is the same bits alone and among others.
+    #[test]
+    fn the_weighted_sum_kernel_through_a_stand_in_driver_sums_each_tokens_rows() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(5);
+        let (tokens, k, rows, width) = (7, 3, 40, 300);
+        let output_row = Tensor::randint(rows, [tokens * k], (Kind::Int64, Device::Cpu));
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let outputs = Tensor::randn([rows, width], (Kind::Float, Device::Cpu)).to_kind(kind);
+            let weights = Tensor::rand([tokens, k], (Kind::Float, Device::Cpu)).to_kind(kind);
+            let before = cuda_kernels::stand_in::launches(&library);
+            let sums = kernels.experts_weighted_sum(&outputs, &output_row, &weights);
+            assert_eq!(cuda_kernels::stand_in::launches(&library), before + 1, "one launch");
+            assert_eq!((sums.size(), sums.kind()), (vec![tokens, width], kind));
+            let f32 = |t: &Tensor| t.to_kind(Kind::Float);
+            let exact = weighted_sum_by_gather(&f32(&outputs), &output_row, &f32(&weights));
+            let tolerance = if kind == Kind::Float { 1e-5 } else { 2f64.powi(-7) * 4.0 };
+            let diff = (f32(&sums) - &exact).abs().max().double_value(&[]);
+            assert!(diff < tolerance, "{kind:?}: {diff} from the f32 sum");
+            let alone = kernels.experts_weighted_sum(&outputs, &output_row.narrow(0, 4 * k, k), &weights.narrow(0, 4, 1));
+            assert!(alone.equal(&sums.narrow(0, 4, 1)), "{kind:?}: token 4 alone and among seven");
+        }
+    }
+
+    /// A layer's experts with the grouping and the sum by the kernels (on the CPU, through the
+    /// stand-in driver) give libtorch's outputs: the same products run between them.
+    #[test]
+    fn experts_by_the_kernels_through_a_stand_in_driver_give_libtorchs_outputs() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(9);
+        let (tokens, k, experts, hidden) = (40, 2, 6, 64);
+        let layer = random_experts(experts, hidden, 32, Kind::Float);
+        let x = Tensor::randn([tokens, hidden], (Kind::Float, Device::Cpu));
+        let (weights, chosen) =
+            Tensor::rand([tokens, experts], (Kind::Float, Device::Cpu)).softmax(-1, Kind::Float).topk(k, -1, true, true);
+        let before = cuda_kernels::stand_in::launches(&library);
+        let by_kernels = layer.forward_by(&x, &weights, &chosen, Some(&kernels));
+        assert_eq!(cuda_kernels::stand_in::launches(&library), before + 4, "the grouping's three launches and the sum's one");
+        let by_libtorch = layer.forward_by(&x, &weights, &chosen, None);
+        assert!(by_libtorch.abs().max().double_value(&[]) > 0.01, "outputs of a size where a wrong form shows");
+        let diff = (&by_kernels - &by_libtorch).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "outputs differ by {diff}");
     }
 }

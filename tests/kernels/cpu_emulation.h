@@ -6,6 +6,7 @@
 // match a GPU's to rounding, not to the bit.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -42,6 +43,8 @@ static std::barrier<>* emulated_block_barrier = nullptr;
 inline float __uint_as_float(unsigned int x) { return std::bit_cast<float>(x); }
 inline unsigned int __float_as_uint(float x) { return std::bit_cast<unsigned int>(x); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+using std::max;
+using std::min;
 
 /// Runs `kernel` (a callable taking no arguments) over `grid` blocks of `block.x` threads.
 template <class Kernel>

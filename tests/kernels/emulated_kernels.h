@@ -10,6 +10,11 @@ int emulate_delta_rule_across(dim3 grid, dim3 block, unsigned shared, void** par
 int emulate_delta_rule_within(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_linear_inputs_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_linear_inputs_f32(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_experts_count(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_experts_offsets(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_experts_place(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_experts_weighted_sum_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_experts_weighted_sum_f32(dim3 grid, dim3 block, unsigned shared, void** params);
 
 /// Kernel argument `i` of a launch's parameter array, as its type.
 template <class T>

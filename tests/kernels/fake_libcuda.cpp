@@ -19,6 +19,11 @@ static EmulatedKernel kernels[] = {
     {"delta_rule_within", emulate_delta_rule_within, 48 * 1024},
     {"linear_inputs_bf16", emulate_linear_inputs_bf16, 48 * 1024},
     {"linear_inputs_f32", emulate_linear_inputs_f32, 48 * 1024},
+    {"experts_count", emulate_experts_count, 48 * 1024},
+    {"experts_offsets", emulate_experts_offsets, 48 * 1024},
+    {"experts_place", emulate_experts_place, 48 * 1024},
+    {"experts_weighted_sum_bf16", emulate_experts_weighted_sum_bf16, 48 * 1024},
+    {"experts_weighted_sum_f32", emulate_experts_weighted_sum_f32, 48 * 1024},
 };
 
 static int context_marker, module_marker;

@@ -1,10 +1,9 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
-//! GPU idle in: a linear-attention layer's inputs to the delta rule (its convolution, SiLU and
-//! norms, some ten passes over the activations there; `benches/kernels/linear_inputs.cu` takes
-//! one), the delta rule's preparation within each chunk, some twenty small kernels over
-//! all the chunks there (`benches/kernels/delta_rule_within.cu` makes a chunk's in one block), and
-//! its pass across a prefix's chunks, five small kernels a chunk there
-//! (`benches/kernels/delta_rule_across.cu` holds each head's state on chip through all of them).
+//! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs to
+//! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
+//! across a prefix's chunks (`delta_rule`), and a mixture of experts' grouping of rows by expert
+//! and its weighted sum (`experts`). Each does in one to three launches what libtorch's forms do
+//! in five to twenty small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
@@ -18,6 +17,7 @@
 
 mod delta_rule;
 mod driver;
+mod experts;
 mod linear_inputs;
 #[cfg(test)]
 pub(crate) mod stand_in;
@@ -34,6 +34,7 @@ use super::arithmetic::cuda_kernels_folder;
 pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
 pub use delta_rule::{WithinChunks, CHUNK, KEY_DIM};
 use driver::{Driver, Handle, COMPUTE_CAPABILITY_MAJOR, COMPUTE_CAPABILITY_MINOR, MAX_DYNAMIC_SHARED_SIZE_BYTES};
+pub use experts::ExpertGroups;
 
 /// Where the driver library is looked for (`BPALS_LIBCUDA` overrides it, for the suite's stand-in).
 const LIBCUDA: &str = "libcuda.so.1";
@@ -50,8 +51,17 @@ struct KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 4] =
-    [&delta_rule::WITHIN, &delta_rule::ACROSS, &linear_inputs::LINEAR_INPUTS[0], &linear_inputs::LINEAR_INPUTS[1]];
+const KERNELS: [&KernelSpec; 9] = [
+    &delta_rule::WITHIN,
+    &delta_rule::ACROSS,
+    &linear_inputs::LINEAR_INPUTS[0],
+    &linear_inputs::LINEAR_INPUTS[1],
+    &experts::COUNT,
+    &experts::OFFSETS,
+    &experts::PLACE,
+    &experts::WEIGHTED_SUM[0],
+    &experts::WEIGHTED_SUM[1],
+];
 
 /// The kernels, loaded for one device.
 pub struct CudaKernels {
