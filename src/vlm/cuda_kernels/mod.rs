@@ -1,9 +1,9 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
 //! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs to
 //! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
-//! across a prefix's chunks (`delta_rule`), and a mixture of experts' grouping of rows by expert
-//! and its weighted sum (`experts`). Each does in one to three launches what libtorch's forms do
-//! in five to twenty small kernels.
+//! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), and a mixture
+//! of experts' grouping of rows by expert and its weighted sum (`experts`). Each does in one to
+//! three launches what libtorch's forms do in five to twenty small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
@@ -18,6 +18,7 @@
 mod delta_rule;
 mod driver;
 mod experts;
+mod gated_norm;
 mod linear_inputs;
 #[cfg(test)]
 pub(crate) mod stand_in;
@@ -51,7 +52,7 @@ struct KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 9] = [
+const KERNELS: [&KernelSpec; 11] = [
     &delta_rule::WITHIN,
     &delta_rule::ACROSS,
     &linear_inputs::LINEAR_INPUTS[0],
@@ -61,6 +62,8 @@ const KERNELS: [&KernelSpec; 9] = [
     &experts::PLACE,
     &experts::WEIGHTED_SUM[0],
     &experts::WEIGHTED_SUM[1],
+    &gated_norm::GATED_NORM[0],
+    &gated_norm::GATED_NORM[1],
 ];
 
 /// The kernels, loaded for one device.

@@ -131,8 +131,12 @@ impl GatedDeltaNet {
 
     /// The delta rule's output `out` (f32) in the model's precision `kind`, RMSNorm over each
     /// head (in f32), scaled, then gated by SiLU(z), as transformers does; on a GPU, in the
-    /// fewer kernels of [`gated_norm_fused`].
+    /// fewer kernels of [`gated_norm_fused`], or in one of the engine's own where asked for.
     fn gated_norm(&self, out: &Tensor, z: &Tensor, kind: Kind) -> Tensor {
+        let (heads, dv) = (self.shape.num_value_heads as i64, self.shape.value_head_dim as i64);
+        if let Some(kernels) = cuda_kernels::asked_for(out.device()).filter(|_| CudaKernels::takes_gated_norm(heads, dv, kind)) {
+            return kernels.gated_norm(out, z, &self.norm_weight, self.eps);
+        }
         if out.device().is_cuda() {
             let mut x = Tensor::empty(out.size(), (kind, out.device()));
             x.copy_(out); // cast and made contiguous in one pass
@@ -368,6 +372,34 @@ mod tests {
             // Relative to each value's size: bf16's step is relative.
             let relative = ((&fused - &elementwise).to_kind(Kind::Float).abs() / (elementwise.to_kind(Kind::Float).abs() + 1e-3)).max();
             assert!(relative.double_value(&[]) <= tolerance, "{kind:?}: {}", relative.double_value(&[]));
+        }
+    }
+
+    /// The engine's gated-norm kernel through the stand-in driver, reading the delta rule's
+    /// output through its strides (padded chunks, heads moved), gives libtorch's fused form: in
+    /// f32 within f32's rounding, in bf16 the same bits but where a sum of squares falls the other
+    /// side of a rounding.
+    #[test]
+    fn the_gated_norm_kernel_through_a_stand_in_driver_gives_libtorchs_fused_form() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = stand_in::kernels(scratch.path());
+        tch::manual_seed(31);
+        let (eps, b, heads, s, dv) = (1e-6, 3, 4, 21, 64);
+        let padded = Tensor::randn([b, heads, 24, dv], (Kind::Float, tch::Device::Cpu));
+        let out = padded.narrow(2, 0, s).transpose(1, 2); // (b, s, heads, dv), as the layer has it
+        let z = Tensor::randn([b, s, heads, dv], (Kind::Float, tch::Device::Cpu)) * 2.0;
+        let weight = Tensor::rand([dv], (Kind::Float, tch::Device::Cpu)) + 0.5;
+        for (kind, tolerance) in [(Kind::Float, 1e-5), (Kind::BFloat16, 2.0 * 2f64.powi(-8))] {
+            let (z, weight) = (z.to_kind(kind), weight.to_kind(kind));
+            let before = stand_in::launches(&library);
+            let by_kernel = kernels.gated_norm(&out, &z, &weight, eps);
+            assert_eq!(stand_in::launches(&library), before + 1, "one launch");
+            let fused = gated_norm_fused(&out.to_kind(kind).contiguous(), &z, &weight, eps);
+            assert_eq!((by_kernel.size(), by_kernel.kind()), (fused.size(), kind));
+            let diff = max_diff(&by_kernel.to_kind(Kind::Float), &fused.to_kind(Kind::Float)) / fused.abs().max().double_value(&[]);
+            assert!(diff <= tolerance, "{kind:?}: differs by {diff} of the largest value");
+            let same = by_kernel.eq_tensor(&fused).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+            assert!(kind == Kind::Float || same >= 0.99, "{kind:?}: {same} of the values the same");
         }
     }
 
