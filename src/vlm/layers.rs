@@ -2,6 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::cuda_kernels::{self, CudaKernels};
 use super::error::VlmError;
 use super::weights::Weights;
 
@@ -89,7 +90,17 @@ impl RmsNorm {
         Ok(RmsNorm { weight, eps, scale_in_f32: true })
     }
 
+    /// On a GPU where the engine's own kernels are asked for, rows of the hidden size are normed
+    /// by one of them ([`cuda_kernels`]), rounding where this rounds.
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        if let Some(kernels) = cuda_kernels::asked_for(x.device()).filter(|_| CudaKernels::takes_rms_norm(x, self.weight.kind())) {
+            return kernels.rms_norm(x, &self.weight, self.eps);
+        }
+        self.by_libtorch(x)
+    }
+
+    /// [`Self::forward`] by libtorch's operations.
+    fn by_libtorch(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let normed = rms_normalize(&x.to_kind(Kind::Float), self.eps);
         if self.scale_in_f32 {
@@ -296,6 +307,44 @@ mod tests {
         assert!(diff < 1e-5, "{diff}");
         let without_eps = &xf / xf.square().mean_dim(-1, true, Kind::Float).sqrt();
         assert!((&fused - without_eps).abs().max().double_value(&[]) > 1e-3, "a small input shows the epsilon");
+    }
+
+    /// The engine's RMSNorm kernel through the stand-in driver gives libtorch's form (a bf16
+    /// weight after the rounding, Qwen3.5's f32 weight before it, and f32 throughout): in f32
+    /// within f32's rounding, in bf16 the same bits but where a sum of squares falls the other
+    /// side of a rounding; a row alone the same bits as among others. Heads' widths stay with
+    /// libtorch.
+    #[test]
+    fn the_rms_norm_kernel_through_a_stand_in_driver_gives_libtorchs_form() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(17);
+        let width = 1100; // not a whole number of the block's threads
+        let x = Tensor::randn([2, 3, width], (Kind::Float, Device::Cpu)) * 3.0;
+        let raw = Tensor::randn([width], (Kind::Float, Device::Cpu)) * 0.2;
+        for (kind, centered, tolerance) in
+            [(Kind::Float, false, 1e-5), (Kind::BFloat16, false, 2.0 * 2f64.powi(-8)), (Kind::BFloat16, true, 2.0 * 2f64.powi(-8))]
+        {
+            let weight = if centered { raw.shallow_clone() + 1.0 } else { raw.to_kind(kind) + 1.0 };
+            let norm = RmsNorm { weight, eps: 1e-6, scale_in_f32: centered };
+            let x = x.to_kind(kind);
+            let before = cuda_kernels::stand_in::launches(&library);
+            let by_kernel = kernels.rms_norm(&x, &norm.weight, norm.eps);
+            assert_eq!(cuda_kernels::stand_in::launches(&library), before + 1, "one launch");
+            let by_libtorch = norm.by_libtorch(&x);
+            let context = format!("{kind:?}, weight in {:?}", norm.weight.kind());
+            assert_eq!((by_kernel.size(), by_kernel.kind()), (by_libtorch.size(), kind), "{context}");
+            let f32 = |t: &Tensor| t.to_kind(Kind::Float);
+            let diff =
+                (f32(&by_kernel) - f32(&by_libtorch)).abs().max().double_value(&[]) / f32(&by_libtorch).abs().max().double_value(&[]);
+            assert!(diff <= tolerance, "{context}: differs by {diff} of the largest value");
+            let same = by_kernel.eq_tensor(&by_libtorch).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+            assert!(kind == Kind::Float || same >= 0.99, "{context}: {same} of the values the same");
+            let alone = kernels.rms_norm(&x.narrow(1, 1, 1), &norm.weight, norm.eps);
+            assert!(alone.equal(&by_kernel.narrow(1, 1, 1)), "{context}: a row alone and among six");
+        }
+        let heads = Tensor::randn([4, 128], (Kind::Float, Device::Cpu));
+        assert!(!CudaKernels::takes_rms_norm(&heads, Kind::Float), "a head's width is libtorch's");
     }
 
     /// Windows of one length batched: the bits of one call per window (the CPU's kernels split by

@@ -26,6 +26,9 @@ static EmulatedKernel kernels[] = {
     {"experts_weighted_sum_f32", emulate_experts_weighted_sum_f32, 48 * 1024},
     {"gated_norm_bf16", emulate_gated_norm_bf16, 48 * 1024},
     {"gated_norm_f32", emulate_gated_norm_f32, 48 * 1024},
+    {"rms_norm_bf16", emulate_rms_norm_bf16, 48 * 1024},
+    {"rms_norm_bf16_weight_f32", emulate_rms_norm_bf16_weight_f32, 48 * 1024},
+    {"rms_norm_f32", emulate_rms_norm_f32, 48 * 1024},
 };
 
 static int context_marker, module_marker;

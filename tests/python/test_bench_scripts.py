@@ -78,7 +78,7 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     nvrtc = load_nvrtc()
     kernels = ROOT / "benches" / "kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
-                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", [])]
+                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", [])]
     assert {name for name, _ in kernel_files} == {p.name for p in kernels.glob("*.cu")}, "every kernel the bundle ships"
     for kernel, defines in kernel_files:
         for arch in ["sm_80", "sm_90"]:

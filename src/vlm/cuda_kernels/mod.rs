@@ -1,9 +1,10 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
 //! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs to
 //! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
-//! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), and a mixture
-//! of experts' grouping of rows by expert and its weighted sum (`experts`). Each does in one to
-//! three launches what libtorch's forms do in five to twenty small kernels.
+//! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a mixture of
+//! experts' grouping of rows by expert and its weighted sum (`experts`), and a decoder's RMSNorm
+//! (`rms_norm`). Each does in one to three launches what libtorch's forms do in four to twenty
+//! small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
@@ -20,6 +21,7 @@ mod driver;
 mod experts;
 mod gated_norm;
 mod linear_inputs;
+mod rms_norm;
 #[cfg(test)]
 pub(crate) mod stand_in;
 
@@ -52,7 +54,7 @@ struct KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 11] = [
+const KERNELS: [&KernelSpec; 14] = [
     &delta_rule::WITHIN,
     &delta_rule::ACROSS,
     &linear_inputs::LINEAR_INPUTS[0],
@@ -64,6 +66,9 @@ const KERNELS: [&KernelSpec; 11] = [
     &experts::WEIGHTED_SUM[1],
     &gated_norm::GATED_NORM[0],
     &gated_norm::GATED_NORM[1],
+    &rms_norm::RMS_NORM[0],
+    &rms_norm::RMS_NORM[1],
+    &rms_norm::RMS_NORM[2],
 ];
 
 /// The kernels, loaded for one device.
