@@ -91,6 +91,16 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
         nvrtc.compile_cubin(kernels / "delta_rule_within.cu", "sm_90", ["-DKEY_DIM=96"])
 
 
+def stand_in_driver(folder):
+    """The stand-in CUDA driver (tests/kernels/), built into `folder` and loaded."""
+    path = folder / "libcuda-standin.so"
+    sources = sorted((ROOT / "tests" / "kernels").glob("*.cpp"))
+    built = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o", path, *sources],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    return ctypes.CDLL(str(path))
+
+
 class StandInKernel:
     """A kernel of the stand-in CUDA driver (tests/kernels/), called as the bench calls the kernels
     `torch.cuda._compile_kernel` makes; its launch refuses another block or shared memory size
@@ -106,7 +116,11 @@ class StandInKernel:
         assert self.driver.cuFuncSetAttribute(self.function, 8, size) == 0  # its dynamic shared memory
 
     def __call__(self, grid, block, args, shared_mem):
-        held = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        def held_as(a):
+            if isinstance(a, torch.Tensor):
+                return ctypes.c_uint64(a.data_ptr())
+            return ctypes.c_float(a) if isinstance(a, float) else ctypes.c_int(a)
+        held = [held_as(a) for a in args]
         params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
         launch = self.driver.cuLaunchKernel
         launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
@@ -119,13 +133,7 @@ def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
     kernels' geometry), run on the CPU through the stand-in driver on a slice of the full-size
     shapes (2 heads, 3 chunks of 64): each kernel alone and both together give the f32 form's
     outputs within 1e-5."""
-    kernels = ROOT / "tests" / "kernels"
-    driver_path = tmp_path / "libcuda-standin.so"
-    sources = sorted(kernels.glob("*.cpp"))
-    built = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o", driver_path, *sources],
-                           capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
-    driver = ctypes.CDLL(str(driver_path))
+    driver = stand_in_driver(tmp_path)
     bench = load()
     bench.HEADS, bench.CHUNKS = 2, 3
     within, across = StandInKernel(driver, "delta_rule_within"), StandInKernel(driver, "delta_rule_across")
@@ -146,3 +154,75 @@ def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
     for way, out in ways.items():
         diff = (out - reference).abs().max().item()
         assert diff < 1e-5, f"{way}: {diff}"
+
+
+def load_kernels_bench():
+    spec = importlib.util.spec_from_file_location("kernels_gpu", ROOT / "benches" / "kernels_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_kernels_bench_groups_and_norms_as_the_engine_does():
+    """benches/kernels_gpu.py's copies of the engine's libtorch forms, held to what they mean: each
+    expert's assignments in (token, slot) order, padded with zero rows to whole groups of 8, zero
+    rows after the last; the norms as their formulas."""
+    bench = load_kernels_bench()
+    torch.manual_seed(3)
+    tokens, k, experts, width = 9, 2, 5, 16
+    x = torch.randn(tokens, width)
+    chosen = torch.randint(0, experts - 1, (tokens, k))  # the last expert chosen by none
+    rows, ends, output_row = bench.grouping(x, chosen, experts)
+    expected, places, start = [], {}, 0
+    for e in range(experts):
+        mine = [i for i in range(tokens * k) if chosen.flatten()[i] == e]
+        for j, i in enumerate(mine):
+            places[i] = start + j
+        expected += [x[i // k] for i in mine] + [torch.zeros(width)] * (-len(mine) % 8)
+        start += -(-len(mine) // 8) * 8
+        assert ends[e].item() == start, f"expert {e}"
+    expected += [torch.zeros(width)] * (rows.shape[0] - len(expected))
+    assert torch.equal(rows, torch.stack(expected))
+    assert output_row.tolist() == [places[i] for i in range(tokens * k)]
+
+    weight, z = torch.rand(width) + 0.5, torch.randn(2, 3, 4, width)
+    out = torch.randn(2, 4, 3, width).transpose(1, 2)
+    normed = out * (out.square().mean(-1, keepdim=True) + 1e-6).rsqrt() * weight
+    assert (bench.gated_norm(out, z, weight, 1e-6) - normed * z * z.sigmoid()).abs().max().item() < 1e-5
+    assert (bench.rms_norm(x, weight, 1e-6) - x * (x.square().mean(-1, keepdim=True) + 1e-6).rsqrt() * weight).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
+def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
+    """The bench's operands, grids and shared memory for the experts' and norms' kernels (its own
+    copies of the launches in src/vlm/cuda_kernels/), run on the CPU through the stand-in driver at
+    small widths: the grouping the same bytes as libtorch's form, the sums and norms within
+    rounding."""
+    driver = stand_in_driver(tmp_path)
+    bench = load_kernels_bench()
+    bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
+    kernel = lambda name: StandInKernel(driver, name)  # noqa: E731
+    grouping_kernels = tuple(kernel(f"experts_{n}") for n in ("count", "offsets", "place"))
+    weight = torch.rand(bench.DV).to(torch.bfloat16) + 0.5
+    norm_weight = torch.rand(bench.HIDDEN) + 0.5
+    for m in bench.inputs(2, "cpu", seed=7):
+        by_kernels = bench.fused_grouping(grouping_kernels, m["x"], m["chosen"], bench.EXPERTS)
+        by_libtorch = bench.grouping(m["x"], m["chosen"], bench.EXPERTS)
+        assert all(torch.equal(a, b) for a, b in zip(by_kernels, by_libtorch)), "the grouping's bytes"
+        output_row = by_libtorch[2]
+        sums = bench.fused_weighted_sum(kernel("experts_weighted_sum_bf16"), m["both"], output_row, m["weights"])
+        reference = bench.weighted_sum_by_bags(m["both"].float(), output_row, m["weights"].float())
+        assert (sums.float() - reference).abs().max().item() < 0.05, "the weighted sum, within bf16's rounding"
+        gated = bench.fused_gated_norm(kernel("gated_norm_bf16"), m["out"], m["z"], weight, bench.EPS)
+        assert (gated.float() - bench.gated_norm(m["out"], m["z"], weight, bench.EPS).float()).abs().max().item() < 0.05
+        normed = bench.fused_rms_norm(kernel("rms_norm_bf16_weight_f32"), m["x"], norm_weight, bench.EPS)
+        assert (normed.float() - bench.rms_norm(m["x"], norm_weight, bench.EPS).float()).abs().max().item() < 0.05
+
+
+def test_the_kernels_bench_prints_a_row_per_part():
+    run = subprocess.run([sys.executable, ROOT / "benches" / "kernels_gpu.py", "--device", "cpu", "--images", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
+    assert "not run (no GPU)" in run.stdout, run.stdout
