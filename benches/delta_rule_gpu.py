@@ -23,11 +23,14 @@ largest difference of its outputs from the f32 form's. Random inputs in the laye
 """
 
 import argparse
+import sys
 import ctypes
-import statistics
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import timed  # noqa: E402
 
 HEADS, DK, DV, PREFIX, LINEAR_LAYERS = 32, 128, 128, 1064, 30
 CHUNK, CHUNKS = 64, 17  # set per run by --chunks: tokens a chunk, and chunks to hold the prefix
@@ -162,23 +165,6 @@ def fused_across(kernel, prepared, first):
     kernel(grid=(b * h, dv // TILE, 1), block=(THREADS, 1, 1), args=args, shared_mem=across_shared_bytes())
     _, _, q_decayed, within, _, _ = prepared
     return q_decayed @ states + within @ news
-
-
-def timed(fn, reps=10, warmup=3):
-    if not torch.cuda.is_available():  # the CPU only proves the script runs: once, untimed
-        fn()
-        return 0.0
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():

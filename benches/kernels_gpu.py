@@ -22,10 +22,13 @@ inputs in bf16; the kernels are compiled here by NVRTC (`torch.cuda._compile_ker
 """
 
 import argparse
-import statistics
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import timed  # noqa: E402
 
 HIDDEN, EXPERTS, TOP_K, HEADS, DV, EPS = 2048, 256, 8, 32, 128, 1e-6
 PREFIX, QUESTIONS, QUESTION_TOKENS = 1064, 57, 24
@@ -134,23 +137,6 @@ def fused_rms_norm(kernel, x, weight, eps):
     out = torch.empty_like(x)
     kernel(grid=(x.numel() // width, 1, 1), block=(THREADS, 1, 1), args=[x, weight, out, width, eps], shared_mem=4 * THREADS)
     return out
-
-
-def timed(fn, reps=10, warmup=3):
-    if not torch.cuda.is_available():  # the CPU only proves the script runs: once, untimed
-        fn()
-        return 0.0
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def calls(images):
