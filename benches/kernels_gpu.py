@@ -6,6 +6,8 @@ part runs 4-20% slow; this replays each part alone on one layer's full-size tens
 images: its prefixes, 1,064 tokens each, then its 57 questions of 24 tokens each, as two calls)
 and checks on the GPU what the suite checks on the CPU through the stand-in driver:
 
+  experts: router        benches/kernels/router.cu against libtorch's softmax, top k and
+                         renormalisation (src/vlm/moe.rs): the experts chosen, the weights;
   experts: grouping      benches/kernels/experts.cu's three launches against libtorch's form
                          (src/vlm/moe.rs, `Experts::grouping`): the same bytes;
   experts: weighted sum  its one launch against the embedding bag; a token alone the same bits;
@@ -39,6 +41,12 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 # libtorch's forms, as the engine runs them on a GPU.
+
+def router(logits, k):
+    """`top_k_by_libtorch`: each token's k most probable experts, their renormalised weights."""
+    weights, chosen = logits.softmax(-1, dtype=torch.float32).topk(k, -1)
+    return (weights / weights.sum(-1, keepdim=True)).to(logits.dtype), chosen
+
 
 def grouping(x, chosen, experts):
     """`Experts::grouping`: rows grouped by expert, each group padded to GROUP_ROWS; the groups'
@@ -92,6 +100,15 @@ def compile_kernel(file, name):
         return torch.cuda._compile_kernel(source, name, nvcc_options=[f"--include-path={KERNELS}"]), None
     except (OSError, RuntimeError) as e:  # no NVRTC library found, or the source did not compile
         return None, f"NVRTC: {e}"
+
+
+def fused_router(kernel, logits, k):
+    tokens, experts = logits.shape
+    weights = torch.empty(tokens, k, dtype=logits.dtype, device=logits.device)
+    chosen = torch.empty(tokens, k, dtype=torch.int64, device=logits.device)
+    kernel(grid=(-(-tokens // THREADS), 1, 1), block=(THREADS, 1, 1), args=[logits, weights, chosen, tokens, experts, k, 1],
+           shared_mem=0)
+    return weights, chosen
 
 
 def fused_grouping(kernels, x, chosen, experts):
@@ -152,14 +169,13 @@ def inputs(images, device, seed=0):
     for rows, tokens in calls(images):
         n = rows * tokens
         x = torch.randn(n, HIDDEN, generator=g).to(device, torch.bfloat16)
-        logits = torch.randn(n, EXPERTS, generator=g)
-        weights, chosen = logits.softmax(-1).topk(TOP_K, -1)
-        weights = (weights / weights.sum(-1, keepdim=True)).to(device, torch.bfloat16)
+        logits = torch.randn(n, EXPERTS, generator=g).to(device, torch.bfloat16)
+        weights, chosen = router(logits, TOP_K)
         both = torch.randn(n * TOP_K + EXPERTS * (GROUP_ROWS - 1), HIDDEN, generator=g).to(device, torch.bfloat16)
         padded = -(-tokens // 64) * 64
         out = torch.randn(rows, HEADS, padded, DV, generator=g).to(device)[:, :, :tokens].transpose(1, 2)
         z = torch.randn(rows, tokens, HEADS, DV, generator=g).to(device, torch.bfloat16)
-        made.append({"x": x, "chosen": chosen.to(device), "weights": weights, "both": both, "out": out, "z": z})
+        made.append({"x": x, "logits": logits, "chosen": chosen, "weights": weights, "both": both, "out": out, "z": z})
     return made
 
 
@@ -174,7 +190,7 @@ def main():
     print("| --- | ---: | --- | ---: | ---: | --- |")
     kernels, why = {}, None
     if cuda:
-        for file, name in [("experts", "experts_count"), ("experts", "experts_offsets"), ("experts", "experts_place"),
+        for file, name in [("router", "router_top_k_bf16"), ("experts", "experts_count"), ("experts", "experts_offsets"), ("experts", "experts_place"),
                            ("experts", "experts_weighted_sum_bf16"), ("gated_norm", "gated_norm_bf16"),
                            ("rms_norm", "rms_norm_bf16_weight_f32")]:
             kernels[name], why = compile_kernel(file, name)
@@ -202,6 +218,7 @@ def measure(images, device, kernels, why):
     for m in made:
         m["output_row"] = grouping(m["x"], m["chosen"], EXPERTS)[2]
     parts = [
+        ("experts: router", MOE_LAYERS, lambda m: router(m["logits"], TOP_K)),
         ("experts: grouping", MOE_LAYERS, lambda m: grouping(m["x"], m["chosen"], EXPERTS)),
         ("experts: weighted sum", MOE_LAYERS, lambda m: weighted_sum_by_bags(m["both"], m["output_row"], m["weights"])),
         ("gated norm", LINEAR_LAYERS, lambda m: gated_norm(m["out"], m["z"], weight, EPS)),
@@ -212,6 +229,14 @@ def measure(images, device, kernels, why):
     if not kernels:
         print(f"| the engine's kernels | {images} | not run ({why}) | | | |", flush=True)
         return
+    router_kernel = kernels["router_top_k_bf16"]
+    m = made[0]
+    (weights, chosen), (weights0, chosen0) = fused_router(router_kernel, m["logits"], TOP_K), router(m["logits"], TOP_K)
+    differ = (chosen != chosen0).any(-1).float().mean().item()
+    diff = (weights.float() - weights0.float()).abs().max().item()
+    row("experts: router", "kernel", timed(both_calls(lambda m: fused_router(router_kernel, m["logits"], TOP_K))), MOE_LAYERS,
+        f"{differ:.1%} of tokens choose otherwise (equal probabilities ordered by expert); weights within {diff:.2e}")
+
     grouping_kernels = (kernels["experts_count"], kernels["experts_offsets"], kernels["experts_place"])
     same = all(torch.equal(a, b) for m in made
                for a, b in zip(fused_grouping(grouping_kernels, m["x"], m["chosen"], EXPERTS), grouping(m["x"], m["chosen"], EXPERTS)))

@@ -23,8 +23,8 @@ pub const CUDA: u32 = 2;
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
 /// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
 /// rule's preparation within chunks joined its pass across them; 3: the linear layers' inputs
-/// (convolution, SiLU, norms); 4: the experts' weighted sum (their grouping moves bytes only),
-/// the linear layers' gated norm and the decoders' RMSNorm.
+/// (convolution, SiLU, norms); 4: the experts' router and weighted sum (their grouping moves
+/// bytes only), the linear layers' gated norm and the decoders' RMSNorm.
 pub const CUDA_KERNELS: u32 = 4;
 
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.

@@ -206,21 +206,30 @@ impl SparseMoe {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let shape = x.size();
         let x = x.reshape([-1, shape[2]]);
-        let k = self.top_k;
         let (weights, chosen) = timed("experts: router", || {
-            let probs = self.router.forward(&x).softmax(-1, Kind::Float);
-            let (mut weights, chosen) = probs.topk(k, -1, true, true);
-            if self.renormalize {
-                weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+            let logits = self.router.forward(&x);
+            match cuda_kernels::asked_for(x.device()).filter(|_| CudaKernels::takes_router(&logits, self.top_k)) {
+                Some(kernels) => kernels.router_top_k(&logits, self.top_k, self.renormalize),
+                None => top_k_by_libtorch(&logits, self.top_k, self.renormalize),
             }
-            (weights, chosen)
         });
-        let mut out = self.experts.forward(&x, &weights.to_kind(x.kind()), &chosen);
+        let mut out = self.experts.forward(&x, &weights, &chosen);
         if let Some((mlp, gate)) = &self.shared {
             out = out + timed("experts: shared expert", || gate.forward(&x).sigmoid() * mlp.forward(&x));
         }
         out.view(shape.as_slice())
     }
+}
+
+/// Each token's `k` most probable experts from its router `logits` (tokens, experts), and their
+/// softmax probabilities (in f32, renormalised where the model asks) in the logits' precision.
+fn top_k_by_libtorch(logits: &Tensor, k: i64, renormalize: bool) -> (Tensor, Tensor) {
+    let probs = logits.softmax(-1, Kind::Float);
+    let (mut weights, chosen) = probs.topk(k, -1, true, true);
+    if renormalize {
+        weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+    }
+    (weights.to_kind(logits.kind()), chosen)
 }
 
 /// The experts of fused `gate_up_proj` and `down_proj` tensors, as views of them, in the
@@ -389,6 +398,42 @@ mod tests {
             let alone = kernels.experts_weighted_sum(&outputs, &output_row.narrow(0, 4 * k, k), &weights.narrow(0, 4, 1));
             assert!(alone.equal(&sums.narrow(0, 4, 1)), "{kind:?}: token 4 alone and among seven");
         }
+    }
+
+    /// The router kernel through the stand-in driver chooses libtorch's experts in libtorch's
+    /// order and gives their weights (renormalised or not) within rounding; of equal
+    /// probabilities the lower expert comes first; a token's choice is the same alone.
+    #[test]
+    fn the_router_kernel_through_a_stand_in_driver_chooses_libtorchs_experts() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(21);
+        let (tokens, experts, k) = (300, 130, 8);
+        let logits = Tensor::randn([tokens, experts], (Kind::Float, Device::Cpu)) * 2.0;
+        let weights_of = |(weights, _): &(Tensor, Tensor)| weights.to_kind(Kind::Float);
+        for (kind, renormalize, tolerance) in [(Kind::Float, true, 1e-6), (Kind::Float, false, 1e-6), (Kind::BFloat16, true, 2f64.powi(-8))]
+        {
+            let logits = logits.to_kind(kind);
+            let before = cuda_kernels::stand_in::launches(&library);
+            let by_kernel = kernels.router_top_k(&logits, k, renormalize);
+            assert_eq!(cuda_kernels::stand_in::launches(&library), before + 1, "one launch");
+            let by_libtorch = top_k_by_libtorch(&logits, k, renormalize);
+            let context = format!("{kind:?}, renormalised {renormalize}");
+            // libtorch's top k leaves the order of equal probabilities open (bf16 logits tie
+            // often); a stable sort gives the kernel's rule, the lower expert first.
+            let (_, by_rule) = logits.softmax(-1, Kind::Float).neg().sort_stable(true, -1, false);
+            assert!(by_kernel.1.equal(&by_rule.narrow(1, 0, k)), "{context}: the experts chosen, in order");
+            let differ = by_kernel.1.ne_tensor(&by_libtorch.1).any_dim(1, false).sum(Kind::Int64).int64_value(&[]);
+            assert!(kind == Kind::BFloat16 || differ == 0, "{context}: {differ} tokens' choices differ from libtorch's");
+            assert_eq!(by_kernel.0.kind(), kind);
+            let diff = (weights_of(&by_kernel) - weights_of(&by_libtorch)).abs().max().double_value(&[]);
+            assert!(diff <= tolerance, "{context}: weights differ by {diff}");
+            let alone = kernels.router_top_k(&logits.narrow(0, 7, 1), k, renormalize);
+            assert!(alone.0.equal(&by_kernel.0.narrow(0, 7, 1)) && alone.1.equal(&by_kernel.1.narrow(0, 7, 1)), "{context}: token 7 alone");
+        }
+        let ties = Tensor::from_slice(&[1.0f32, 3.0, 2.0, 3.0, 2.0, 0.0]).view([1, 6]);
+        let (_, chosen) = kernels.router_top_k(&ties, 4, true);
+        assert_eq!(Vec::<i64>::try_from(chosen.flatten(0, -1)).unwrap(), [1, 3, 2, 4], "of equal ones the lower expert first");
     }
 
     /// A layer's experts with the grouping and the sum by the kernels (on the CPU, through the

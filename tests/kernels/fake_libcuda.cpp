@@ -29,6 +29,8 @@ static EmulatedKernel kernels[] = {
     {"rms_norm_bf16", emulate_rms_norm_bf16, 48 * 1024},
     {"rms_norm_bf16_weight_f32", emulate_rms_norm_bf16_weight_f32, 48 * 1024},
     {"rms_norm_f32", emulate_rms_norm_f32, 48 * 1024},
+    {"router_top_k_bf16", emulate_router_top_k_bf16, 48 * 1024},
+    {"router_top_k_f32", emulate_router_top_k_f32, 48 * 1024},
 };
 
 static int context_marker, module_marker;

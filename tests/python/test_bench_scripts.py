@@ -78,7 +78,7 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     nvrtc = load_nvrtc()
     kernels = ROOT / "benches" / "kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
-                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", [])]
+                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", [])]
     assert {name for name, _ in kernel_files} == {p.name for p in kernels.glob("*.cu")}, "every kernel the bundle ships"
     for kernel, defines in kernel_files:
         for arch in ["sm_80", "sm_90"]:
@@ -206,6 +206,10 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
     weight = torch.rand(bench.DV).to(torch.bfloat16) + 0.5
     norm_weight = torch.rand(bench.HIDDEN) + 0.5
     for m in bench.inputs(2, "cpu", seed=7):
+        weights, chosen = bench.fused_router(kernel("router_top_k_bf16"), m["logits"], bench.TOP_K)
+        by_rule = m["logits"].softmax(-1, dtype=torch.float32).neg().sort(stable=True).indices[:, :bench.TOP_K]
+        assert torch.equal(chosen, by_rule), "the router's choice, equal probabilities ordered by expert"
+        assert (weights.float() - bench.router(m["logits"], bench.TOP_K)[0].float()).abs().max().item() < 0.01
         by_kernels = bench.fused_grouping(grouping_kernels, m["x"], m["chosen"], bench.EXPERTS)
         by_libtorch = bench.grouping(m["x"], m["chosen"], bench.EXPERTS)
         assert all(torch.equal(a, b) for a, b in zip(by_kernels, by_libtorch)), "the grouping's bytes"
@@ -224,5 +228,5 @@ def test_the_kernels_bench_prints_a_row_per_part():
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
-    assert [row.split(" | ")[0] for row in rows] == ["| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
+    assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
     assert "not run (no GPU)" in run.stdout, run.stdout

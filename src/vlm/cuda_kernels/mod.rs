@@ -2,8 +2,8 @@
 //! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs to
 //! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
 //! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a mixture of
-//! experts' grouping of rows by expert and its weighted sum (`experts`), and a decoder's RMSNorm
-//! (`rms_norm`). Each does in one to three launches what libtorch's forms do in four to twenty
+//! experts' router (`router`), its grouping of rows by expert and its weighted sum (`experts`),
+//! and a decoder's RMSNorm (`rms_norm`). Each does in one to three launches what libtorch's forms do in four to twenty
 //! small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
@@ -22,6 +22,7 @@ mod experts;
 mod gated_norm;
 mod linear_inputs;
 mod rms_norm;
+mod router;
 #[cfg(test)]
 pub(crate) mod stand_in;
 
@@ -54,7 +55,7 @@ struct KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 14] = [
+const KERNELS: [&KernelSpec; 16] = [
     &delta_rule::WITHIN,
     &delta_rule::ACROSS,
     &linear_inputs::LINEAR_INPUTS[0],
@@ -69,6 +70,8 @@ const KERNELS: [&KernelSpec; 14] = [
     &rms_norm::RMS_NORM[0],
     &rms_norm::RMS_NORM[1],
     &rms_norm::RMS_NORM[2],
+    &router::ROUTER[0],
+    &router::ROUTER[1],
 ];
 
 /// The kernels, loaded for one device.

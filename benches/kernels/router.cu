@@ -1,0 +1,73 @@
+// A Qwen mixture of experts' router after its linear layer, in one launch: each token's softmax
+// over the experts in f32, its k most probable experts (most probable first), and their
+// probabilities, renormalised to sum to one where the model asks, in the model's precision.
+// libtorch's form is a softmax, a top-k, a sum, a division and a cast, over a pass's rows.
+//
+// It computes what `SparseMoe::forward` in src/vlm/moe.rs computes for the router, a thread a
+// token:
+//
+//   p[e]      = exp(logit[e] - max) / sum over e' of exp(logit[e'] - max)      in f32, in order
+//   chosen[i] = the expert of the i-th largest p; of equal ones the lower expert first
+//   weight[i] = as_stored(p[chosen[i]] / sum over i' < k of p[chosen[i']])  (or p itself)
+//
+// The choice keeps no list of the experts taken: the i-th is the largest below the (i-1)-th in
+// the order (p descending, expert ascending). Every sum runs in order; no atomics: a token's
+// experts and weights depend on its own logits alone.
+//
+// On trial like the other kernels here: the engine launches it where BPALS_CUDA_KERNELS names
+// its cubins (src/vlm/cuda_kernels/router.rs); the suite runs it on the CPU (tests/kernels/).
+//
+// Layouts, contiguous: logits (tokens, experts) and weights (tokens, k) in the model's
+// precision, chosen (tokens, k) int64. Grid (tokens / THREADS, rounded up), no shared memory.
+
+#define THREADS 256
+
+#include "bf16.cuh"
+
+template <class T>
+__device__ void router_top_k(const T* logits, T* weights, long long* chosen, int tokens, int experts, int k,
+                             int renormalize) {
+    const long token = static_cast<long>(blockIdx.x) * THREADS + threadIdx.x;
+    if (token >= tokens) return;
+    const T* row = logits + token * experts;
+    float top = load(row);
+    for (int e = 1; e < experts; ++e) top = fmaxf(top, load(row + e));
+    float sum = 0.0f;
+    for (int e = 0; e < experts; ++e) sum += expf(load(row + e) - top);
+
+    float last_p = 0.0f, kept = 0.0f;
+    int last = -1;  // the expert chosen before; none yet
+    for (int i = 0; i < k; ++i) {
+        int best = 0;
+        float best_p = 0.0f;
+        bool found = false;
+        for (int e = 0; e < experts; ++e) {
+            const float p = expf(load(row + e) - top) / sum;
+            const bool after_last = last < 0 || p < last_p || (p == last_p && e > last);
+            if (after_last && (!found || p > best_p)) {
+                best = e;
+                best_p = p;
+                found = true;
+            }
+        }
+        chosen[token * k + i] = best;
+        kept += best_p;
+        last = best;
+        last_p = best_p;
+    }
+    for (int i = 0; i < k; ++i) {
+        const float p = expf(load(row + chosen[token * k + i]) - top) / sum;
+        store(weights + token * k + i, renormalize ? p / kept : p);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) router_top_k_bf16(const unsigned short* logits, unsigned short* weights,
+                                                                        long long* chosen, int tokens, int experts, int k,
+                                                                        int renormalize) {
+    router_top_k(logits, weights, chosen, tokens, experts, k, renormalize);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) router_top_k_f32(const float* logits, float* weights, long long* chosen,
+                                                                       int tokens, int experts, int k, int renormalize) {
+    router_top_k(logits, weights, chosen, tokens, experts, k, renormalize);
+}
