@@ -33,6 +33,9 @@ impl CudaKernels {
         let (rows, s, heads, dv) = (size[0], size[1], size[2], size[3]);
         let kind = z.kind();
         assert!(Self::takes_gated_norm(heads, dv, kind) && out.kind() == Kind::Float, "a gated norm the kernel does not take");
+        if out.numel() == 0 {
+            return Tensor::empty([rows, s, heads, dv], (kind, z.device())); // no blocks to launch
+        }
         // The output is read through its strides (the delta rule's, heads moved), where its
         // entries are contiguous and the strides fit the kernel's ints.
         let fits = |t: &Tensor| t.stride()[3] == 1 && t.stride()[..3].iter().all(|&x| x <= i64::from(c_int::MAX));

@@ -3,8 +3,8 @@
 //! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
 //! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a mixture of
 //! experts' router (`router`), its grouping of rows by expert and its weighted sum (`experts`),
-//! and a decoder's RMSNorm (`rms_norm`). Each does in one to three launches what libtorch's forms do in four to twenty
-//! small kernels.
+//! and a decoder's RMSNorm (`rms_norm`). Each does in one to three launches what libtorch's forms
+//! do in four to twenty small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
