@@ -235,7 +235,7 @@ def measure(images, device, kernels, why):
     differ = (chosen != chosen0).any(-1).float().mean().item()
     diff = (weights.float() - weights0.float()).abs().max().item()
     row("experts: router", "kernel", timed(both_calls(lambda m: fused_router(router_kernel, m["logits"], TOP_K))), MOE_LAYERS,
-        f"{differ:.1%} of tokens choose otherwise (equal probabilities ordered by expert); weights within {diff:.2e}")
+        f"{differ:.1%} of tokens choose otherwise (equal logits ordered by expert); weights within {diff:.2e}")
 
     grouping_kernels = (kernels["experts_count"], kernels["experts_offsets"], kernels["experts_place"])
     same = all(torch.equal(a, b) for m in made

@@ -6,13 +6,15 @@
 // It computes what `SparseMoe::forward` in src/vlm/moe.rs computes for the router, a thread a
 // token:
 //
+//   chosen[i] = the expert of the i-th largest logit; of equal ones the lower expert first
 //   p[e]      = exp(logit[e] - max) / sum over e' of exp(logit[e'] - max)      in f32, in order
-//   chosen[i] = the expert of the i-th largest p; of equal ones the lower expert first
 //   weight[i] = as_stored(p[chosen[i]] / sum over i' < k of p[chosen[i']])  (or p itself)
 //
-// The choice keeps no list of the experts taken: the i-th is the largest below the (i-1)-th in
-// the order (p descending, expert ascending). Every sum runs in order; no atomics: a token's
-// experts and weights depend on its own logits alone.
+// The softmax keeps the logits' order, so the k largest logits are the k most probable experts
+// (libtorch chooses by probability: two logits can round to one probability only far below the
+// top k's). The choice keeps no list of the experts taken: the i-th is the largest below the
+// (i-1)-th in the order (logit descending, expert ascending), and reads no exponential. Every
+// sum runs in order; no atomics: a token's experts and weights depend on its own logits alone.
 //
 // On trial like the other kernels here: the engine launches it where BPALS_CUDA_KERNELS names
 // its cubins (src/vlm/cuda_kernels/router.rs); the suite runs it on the CPU (tests/kernels/).
@@ -35,25 +37,25 @@ __device__ void router_top_k(const T* logits, T* weights, long long* chosen, int
     float sum = 0.0f;
     for (int e = 0; e < experts; ++e) sum += expf(load(row + e) - top);
 
-    float last_p = 0.0f, kept = 0.0f;
+    float last_logit = 0.0f, kept = 0.0f;
     int last = -1;  // the expert chosen before; none yet
     for (int i = 0; i < k; ++i) {
         int best = 0;
-        float best_p = 0.0f;
+        float best_logit = 0.0f;
         bool found = false;
         for (int e = 0; e < experts; ++e) {
-            const float p = expf(load(row + e) - top) / sum;
-            const bool after_last = last < 0 || p < last_p || (p == last_p && e > last);
-            if (after_last && (!found || p > best_p)) {
+            const float logit = load(row + e);
+            const bool after_last = last < 0 || logit < last_logit || (logit == last_logit && e > last);
+            if (after_last && (!found || logit > best_logit)) {
                 best = e;
-                best_p = p;
+                best_logit = logit;
                 found = true;
             }
         }
         chosen[token * k + i] = best;
-        kept += best_p;
+        kept += expf(best_logit - top) / sum;
         last = best;
-        last_p = best_p;
+        last_logit = best_logit;
     }
     for (int i = 0; i < k; ++i) {
         const float p = expf(load(row + chosen[token * k + i]) - top) / sum;

@@ -23,7 +23,7 @@ impl CudaKernels {
     }
 
     /// Each token's `k` most probable experts from its router `logits` (tokens, experts), most
-    /// probable first (of equal ones the lower expert first), and their softmax probabilities,
+    /// probable first (of equal logits the lower expert first), and their softmax probabilities,
     /// renormalised to sum to one where `renormalize`: (weights in the logits' precision, chosen
     /// int64), each (tokens, k).
     pub fn router_top_k(&self, logits: &Tensor, k: i64, renormalize: bool) -> (Tensor, Tensor) {
