@@ -92,10 +92,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) experts_offsets(int* count
     }
 }
 
-// `words` 16-byte words from `from` to `to` (or zeros where `from` is null), the block's threads
-// taking every THREADS-th.
-__device__ inline void copy_words(float4* to, const float4* from, long words) {
-    for (long w = threadIdx.x; w < words; w += THREADS) to[w] = from ? from[w] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+// `rows` rows of `row_words` 16-byte words from `to` on made zero, the block's threads taking
+// every THREADS-th word.
+__device__ inline void zero_rows(float4* to, long rows, int row_words) {
+    for (long w = threadIdx.x; w < rows * row_words; w += THREADS) to[w] = float4{0.0f, 0.0f, 0.0f, 0.0f};
 }
 
 // Grid (tiles + experts); 8 TILE bytes of dynamic shared memory. `firsts` is what
@@ -110,10 +110,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) experts_place(const long l
         // Expert e's padding, and the e-th group_rows - 1 of the rows after the last group
         // (there are at most experts * (group_rows - 1) of them).
         const int e = blockIdx.x - tiles;
-        copy_words(rows + static_cast<long>(filled[e]) * row_words, nullptr, static_cast<long>(ends[e] - filled[e]) * row_words);
+        zero_rows(rows + static_cast<long>(filled[e]) * row_words, ends[e] - filled[e], row_words);
         const int after = ends[experts - 1] + e * (group_rows - 1);
-        const int zero_rows = max(0, min(after + group_rows - 1, total_rows) - after);
-        copy_words(rows + static_cast<long>(after) * row_words, nullptr, static_cast<long>(zero_rows) * row_words);
+        zero_rows(rows + static_cast<long>(after) * row_words, max(0, min(after + group_rows - 1, total_rows) - after), row_words);
         return;
     }
     int* ids = reinterpret_cast<int*>(shared4);

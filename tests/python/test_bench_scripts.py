@@ -23,11 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benches" / "delta_rule_gpu.py"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("delta_rule_gpu", SCRIPT)
+def load_script(path):
+    """A bench script of this repository, imported as a module (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load():
+    return load_script(SCRIPT)
 
 
 def test_the_delta_rule_bench_computes_the_delta_rule():
@@ -63,10 +68,7 @@ def test_the_delta_rule_bench_prints_a_row_per_chunk_size_and_way():
 
 
 def load_nvrtc():
-    spec = importlib.util.spec_from_file_location("nvrtc", ROOT / "benches" / "kernels" / "nvrtc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benches" / "kernels" / "nvrtc.py")
 
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
@@ -157,10 +159,7 @@ def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
 
 
 def load_kernels_bench():
-    spec = importlib.util.spec_from_file_location("kernels_gpu", ROOT / "benches" / "kernels_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benches" / "kernels_gpu.py")
 
 
 def test_the_kernels_bench_groups_and_norms_as_the_engine_does():
