@@ -24,17 +24,16 @@ largest difference of its outputs from the f32 form's. Random inputs in the laye
 
 import argparse
 import sys
-import ctypes
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_kernels import compile_kernel  # noqa: E402
 from gpu_timing import timed  # noqa: E402
 
 HEADS, DK, DV, PREFIX, LINEAR_LAYERS = 32, 128, 128, 1064, 30
 CHUNK, CHUNKS = 64, 17  # set per run by --chunks: tokens a chunk, and chunks to hold the prefix
-KERNELS = Path(__file__).resolve().parent / "kernels"
 TILE, THREADS = 64, 256  # the pass-across kernel's state columns a block; both kernels' threads a block
 
 
@@ -125,25 +124,6 @@ def within_shared_bytes():
     return 4 * (2 * 64 * (DK + 4) + 64 * 68 + 3 * 64)
 
 
-def compile_kernel(name, shared, options):
-    """One of the engine's kernels, compiled by NVRTC for this GPU, or why not."""
-    if not hasattr(torch.cuda, "_compile_kernel"):
-        return None, f"PyTorch {torch.__version__} has no torch.cuda._compile_kernel"
-    if shared > getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 49152):
-        return None, f"{name} at a chunk of {CHUNK} needs {shared} bytes of shared memory a block, more than this GPU has"
-    try:
-        kernel = torch.cuda._compile_kernel((KERNELS / f"{name}.cu").read_text(), name, nvcc_options=options)
-    except (OSError, RuntimeError) as e:  # no NVRTC library found, or the source did not compile
-        return None, f"NVRTC: {e}"
-    if hasattr(kernel, "set_shared_memory_config"):
-        kernel.set_shared_memory_config(shared)
-    else:  # older PyTorch: raise the kernel's dynamic shared memory limit through the driver
-        max_dynamic_shared = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        libcuda = torch.cuda._utils._get_gpu_runtime_library()
-        assert libcuda.cuFuncSetAttribute(kernel.func, max_dynamic_shared, ctypes.c_int(shared)) == 0
-    return kernel, None
-
-
 def fused_prepare(kernel, q, k, v, log_decay, beta):
     """`prepare` as one launch of the preparation kernel, in `prepare`'s layouts."""
     b, h, n, c, dv = v.shape
@@ -220,10 +200,10 @@ def measure(b, device):
         graphed = across(prepared, first)
     row("across, f32 as one graph", timed(graph.replay), graphed)
 
-    within_kernel, within_why = compile_kernel("delta_rule_within", within_shared_bytes(), [f"-DKEY_DIM={DK}"])
+    within_kernel, within_why = compile_kernel("delta_rule_within", "delta_rule_within", [f"-DKEY_DIM={DK}"], within_shared_bytes())
     if within_kernel is not None and CHUNK > 64:
         within_kernel, within_why = None, f"chunks of {CHUNK} tokens are more than its 64"
-    across_kernel, across_why = compile_kernel("delta_rule_across", across_shared_bytes(), [f"-DCHUNK={CHUNK}", f"-DDK={DK}"])
+    across_kernel, across_why = compile_kernel("delta_rule_across", "delta_rule_across", [f"-DCHUNK={CHUNK}", f"-DDK={DK}"], across_shared_bytes())
     if within_kernel is None:
         not_run("prepare, fused kernel", within_why)
     else:

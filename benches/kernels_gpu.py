@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_kernels import compile_kernel, float32  # noqa: E402
 from gpu_timing import timed  # noqa: E402
 
 HIDDEN, EXPERTS, TOP_K, HEADS, DV, EPS = 2048, 256, 8, 32, 128, 1e-6
@@ -37,7 +38,6 @@ PREFIX, QUESTIONS, QUESTION_TOKENS = 1064, 57, 24
 MOE_LAYERS, LINEAR_LAYERS, NORMS = 40, 30, 80  # the 35B's: every layer's experts, its linear layers, two norms a layer
 GROUP_ROWS = 8  # src/vlm/moe.rs
 THREADS, TILE = 256, 512  # every kernel's block; the grouping's assignments a tile (experts.cu)
-KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 # libtorch's forms, as the engine runs them on a GPU.
@@ -91,17 +91,6 @@ def rms_norm(x, weight, eps):
 
 # The engine's kernels, launched as src/vlm/cuda_kernels/ launches them.
 
-def compile_kernel(file, name):
-    """One kernel of benches/kernels/FILE.cu compiled by NVRTC for this GPU, or why not."""
-    if not hasattr(torch.cuda, "_compile_kernel"):
-        return None, f"PyTorch {torch.__version__} has no torch.cuda._compile_kernel"
-    try:
-        source = (KERNELS / f"{file}.cu").read_text()
-        return torch.cuda._compile_kernel(source, name, nvcc_options=[f"--include-path={KERNELS}"]), None
-    except (OSError, RuntimeError) as e:  # no NVRTC library found, or the source did not compile
-        return None, f"NVRTC: {e}"
-
-
 def fused_router(kernel, logits, k):
     tokens, experts = logits.shape
     weights = torch.empty(tokens, k, dtype=logits.dtype, device=logits.device)
@@ -144,7 +133,7 @@ def fused_gated_norm(kernel, out, z, weight, eps):
     rows, s, heads, dv = out.shape
     result = torch.empty(rows, s, heads, dv, dtype=z.dtype, device=z.device)
     stride = out.stride()
-    args = [out, z, weight, result, s, heads, dv, stride[0], stride[1], stride[2], eps]
+    args = [out, z, weight, result, s, heads, dv, stride[0], stride[1], stride[2], float32(eps)]
     kernel(grid=(s, rows, 1), block=(THREADS, 1, 1), args=args, shared_mem=4 * (heads * (dv + 1) + heads))
     return result
 
@@ -152,7 +141,8 @@ def fused_gated_norm(kernel, out, z, weight, eps):
 def fused_rms_norm(kernel, x, weight, eps):
     width = x.shape[-1]
     out = torch.empty_like(x)
-    kernel(grid=(x.numel() // width, 1, 1), block=(THREADS, 1, 1), args=[x, weight, out, width, eps], shared_mem=4 * THREADS)
+    kernel(grid=(x.numel() // width, 1, 1), block=(THREADS, 1, 1), args=[x, weight, out, width, float32(eps)],
+           shared_mem=4 * THREADS)
     return out
 
 

@@ -118,10 +118,10 @@ class StandInKernel:
         assert self.driver.cuFuncSetAttribute(self.function, 8, size) == 0  # its dynamic shared memory
 
     def __call__(self, grid, block, args, shared_mem):
-        def held_as(a):
+        def held_as(a):  # as `torch.cuda._compile_kernel`'s launch passes them: a float as a double
             if isinstance(a, torch.Tensor):
                 return ctypes.c_uint64(a.data_ptr())
-            return ctypes.c_float(a) if isinstance(a, float) else ctypes.c_int(a)
+            return ctypes.c_double(a) if isinstance(a, float) else ctypes.c_int(a)
         held = [held_as(a) for a in args]
         params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
         launch = self.driver.cuLaunchKernel
@@ -196,10 +196,11 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
     """The bench's operands, grids and shared memory for the experts' and norms' kernels (its own
     copies of the launches in src/vlm/cuda_kernels/), run on the CPU through the stand-in driver at
     small widths: the grouping the same bytes as libtorch's form, the sums and norms within
-    rounding."""
+    rounding. The norms' epsilon large enough to show, had a launch passed it as a double."""
     driver = stand_in_driver(tmp_path)
     bench = load_kernels_bench()
     bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
+    bench.EPS = 0.5
     kernel = lambda name: StandInKernel(driver, name)  # noqa: E731
     grouping_kernels = tuple(kernel(f"experts_{n}") for n in ("count", "offsets", "place"))
     weight = torch.rand(bench.DV).to(torch.bfloat16) + 0.5
@@ -229,3 +230,4 @@ def test_the_kernels_bench_prints_a_row_per_part():
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
     assert "not run (no GPU)" in run.stdout, run.stdout
+
