@@ -24,8 +24,9 @@ pub const CUDA: u32 = 2;
 /// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
 /// rule's preparation within chunks joined its pass across them; 3: the linear layers' inputs
 /// (convolution, SiLU, norms); 4: the experts' router and weighted sum (their grouping moves
-/// bytes only), the linear layers' gated norm and the decoders' RMSNorm.
-pub const CUDA_KERNELS: u32 = 4;
+/// bytes only), the linear layers' gated norm and the decoders' RMSNorm; 5: the questions'
+/// attention to their own tokens and its merge with the prefix's part.
+pub const CUDA_KERNELS: u32 = 5;
 
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
 pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";

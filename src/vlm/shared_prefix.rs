@@ -15,6 +15,7 @@
 
 use tch::{Kind, Tensor};
 
+use super::cuda_kernels::{self, CudaKernels};
 use super::part_clock::timed;
 
 /// How the questions of one image meet the image's prefix when they are scored.
@@ -77,7 +78,47 @@ pub struct Prefix<'a> {
 /// prefix r / (b / images). The products run in the inputs' dtype, as transformers' eager
 /// attention runs a bf16 model's; the softmax and the merge in f32.
 pub fn attention(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
-    timed("attention: questions over the prefix", || attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE))
+    timed("attention: questions over the prefix", || {
+        let kernels = if prefix.fused { cuda_kernels::asked_for(q.device()) } else { None };
+        attention_by(q, prefix, k, v, suffix_mask, scale, kernels)
+    })
+}
+
+/// [`attention`], the questions' own part and the merge by the engine's kernel where `kernels`
+/// are given and take the questions (after the prefix part through libtorch's fused kernel).
+fn attention_by(
+    q: &Tensor,
+    prefix: &Prefix<'_>,
+    k: &Tensor,
+    v: &Tensor,
+    suffix_mask: &Tensor,
+    scale: f64,
+    kernels: Option<&CudaKernels>,
+) -> Tensor {
+    let (s, d) = (q.size()[2], q.size()[3]);
+    let takes =
+        |_: &&CudaKernels| prefix.fused && suffix_mask.numel() as i64 == s * s && CudaKernels::takes_suffix_attention(s, d, q.kind());
+    match kernels.filter(takes) {
+        Some(kernels) => {
+            let (stacked, repeats) = stacked_queries(q, prefix.k);
+            let (out, lse) = fused_prefix(&stacked, prefix, repeats, scale);
+            kernels.suffix_attention(q, k, v, &out, &lse.to_kind(Kind::Float), &suffix_mask.reshape([s, s]), scale)
+        }
+        None => attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE),
+    }
+}
+
+/// The queries `q` (b, heads, s, d) of an image's rows for a key/value head of `prefix_k`
+/// (images, kv_heads, p, d) as one matrix: (images, kv_heads, rows x groups x s, d), row by row,
+/// each row's query heads of that key/value head in turn. With how many rows of s queries each
+/// head of the prefix meets.
+fn stacked_queries(q: &Tensor, prefix_k: &Tensor) -> (Tensor, i64) {
+    let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
+    let (images, kv_heads) = (prefix_k.size()[0], prefix_k.size()[1]);
+    let (groups, rows) = (heads / kv_heads, b / images);
+    let stacked =
+        q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
+    (stacked, rows * groups)
 }
 
 /// [`attention`], the prefix part's scores `at_once` elements at most at a time.
@@ -86,12 +127,11 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
     let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
     let (images, kv_heads, p, kind) = (prefix_k.size()[0], prefix_k.size()[1], prefix_k.size()[2], q.kind());
     let (groups, rows) = (heads / kv_heads, b / images);
-    let q = q.view([b, kv_heads, groups, s, d]);
 
     // The prefix: the queries of an image's rows for a key/value head as one matrix, against one
     // copy of that image's keys (a batched product over the images, a group of them at a time).
-    let stacked =
-        q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
+    let (stacked, _) = stacked_queries(q, prefix_k);
+    let q = q.view([b, kv_heads, groups, s, d]);
     let per_group = (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images);
     let parts: Vec<(Tensor, Tensor, Tensor)> = if prefix.fused {
         // The kernel keeps no score matrix: every image at once.
@@ -134,15 +174,23 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
 
 /// The prefix part of every stacked query (images, kv_heads, repeats x s, d) through libtorch's
 /// fused attention, in the form [`partial`] gives: its log-sum-exp stands for the maximum, a sum
-/// of one, and the normalised output. A prefix mask (s, p) repeats for each of a head's
-/// `repeats` rows and query heads.
+/// of one, and the normalised output.
 fn fused(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Tensor, Tensor, Tensor) {
+    let (out, lse) = fused_prefix(stacked, prefix, repeats, scale);
+    let lse = lse.to_kind(Kind::Float).unsqueeze(-1);
+    (lse.shallow_clone(), lse.ones_like(), out.to_kind(Kind::Float))
+}
+
+/// libtorch's fused attention of the stacked queries over the prefix: the output (images,
+/// kv_heads, repeats x s, d) in the queries' dtype and its log-sum-exp (images, kv_heads, repeats
+/// x s). A prefix mask (s, p) repeats for each of a head's `repeats` rows and query heads.
+fn fused_prefix(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Tensor, Tensor) {
     let (l, p, kind) = (stacked.size()[2], prefix.k.size()[2], stacked.kind());
     // The kernels take a mask in the queries' dtype: hidden keys at a large finite value, so a
     // query that sees none of the prefix gets a finite log-sum-exp (and zero weight in the merge).
     let hidden = if kind == Kind::Half { -65504.0 } else { -1e30 };
     let mask = prefix.mask.map(|m| m.to_kind(Kind::Float).clamp_min(hidden).repeat([repeats, 1]).to_kind(kind));
-    let (out, lse) = if stacked.device().is_cuda() {
+    if stacked.device().is_cuda() {
         // Memory-efficient attention wants the bias's rows 16-aligned (padded storage, narrowed)
         // and its size to be the queries' batch and heads exactly (libtorch's SDPA expands the
         // mask before it calls this kernel; called directly, the expansion is ours: no copy).
@@ -158,9 +206,7 @@ fn fused(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Te
     } else {
         let mask = mask.map(|m| m.view([1, 1, l, p]));
         Tensor::internal_scaled_dot_product_flash_attention_for_cpu(stacked, prefix.k, prefix.v, 0.0, false, mask, scale)
-    };
-    let lse = lse.to_kind(Kind::Float).unsqueeze(-1);
-    (lse.shallow_clone(), lse.ones_like(), out.to_kind(Kind::Float))
+    }
 }
 
 /// One part of a softmax over f32 `scores`: the row maxima, the sums of exp(score - max), and
@@ -257,6 +303,56 @@ mod tests {
         for (path, out) in [("products", shared), ("fused kernel", fused)] {
             let diff = (out - &copied).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "{path}: {diff}");
+        }
+    }
+
+    /// The questions' own part and the merge by the engine's kernel (on the CPU, through the
+    /// stand-in driver) give libtorch's form after the same fused prefix part: in f32 and bf16,
+    /// with the values a strided view as the decoders give them, where a sliding window hides
+    /// some of the prefix or all of it from a query, in one launch; an image's rows alone give
+    /// the same bits as in the pass.
+    #[test]
+    fn the_suffix_kernel_through_a_stand_in_driver_gives_libtorchs_merge() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(17);
+        let (images, rows, heads, kv_heads, p, s, d) = (2, 3, 4, 2, 29, 7, 24);
+        let b = images * rows;
+        let cpu = (Kind::Float, tch::Device::Cpu);
+        let q = Tensor::randn([b, heads, s, d], cpu);
+        let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], cpu), Tensor::randn([images, kv_heads, p, d], cpu));
+        let k = Tensor::randn([b, kv_heads, s, d], cpu);
+        let v = Tensor::randn([b, s, kv_heads, d], cpu).transpose(1, 2);
+        let causal = Tensor::ones([s, s], cpu).triu(1) * f64::from(f32::MIN);
+        // Query i sits at p + i and sees the keys less than 4 behind it: two queries see some of
+        // the prefix, the others none of it.
+        let query = Tensor::arange(s, (Kind::Int64, tch::Device::Cpu)).view([s, 1]) + p;
+        let keys = Tensor::arange(p, (Kind::Int64, tch::Device::Cpu)).view([1, p]);
+        let window = Tensor::zeros([s, p], cpu).masked_fill(&(&query - keys).ge(4), f64::from(f32::MIN));
+        for (kind, prefix_mask, tolerance) in [(Kind::Float, None, 1e-5), (Kind::Float, Some(&window), 1e-5), (Kind::BFloat16, None, 0.02)]
+        {
+            let [q, pk, pv, k, v] = [&q, &pk, &pv, &k, &v].map(|t| t.to_kind(kind));
+            let prefix = Prefix { k: &pk, v: &pv, mask: prefix_mask, fused: true };
+            let before = cuda_kernels::stand_in::launches(&library);
+            let by_kernel = attention_by(&q, &prefix, &k, &v, &causal, 0.4, Some(&kernels));
+            let context = format!("{kind:?}, windowed {}", prefix_mask.is_some());
+            assert_eq!(cuda_kernels::stand_in::launches(&library), before + 1, "{context}: one launch");
+            let by_libtorch = attention_by(&q, &prefix, &k, &v, &causal, 0.4, None);
+            assert_eq!((by_kernel.size(), by_kernel.kind()), (by_libtorch.size(), kind), "{context}");
+            let (by_kernel_f32, by_libtorch_f32) = (by_kernel.to_kind(Kind::Float), by_libtorch.to_kind(Kind::Float));
+            let diff = (&by_kernel_f32 - &by_libtorch_f32).abs().max().double_value(&[]);
+            assert!(diff <= tolerance, "{context}: differs from libtorch's form by {diff}");
+            if kind == Kind::BFloat16 {
+                // It rounds where libtorch rounds (the scores, the weights, the own part): all
+                // but a few values the same bits; a rounding left out moves 3-20% of them.
+                let differ = by_kernel_f32.ne_tensor(&by_libtorch_f32).sum(Kind::Int64).int64_value(&[]);
+                assert!(differ * 100 <= by_kernel.numel() as i64, "{context}: {differ} values differ from libtorch's");
+            }
+
+            let at = |t: &Tensor| t.narrow(0, rows, rows);
+            let own = Prefix { k: &pk.narrow(0, 1, 1), v: &pv.narrow(0, 1, 1), mask: prefix_mask, fused: true };
+            let alone = attention_by(&at(&q), &own, &at(&k), &at(&v), &causal, 0.4, Some(&kernels));
+            assert!(alone.equal(&at(&by_kernel)), "{context}: the second image's rows alone");
         }
     }
 }

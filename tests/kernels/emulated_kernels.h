@@ -22,6 +22,8 @@ int emulate_rms_norm_bf16_weight_f32(dim3 grid, dim3 block, unsigned shared, voi
 int emulate_rms_norm_f32(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_router_top_k_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_router_top_k_f32(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_suffix_attention_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_suffix_attention_f32(dim3 grid, dim3 block, unsigned shared, void** params);
 
 /// Kernel argument `i` of a launch's parameter array, as its type.
 template <class T>

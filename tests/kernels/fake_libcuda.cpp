@@ -31,6 +31,8 @@ static EmulatedKernel kernels[] = {
     {"rms_norm_f32", emulate_rms_norm_f32, 48 * 1024},
     {"router_top_k_bf16", emulate_router_top_k_bf16, 48 * 1024},
     {"router_top_k_f32", emulate_router_top_k_f32, 48 * 1024},
+    {"suffix_attention_bf16", emulate_suffix_attention_bf16, 48 * 1024},
+    {"suffix_attention_f32", emulate_suffix_attention_f32, 48 * 1024},
 };
 
 static int context_marker, module_marker;

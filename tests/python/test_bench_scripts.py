@@ -80,7 +80,8 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     nvrtc = load_nvrtc()
     kernels = ROOT / "benches" / "kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
-                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", [])]
+                    ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", []),
+                    ("suffix_attention.cu", [])]
     assert {name for name, _ in kernel_files} == {p.name for p in kernels.glob("*.cu")}, "every kernel the bundle ships"
     for kernel, defines in kernel_files:
         for arch in ["sm_80", "sm_90"]:
@@ -231,3 +232,60 @@ def test_the_kernels_bench_prints_a_row_per_part():
     assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
     assert "not run (no GPU)" in run.stdout, run.stdout
 
+
+def load_attention_bench():
+    return load_script(ROOT / "benches" / "attention_gpu.py")
+
+
+def small_attention(bench, kind):
+    """benches/attention_gpu.py's inputs at small widths: 2 images of 3 questions of 24 tokens
+    after a prefix of 40, 4 query heads on 2 key/value heads 24 wide."""
+    bench.PREFIX, bench.QUESTIONS = 40, 3
+    q, k, v, pk, pv, mask = bench.inputs(2, 4, 2, 24, "cpu", seed=5)
+    return [t.to(kind) for t in (q, k, v, pk, pv)] + [mask]
+
+
+def test_the_attention_benchs_libtorch_form_is_attention_over_prefix_and_question():
+    """benches/attention_gpu.py's copy of the engine's form (the fused prefix part, the questions'
+    own part, the merge by log-sum-exp) is one attention call over each question's prefix and own
+    tokens, causally."""
+    bench = load_attention_bench()
+    q, k, v, pk, pv, mask = small_attention(bench, torch.float32)
+    merged = bench.merged_by_libtorch(q, k, v, *bench.prefix_part(q, pk, pv, 0.3), mask, 0.3)
+    rows, heads, s, d = q.shape
+    images, kv_heads, p, _ = pk.shape
+    per_row = lambda t: t.repeat_interleave(rows // images, 0)  # noqa: E731
+    full_k = torch.cat([per_row(pk), k], 2).repeat_interleave(heads // kv_heads, 1)
+    full_v = torch.cat([per_row(pv), v], 2).repeat_interleave(heads // kv_heads, 1)
+    full_mask = torch.cat([torch.zeros(s, p), mask], 1)
+    copied = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=full_mask, scale=0.3)
+    assert (merged - copied).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
+def test_the_attention_benchs_launch_gives_its_libtorch_form(tmp_path):
+    """The bench's operands, grid and shared memory for the suffix attention kernel (its own copy of
+    the launch in src/vlm/cuda_kernels/suffix_attention.rs), through the stand-in driver: libtorch's
+    form in bf16 within rounding, an image's questions alone the same bits; the scale passed as an
+    f32 (as a double, a launch would scale by another number)."""
+    driver = stand_in_driver(tmp_path)
+    bench = load_attention_bench()
+    kernel = StandInKernel(driver, "suffix_attention_bf16")
+    q, k, v, pk, pv, mask = small_attention(bench, torch.bfloat16)
+    prefix = bench.prefix_part(q, pk, pv, 0.3)
+    by_kernel = bench.merged_by_kernel(kernel, q, k, v, *prefix, mask, 0.3)
+    by_libtorch = bench.merged_by_libtorch(q, k, v, *prefix, mask, 0.3)
+    assert by_kernel.shape == by_libtorch.shape
+    assert (by_kernel.float() - by_libtorch.float()).abs().max().item() < 0.02
+    second = slice(bench.QUESTIONS, 2 * bench.QUESTIONS)
+    alone = bench.merged_by_kernel(kernel, q[second], k[second], v[second], *bench.prefix_part(q[second], pk[1:2], pv[1:2], 0.3), mask,
+                                   0.3)
+    assert torch.equal(alone, by_kernel[second])
+
+
+def test_the_attention_bench_prints_a_row_per_way():
+    run = subprocess.run([sys.executable, ROOT / "benches" / "attention_gpu.py", "--device", "cpu", "--images", "1",
+                          "--models", "Qwen3-VL-30B-A3B"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = [line.split(" | ")[2] for line in run.stdout.splitlines() if line.startswith("| Qwen3-VL-30B-A3B | 1 |")]
+    assert rows == ["prefix part alone (fused kernel)", "libtorch", "kernel not run (no GPU)"], run.stdout

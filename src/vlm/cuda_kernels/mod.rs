@@ -3,8 +3,9 @@
 //! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
 //! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a mixture of
 //! experts' router (`router`), its grouping of rows by expert and its weighted sum (`experts`),
-//! and a decoder's RMSNorm (`rms_norm`). Each does in one to three launches what libtorch's forms
-//! do in four to twenty small kernels.
+//! a decoder's RMSNorm (`rms_norm`), and the questions' attention to their own tokens merged with
+//! their attention to the prefix (`suffix_attention`). Each does in one to three launches what
+//! libtorch's forms do in four to twenty small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
@@ -25,6 +26,7 @@ mod rms_norm;
 mod router;
 #[cfg(test)]
 pub(crate) mod stand_in;
+mod suffix_attention;
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void, CString};
@@ -55,7 +57,7 @@ struct KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 16] = [
+const KERNELS: [&KernelSpec; 18] = [
     &delta_rule::WITHIN,
     &delta_rule::ACROSS,
     &linear_inputs::LINEAR_INPUTS[0],
@@ -72,6 +74,8 @@ const KERNELS: [&KernelSpec; 16] = [
     &rms_norm::RMS_NORM[2],
     &router::ROUTER[0],
     &router::ROUTER[1],
+    &suffix_attention::SUFFIX_ATTENTION[0],
+    &suffix_attention::SUFFIX_ATTENTION[1],
 ];
 
 /// The kernels, loaded for one device.
