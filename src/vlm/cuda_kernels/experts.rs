@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{CudaKernels, KernelSpec};
+use super::{in_precision, CudaKernels, KernelSpec};
 
 /// Assignments a tile of the grouping, as `experts.cu` is compiled.
 const TILE: i64 = 512;
@@ -88,7 +88,7 @@ impl CudaKernels {
         let (outputs, output_row, weights) =
             (outputs.contiguous(), output_row.to_kind(Kind::Int64).contiguous(), weights.to_kind(kind).contiguous());
         let sums = Tensor::empty([tokens, width], (kind, outputs.device()));
-        let kernel = &WEIGHTED_SUM[usize::from(kind == Kind::Float)];
+        let kernel = in_precision(&WEIGHTED_SUM, kind);
         self.launch(kernel, (tokens as c_uint, 1), 0, &[&outputs, &output_row, &weights, &sums], &[k as c_int, width as c_int], &[]);
         sums
     }

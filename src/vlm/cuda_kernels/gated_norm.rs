@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{CudaKernels, KernelSpec};
+use super::{in_precision, CudaKernels, KernelSpec};
 
 /// bf16's, then f32's: a token's heads and their norms, in no more than the shared memory every
 /// GPU gives a block unasked.
@@ -43,7 +43,7 @@ impl CudaKernels {
         let stride = out.stride();
         let (z, weight) = (z.contiguous(), weight.to_kind(kind).contiguous());
         let result = Tensor::empty([rows, s, heads, dv], (kind, z.device()));
-        let kernel = &GATED_NORM[usize::from(kind == Kind::Float)];
+        let kernel = in_precision(&GATED_NORM, kind);
         let numbers = [s, heads, dv, stride[0], stride[1], stride[2]].map(|x| x as c_int);
         let grid = (s as c_uint, rows as c_uint);
         self.launch(kernel, grid, shared_bytes(heads, dv), &[&out, &z, &weight, &result], &numbers, &[eps as f32]);

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{CudaKernels, KernelSpec};
+use super::{in_precision, CudaKernels, KernelSpec};
 use crate::vlm::config::LinearAttentionConfig;
 
 /// A linear layer's inputs, one kernel a precision: a token's channels and its heads' norms, in
@@ -54,11 +54,11 @@ impl CudaKernels {
             Tensor::empty([rows, vh, s, dk], options),
             Tensor::empty([rows, vh, s, dv], options),
         );
-        let which = usize::from(mixed.kind() == Kind::Float);
         let numbers = [s, kh, vh, dk, dv, taps].map(|x| x as c_int);
         let shared = 4 * (channels + 2 * kh);
         let grid = (s as c_uint, rows as c_uint);
-        self.launch(&LINEAR_INPUTS[which], grid, shared, &[&mixed, &previous, &weight, &q, &k, &v], &numbers, &[q_scale as f32]);
+        let kernel = in_precision(&LINEAR_INPUTS, mixed.kind());
+        self.launch(kernel, grid, shared, &[&mixed, &previous, &weight, &q, &k, &v], &numbers, &[q_scale as f32]);
         (q, k, v)
     }
 }

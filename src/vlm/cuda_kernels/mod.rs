@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::arithmetic::cuda_kernels_folder;
 pub use super::arithmetic::CUDA_KERNELS_ENV as ENV;
@@ -54,6 +54,11 @@ struct KernelSpec {
     file: &'static str,
     name: &'static str,
     shared_bytes: i64,
+}
+
+/// Of a kernel's two forms, bf16's then f32's, the one for a model in `kind`.
+fn in_precision(forms: &[KernelSpec; 2], kind: Kind) -> &KernelSpec {
+    &forms[usize::from(kind == Kind::Float)]
 }
 
 /// Every kernel the engine launches, loaded together.

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{CudaKernels, KernelSpec, THREADS};
+use super::{in_precision, CudaKernels, KernelSpec, THREADS};
 
 /// bf16's, then f32's.
 pub(super) const ROUTER: [KernelSpec; 2] = [
@@ -35,7 +35,7 @@ impl CudaKernels {
         let chosen = Tensor::empty([tokens, k], (Kind::Int64, logits.device()));
         let blocks = (tokens + THREADS as i64 - 1) / THREADS as i64;
         let numbers = [tokens, experts, k, i64::from(renormalize)].map(|x| x as c_int);
-        self.launch(&ROUTER[usize::from(kind == Kind::Float)], (blocks as c_uint, 1), 0, &[&logits, &weights, &chosen], &numbers, &[]);
+        self.launch(in_precision(&ROUTER, kind), (blocks as c_uint, 1), 0, &[&logits, &weights, &chosen], &numbers, &[]);
         (weights, chosen)
     }
 }

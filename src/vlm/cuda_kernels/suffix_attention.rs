@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{CudaKernels, KernelSpec};
+use super::{in_precision, CudaKernels, KernelSpec};
 
 /// bf16's, then f32's: a query head of a question, its keys and values staged, in at most this
 /// much shared memory (every GPU the cubins are made for gives a block 96 KiB when asked).
@@ -75,7 +75,7 @@ impl CudaKernels {
         let ((q, qs), (k, ks), (v, vs), (prefix, ps)) = (strided(q), strided(k), strided(v), strided(prefix));
         let (lse, ls) = strided(&lse.unsqueeze(-1));
         let mask = mask.to_kind(Kind::Float).contiguous();
-        let kernel = &SUFFIX_ATTENTION[usize::from(kind == Kind::Float)];
+        let kernel = in_precision(&SUFFIX_ATTENTION, kind);
         let (groups, rows_per_image) = (heads / kv_heads, rows / images);
         let numbers = [s, d, heads, groups, rows_per_image]
             .map(|x| x as c_int)
