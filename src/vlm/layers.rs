@@ -202,6 +202,10 @@ pub fn windowed_attention(q: &Tensor, k: &Tensor, v: &Tensor, lens: &[i64], scal
         parts.push(attention(&q, &k, &v, None, scale).transpose(1, 2).reshape([windows * len, heads, dim]));
         start += windows * len;
     }
+    // One run (a whole image, or windows of one size) needs no concatenation, which would copy it.
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
     Tensor::cat(&parts, 0)
 }
 
