@@ -11,6 +11,10 @@ and checks on the GPU what the suite checks on the CPU through the stand-in driv
   experts: grouping      benches/kernels/experts.cu's three launches against libtorch's form
                          (src/vlm/moe.rs, `Experts::grouping`): the same bytes;
   experts: weighted sum  its one launch against the embedding bag; a token alone the same bits;
+  experts: activation    benches/kernels/gated_activation.cu against SiLU and the product
+                         (src/vlm/moe.rs), on the grouped rows' two halves;
+  MLP: activation        the same kernel on a dense MLP's gate and up, at Qwen3-VL-8B's width
+                         (12,288) and its 36 layers (src/vlm/layers.rs, `GatedMlp`);
   gated norm             benches/kernels/gated_norm.cu against libtorch's five kernels
                          (src/vlm/families/qwen3_5/linear_attention.rs);
   rms norm               benches/kernels/rms_norm.cu against libtorch's (src/vlm/layers.rs), a
@@ -36,6 +40,9 @@ from gpu_timing import timed  # noqa: E402
 HIDDEN, EXPERTS, TOP_K, HEADS, DV, EPS = 2048, 256, 8, 32, 128, 1e-6
 PREFIX, QUESTIONS, QUESTION_TOKENS = 1064, 57, 24
 MOE_LAYERS, LINEAR_LAYERS, NORMS = 40, 30, 80  # the 35B's: every layer's experts, its linear layers, two norms a layer
+MOE_INTERMEDIATE = 512  # the 35B's experts' hidden width
+DENSE_INTERMEDIATE, DENSE_LAYERS = 12288, 36  # Qwen3-VL-8B's MLP
+ROWS_A_BLOCK = 8  # src/vlm/cuda_kernels/gated_activation.rs
 GROUP_ROWS = 8  # src/vlm/moe.rs
 THREADS, TILE = 256, 512  # every kernel's block; the grouping's assignments a tile (experts.cu)
 
@@ -82,6 +89,11 @@ def gated_norm(out, z, weight, eps):
     x.copy_(out)
     normed = torch.rms_norm(x, [x.shape[-1]], weight, eps)
     return torch.mul(normed, torch.nn.functional.silu(z.float()), out=torch.empty_like(normed))
+
+
+def gated_activation(gate, up):
+    """`layers::gated_activation` by libtorch: SiLU of the gate, times up."""
+    return torch.nn.functional.silu(gate) * up
 
 
 def rms_norm(x, weight, eps):
@@ -146,6 +158,14 @@ def fused_rms_norm(kernel, x, weight, eps):
     return out
 
 
+def fused_gated_activation(kernel, gate, up):
+    rows, width = gate.shape
+    out = torch.empty(rows, width, dtype=gate.dtype, device=gate.device)
+    grid = (-(-width // THREADS), min(-(-rows // ROWS_A_BLOCK), 65535), 1)
+    kernel(grid=grid, block=(THREADS, 1, 1), args=[gate, up, out, rows, width, gate.stride(0), up.stride(0), 0], shared_mem=0)
+    return out
+
+
 def calls(images):
     """The pass's two calls: its prefixes (rows, tokens), then its questions."""
     return [(images, PREFIX), (images * QUESTIONS, QUESTION_TOKENS)]
@@ -153,7 +173,8 @@ def calls(images):
 
 def inputs(images, device, seed=0):
     """Per call: the rows x, each token's experts and weights, the grouped products' outputs, the
-    delta rule's output (heads moved, padded to whole chunks of 64 as the engine's is), the gate."""
+    delta rule's output (heads moved, padded to whole chunks of 64 as the engine's is), the gate,
+    the experts' hidden rows (gate and up, halves of one product's rows), a dense MLP's gate and up."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     made = []
     for rows, tokens in calls(images):
@@ -165,7 +186,10 @@ def inputs(images, device, seed=0):
         padded = -(-tokens // 64) * 64
         out = torch.randn(rows, HEADS, padded, DV, generator=g).to(device)[:, :, :tokens].transpose(1, 2)
         z = torch.randn(rows, tokens, HEADS, DV, generator=g).to(device, torch.bfloat16)
-        made.append({"x": x, "logits": logits, "chosen": chosen, "weights": weights, "both": both, "out": out, "z": z})
+        hidden = torch.randn(n * TOP_K, 2 * MOE_INTERMEDIATE, generator=g).to(device, torch.bfloat16)
+        mlp = torch.randn(n, 2 * DENSE_INTERMEDIATE, generator=g).to(device, torch.bfloat16)
+        made.append({"x": x, "logits": logits, "chosen": chosen, "weights": weights, "both": both, "out": out, "z": z,
+                     "hidden": hidden.split(MOE_INTERMEDIATE, 1), "mlp": [t.contiguous() for t in mlp.split(DENSE_INTERMEDIATE, 1)]})
     return made
 
 
@@ -181,7 +205,8 @@ def main():
     kernels, why = {}, None
     if cuda:
         for file, name in [("router", "router_top_k_bf16"), ("experts", "experts_count"), ("experts", "experts_offsets"), ("experts", "experts_place"),
-                           ("experts", "experts_weighted_sum_bf16"), ("gated_norm", "gated_norm_bf16"),
+                           ("experts", "experts_weighted_sum_bf16"), ("gated_activation", "gated_activation_bf16"),
+                           ("gated_norm", "gated_norm_bf16"),
                            ("rms_norm", "rms_norm_bf16_weight_f32")]:
             kernels[name], why = compile_kernel(file, name)
             if why:
@@ -211,6 +236,8 @@ def measure(images, device, kernels, why):
         ("experts: router", MOE_LAYERS, lambda m: router(m["logits"], TOP_K)),
         ("experts: grouping", MOE_LAYERS, lambda m: grouping(m["x"], m["chosen"], EXPERTS)),
         ("experts: weighted sum", MOE_LAYERS, lambda m: weighted_sum_by_bags(m["both"], m["output_row"], m["weights"])),
+        ("experts: activation", MOE_LAYERS, lambda m: gated_activation(*m["hidden"])),
+        ("MLP: activation", DENSE_LAYERS, lambda m: gated_activation(*m["mlp"])),
         ("gated norm", LINEAR_LAYERS, lambda m: gated_norm(m["out"], m["z"], weight, EPS)),
         ("rms norm", NORMS, lambda m: rms_norm(m["x"], norm_weight, EPS)),
     ]
@@ -240,6 +267,13 @@ def measure(images, device, kernels, why):
     diff = (sums.float() - weighted_sum_by_bags(m["both"], m["output_row"], m["weights"]).float()).abs().max().item()
     row("experts: weighted sum", "kernel", timed(both_calls(lambda m: fused_weighted_sum(sum_kernel, m["both"], m["output_row"], m["weights"]))),
         MOE_LAYERS, f"max diff {diff:.2e}; a token alone {'the same bits' if torch.equal(alone, sums[5:6]) else 'OTHER BITS'}")
+
+    activation_kernel = kernels["gated_activation_bf16"]
+    for part, key, layers in [("experts: activation", "hidden", MOE_LAYERS), ("MLP: activation", "mlp", DENSE_LAYERS)]:
+        diff = max((fused_gated_activation(activation_kernel, *m[key]).float() - gated_activation(*m[key]).float()).abs().max().item()
+                   for m in made)
+        row(part, "kernel", timed(both_calls(lambda m, key=key: fused_gated_activation(activation_kernel, *m[key]))), layers,
+            f"max diff {diff:.2e}")
 
     norm_kernel = kernels["gated_norm_bf16"]
     diff = max((fused_gated_norm(norm_kernel, m["out"], m["z"], weight, EPS).float()

@@ -25,8 +25,9 @@ pub const CUDA: u32 = 2;
 /// rule's preparation within chunks joined its pass across them; 3: the linear layers' inputs
 /// (convolution, SiLU, norms); 4: the experts' router and weighted sum (their grouping moves
 /// bytes only), the linear layers' gated norm and the decoders' RMSNorm; 5: the questions'
-/// attention to their own tokens and its merge with the prefix's part.
-pub const CUDA_KERNELS: u32 = 5;
+/// attention to their own tokens and its merge with the prefix's part; 6: the gated MLPs'
+/// activation.
+pub const CUDA_KERNELS: u32 = 6;
 
 /// Names the folder of the engine's own CUDA kernels (cubins), which asks for them.
 pub const CUDA_KERNELS_ENV: &str = "BPALS_CUDA_KERNELS";

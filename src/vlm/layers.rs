@@ -49,9 +49,18 @@ impl GatedMlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let gate = self.gate.forward(x);
-        let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
-        self.down.forward(&(gate * self.up.forward(x)))
+        let (gate, up) = (self.gate.forward(x), self.up.forward(x));
+        let kernels = cuda_kernels::asked_for(x.device()).filter(|_| CudaKernels::takes_gated_activation(&gate, &up));
+        self.down.forward(&gated_activation(&gate, &up, self.gelu_tanh, kernels))
+    }
+}
+
+/// SiLU(gate), or GELU's tanh form where `gelu_tanh`, times `up`: by `kernels` in one pass where
+/// given, else by libtorch's two operations.
+pub fn gated_activation(gate: &Tensor, up: &Tensor, gelu_tanh: bool, kernels: Option<&CudaKernels>) -> Tensor {
+    match kernels {
+        Some(kernels) => kernels.gated_activation(gate, up, gelu_tanh),
+        None => (if gelu_tanh { gate.gelu("tanh") } else { gate.silu() }) * up,
     }
 }
 
@@ -398,6 +407,43 @@ mod tests {
             assert_eq!(new.kind(), kind);
             assert!(new.equal(&old), "{kind:?}: differs by {}", (new.to_kind(Kind::Float) - old.to_kind(Kind::Float)).abs().max());
             assert!(turn.apply(&x.contiguous()).equal(&old));
+        }
+    }
+
+    /// The gated activation by the kernel (on the CPU, through the stand-in driver) gives
+    /// libtorch's two operations: SiLU and GELU's tanh form, in f32 within rounding and in bf16
+    /// the same bits but for a few, for a dense MLP's contiguous rows, for the two halves of the
+    /// experts' rows, and for a gate and up whose rows lie apart unlike; one launch each, a block
+    /// taking several rows.
+    #[test]
+    fn the_gated_activation_kernel_through_a_stand_in_driver_gives_libtorchs_form() {
+        let scratch = tempfile::tempdir().unwrap();
+        let (library, kernels) = cuda_kernels::stand_in::kernels(scratch.path());
+        tch::manual_seed(23);
+        let width = 300; // not a whole number of the block's threads
+        let both = Tensor::randn([70, 2 * width], (Kind::Float, Device::Cpu)) * 3.0;
+        for (kind, gelu_tanh) in [(Kind::Float, false), (Kind::Float, true), (Kind::BFloat16, false), (Kind::BFloat16, true)] {
+            let both = both.to_kind(kind);
+            let dense = (
+                both.narrow(1, 0, width).contiguous().view([2, 35, width]),
+                both.narrow(1, width, width).contiguous().view([2, 35, width]),
+            );
+            let halves = (both.narrow(1, 0, width), both.narrow(1, width, width));
+            let apart = (both.narrow(1, 0, width), both.narrow(1, width, width).contiguous());
+            for (layout, (gate, up)) in [("dense", dense), ("halves", halves), ("rows apart unlike", apart)] {
+                let context = format!("{kind:?}, GELU {gelu_tanh}, {layout}");
+                assert!(CudaKernels::takes_gated_activation(&gate, &up), "{context}");
+                let before = cuda_kernels::stand_in::launches(&library);
+                let by_kernel = gated_activation(&gate, &up, gelu_tanh, Some(&kernels));
+                assert_eq!(cuda_kernels::stand_in::launches(&library), before + 1, "{context}: one launch");
+                let by_libtorch = gated_activation(&gate, &up, gelu_tanh, None);
+                assert_eq!((by_kernel.size(), by_kernel.kind()), (by_libtorch.size(), kind), "{context}");
+                let (a, b) = (by_kernel.to_kind(Kind::Float), by_libtorch.to_kind(Kind::Float));
+                let diff = ((&a - &b).abs() / (b.abs() + 1.0)).max().double_value(&[]);
+                assert!(diff <= if kind == Kind::Float { 1e-5 } else { 2f64.powi(-7) }, "{context}: differs by {diff}");
+                let differ = a.ne_tensor(&b).sum(Kind::Int64).int64_value(&[]);
+                assert!(kind == Kind::Float || differ * 100 <= a.numel() as i64, "{context}: {differ} values differ");
+            }
         }
     }
 }

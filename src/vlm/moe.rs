@@ -24,7 +24,7 @@ use tch::{Kind, Tensor};
 use super::config::{FusedLayout, MoeConfig};
 use super::cuda_kernels::{self, CudaKernels, ExpertGroups};
 use super::error::VlmError;
-use super::layers::{GatedMlp, Linear};
+use super::layers::{gated_activation, GatedMlp, Linear};
 use super::part_clock::timed;
 use super::weights::Weights;
 
@@ -84,9 +84,8 @@ impl Experts {
         let both = timed("experts: products", || {
             let both = grouping.rows.internal_grouped_mm(&self.gate_up, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>);
             let i = both.size()[1] / 2;
-            let gate = both.narrow(1, 0, i);
-            let gate = if self.gelu_tanh { gate.gelu("tanh") } else { gate.silu() };
-            let hidden = gate * both.narrow(1, i, i);
+            let (gate, up) = (both.narrow(1, 0, i), both.narrow(1, i, i));
+            let hidden = gated_activation(&gate, &up, self.gelu_tanh, kernels.filter(|_| CudaKernels::takes_gated_activation(&gate, &up)));
             hidden.internal_grouped_mm(&self.down, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>)
         });
         timed("experts: weighted sum", || {
@@ -450,7 +449,11 @@ mod tests {
             Tensor::rand([tokens, experts], (Kind::Float, Device::Cpu)).softmax(-1, Kind::Float).topk(k, -1, true, true);
         let before = cuda_kernels::stand_in::launches(&library);
         let by_kernels = layer.forward_by(&x, &weights, &chosen, Some(&kernels));
-        assert_eq!(cuda_kernels::stand_in::launches(&library), before + 4, "the grouping's three launches and the sum's one");
+        assert_eq!(
+            cuda_kernels::stand_in::launches(&library),
+            before + 5,
+            "the grouping's three launches, the activation's one and the sum's one"
+        );
         let by_libtorch = layer.forward_by(&x, &weights, &chosen, None);
         assert!(by_libtorch.abs().max().double_value(&[]) > 0.01, "outputs of a size where a wrong form shows");
         let diff = (&by_kernels - &by_libtorch).abs().max().double_value(&[]);

@@ -15,6 +15,8 @@ int emulate_experts_offsets(dim3 grid, dim3 block, unsigned shared, void** param
 int emulate_experts_place(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_experts_weighted_sum_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_experts_weighted_sum_f32(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_gated_activation_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
+int emulate_gated_activation_f32(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_gated_norm_bf16(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_gated_norm_f32(dim3 grid, dim3 block, unsigned shared, void** params);
 int emulate_rms_norm_bf16(dim3 grid, dim3 block, unsigned shared, void** params);

@@ -24,6 +24,8 @@ static EmulatedKernel kernels[] = {
     {"experts_place", emulate_experts_place, 48 * 1024},
     {"experts_weighted_sum_bf16", emulate_experts_weighted_sum_bf16, 48 * 1024},
     {"experts_weighted_sum_f32", emulate_experts_weighted_sum_f32, 48 * 1024},
+    {"gated_activation_bf16", emulate_gated_activation_bf16, 48 * 1024},
+    {"gated_activation_f32", emulate_gated_activation_f32, 48 * 1024},
     {"gated_norm_bf16", emulate_gated_norm_bf16, 48 * 1024},
     {"gated_norm_f32", emulate_gated_norm_f32, 48 * 1024},
     {"rms_norm_bf16", emulate_rms_norm_bf16, 48 * 1024},

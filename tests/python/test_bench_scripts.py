@@ -81,7 +81,7 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     kernels = ROOT / "benches" / "kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
                     ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", []),
-                    ("suffix_attention.cu", [])]
+                    ("suffix_attention.cu", []), ("gated_activation.cu", [])]
     assert {name for name, _ in kernel_files} == {p.name for p in kernels.glob("*.cu")}, "every kernel the bundle ships"
     for kernel, defines in kernel_files:
         for arch in ["sm_80", "sm_90"]:
@@ -201,7 +201,7 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
     driver = stand_in_driver(tmp_path)
     bench = load_kernels_bench()
     bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
-    bench.EPS = 0.5
+    bench.MOE_INTERMEDIATE, bench.DENSE_INTERMEDIATE, bench.EPS = 40, 300, 0.5
     kernel = lambda name: StandInKernel(driver, name)  # noqa: E731
     grouping_kernels = tuple(kernel(f"experts_{n}") for n in ("count", "offsets", "place"))
     weight = torch.rand(bench.DV).to(torch.bfloat16) + 0.5
@@ -220,6 +220,9 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
         assert (sums.float() - reference).abs().max().item() < 0.05, "the weighted sum, within bf16's rounding"
         gated = bench.fused_gated_norm(kernel("gated_norm_bf16"), m["out"], m["z"], weight, bench.EPS)
         assert (gated.float() - bench.gated_norm(m["out"], m["z"], weight, bench.EPS).float()).abs().max().item() < 0.05
+        for key in ("hidden", "mlp"):
+            activated = bench.fused_gated_activation(kernel("gated_activation_bf16"), *m[key])
+            assert (activated.float() - bench.gated_activation(*m[key]).float()).abs().max().item() < 0.05, key
         normed = bench.fused_rms_norm(kernel("rms_norm_bf16_weight_f32"), m["x"], norm_weight, bench.EPS)
         assert (normed.float() - bench.rms_norm(m["x"], norm_weight, bench.EPS).float()).abs().max().item() < 0.05
 
@@ -229,7 +232,8 @@ def test_the_kernels_bench_prints_a_row_per_part():
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
-    assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum", "| gated norm", "| rms norm"]
+    assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum",
+                                                     "| experts: activation", "| MLP: activation", "| gated norm", "| rms norm"]
     assert "not run (no GPU)" in run.stdout, run.stdout
 
 

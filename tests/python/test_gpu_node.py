@@ -52,8 +52,8 @@ def test_the_bundle_carries_its_references_and_what_it_runs(bundle):
     assert (bundle / "refs" / "s1a-cpu" / "manifest.json").is_file()
     assert not list(bundle.glob("fixtures/vlm/**/goldens.safetensors")), "the references are the engine's CPU values, not goldens"
     cubins = sorted(bundle.glob("kernels/*.cubin"))
-    kernel_files = ("delta_rule_across", "delta_rule_within", "experts", "gated_norm", "linear_inputs", "rms_norm", "router",
-                    "suffix_attention")
+    kernel_files = ("delta_rule_across", "delta_rule_within", "experts", "gated_activation", "gated_norm", "linear_inputs", "rms_norm",
+                    "router", "suffix_attention")
     assert [p.name for p in cubins] == [f"{k}.sm_{a}.cubin" for k in kernel_files for a in (100, 80, 90)]
     assert all(p.read_bytes()[:4] == b"\x7fELF" for p in cubins), "a cubin is an ELF image"
 

@@ -1,11 +1,12 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
-//! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs to
-//! the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its pass
-//! across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a mixture of
-//! experts' router (`router`), its grouping of rows by expert and its weighted sum (`experts`),
-//! a decoder's RMSNorm (`rms_norm`), and the questions' attention to their own tokens merged with
-//! their attention to the prefix (`suffix_attention`). Each does in one to three launches what
-//! libtorch's forms do in four to twenty small kernels.
+//! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs
+//! to the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its
+//! pass across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a
+//! mixture of experts' router (`router`), its grouping of rows by expert and its weighted sum
+//! (`experts`), a gated MLP's activation (`gated_activation`), a decoder's RMSNorm
+//! (`rms_norm`), and the questions' attention to their own tokens merged with their attention
+//! to the prefix (`suffix_attention`). Each does in one to three launches what libtorch's forms
+//! do in two to twenty small kernels.
 //!
 //! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
@@ -20,6 +21,7 @@
 mod delta_rule;
 mod driver;
 mod experts;
+mod gated_activation;
 mod gated_norm;
 mod linear_inputs;
 mod rms_norm;
@@ -62,7 +64,7 @@ fn in_precision(forms: &[KernelSpec; 2], kind: Kind) -> &KernelSpec {
 }
 
 /// Every kernel the engine launches, loaded together.
-const KERNELS: [&KernelSpec; 18] = [
+const KERNELS: [&KernelSpec; 20] = [
     &delta_rule::WITHIN,
     &delta_rule::ACROSS,
     &linear_inputs::LINEAR_INPUTS[0],
@@ -72,6 +74,8 @@ const KERNELS: [&KernelSpec; 18] = [
     &experts::PLACE,
     &experts::WEIGHTED_SUM[0],
     &experts::WEIGHTED_SUM[1],
+    &gated_activation::GATED_ACTIVATION[0],
+    &gated_activation::GATED_ACTIVATION[1],
     &gated_norm::GATED_NORM[0],
     &gated_norm::GATED_NORM[1],
     &rms_norm::RMS_NORM[0],
