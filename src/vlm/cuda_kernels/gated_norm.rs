@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{in_precision, CudaKernels, KernelSpec};
+use super::{in_precision, strided, CudaKernels, KernelSpec};
 
 /// bf16's, then f32's: a token's heads and their norms, in no more than the shared memory every
 /// GPU gives a block unasked.
@@ -36,15 +36,12 @@ impl CudaKernels {
         if out.numel() == 0 {
             return Tensor::empty([rows, s, heads, dv], (kind, z.device())); // no blocks to launch
         }
-        // The output is read through its strides (the delta rule's, heads moved), where its
-        // entries are contiguous and the strides fit the kernel's ints.
-        let fits = |t: &Tensor| t.stride()[3] == 1 && t.stride()[..3].iter().all(|&x| x <= i64::from(c_int::MAX));
-        let out = if fits(out) { out.shallow_clone() } else { out.contiguous() };
-        let stride = out.stride();
+        // The output is read through its strides (the delta rule's, heads moved).
+        let (out, stride) = strided(out);
         let (z, weight) = (z.contiguous(), weight.to_kind(kind).contiguous());
         let result = Tensor::empty([rows, s, heads, dv], (kind, z.device()));
         let kernel = in_precision(&GATED_NORM, kind);
-        let numbers = [s, heads, dv, stride[0], stride[1], stride[2]].map(|x| x as c_int);
+        let numbers = [s as c_int, heads as c_int, dv as c_int, stride[0], stride[1], stride[2]];
         let grid = (s as c_uint, rows as c_uint);
         self.launch(kernel, grid, shared_bytes(heads, dv), &[&out, &z, &weight, &result], &numbers, &[eps as f32]);
         result

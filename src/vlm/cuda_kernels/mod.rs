@@ -63,6 +63,16 @@ fn in_precision(forms: &[KernelSpec; 2], kind: Kind) -> &KernelSpec {
     &forms[usize::from(kind == Kind::Float)]
 }
 
+/// `t` (.., .., .., entries) as a kernel reads it through its strides: itself where its entries
+/// are contiguous and its first three strides fit the kernel's ints, else a contiguous copy; with
+/// those three strides.
+fn strided(t: &Tensor) -> (Tensor, [c_int; 3]) {
+    let fits = |t: &Tensor| t.stride()[3] == 1 && t.stride()[..3].iter().all(|&x| x <= i64::from(c_int::MAX));
+    let t = if fits(t) { t.shallow_clone() } else { t.contiguous() };
+    let stride = t.stride();
+    (t, [stride[0], stride[1], stride[2]].map(|x| x as c_int))
+}
+
 /// Every kernel the engine launches, loaded together.
 const KERNELS: [&KernelSpec; 20] = [
     &delta_rule::WITHIN,

@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_uint};
 
 use tch::{Kind, Tensor};
 
-use super::{in_precision, CudaKernels, KernelSpec};
+use super::{in_precision, strided, CudaKernels, KernelSpec};
 
 /// bf16's, then f32's: a query head of a question, its keys and values staged, in at most this
 /// much shared memory (every GPU the cubins are made for gives a block 96 KiB when asked).
@@ -22,15 +22,6 @@ pub(super) const SUFFIX_ATTENTION: [KernelSpec; 2] = [
 fn shared_bytes(s: i64, d: i64, kind: Kind) -> i64 {
     let element = if kind == Kind::Float { 4 } else { 2 };
     4 * (s * s + 2 * s) + element * (2 * s * (d + 4 / element) + s * d)
-}
-
-/// The strides of a (.., .., .., entries) tensor's first three dimensions, where its entries are
-/// contiguous and each stride fits the kernel's ints.
-fn strides_of(t: &Tensor) -> Option<[c_int; 3]> {
-    let stride = t.stride();
-    let fits = stride[3] == 1 || t.size()[3] == 1;
-    let three: Vec<c_int> = stride[..3].iter().filter_map(|&x| c_int::try_from(x).ok()).collect();
-    (fits && three.len() == 3).then(|| [three[0], three[1], three[2]])
 }
 
 impl CudaKernels {
@@ -64,14 +55,6 @@ impl CudaKernels {
         if result.numel() == 0 {
             return result.permute([0, 2, 1, 3]); // no blocks to launch
         }
-        let strided = |t: &Tensor| match strides_of(t) {
-            Some(strides) => (t.shallow_clone(), strides),
-            None => {
-                let t = t.contiguous();
-                let strides = strides_of(&t).expect("a contiguous tensor's strides");
-                (t, strides)
-            }
-        };
         let ((q, qs), (k, ks), (v, vs), (prefix, ps)) = (strided(q), strided(k), strided(v), strided(prefix));
         let (lse, ls) = strided(&lse.unsqueeze(-1));
         let mask = mask.to_kind(Kind::Float).contiguous();
