@@ -50,15 +50,14 @@ impl GatedMlp {
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let (gate, up) = (self.gate.forward(x), self.up.forward(x));
-        let kernels = cuda_kernels::asked_for(x.device()).filter(|_| CudaKernels::takes_gated_activation(&gate, &up));
-        self.down.forward(&gated_activation(&gate, &up, self.gelu_tanh, kernels))
+        self.down.forward(&gated_activation(&gate, &up, self.gelu_tanh, cuda_kernels::asked_for(x.device())))
     }
 }
 
 /// SiLU(gate), or GELU's tanh form where `gelu_tanh`, times `up`: by `kernels` in one pass where
-/// given, else by libtorch's two operations.
+/// given and they take these operands, else by libtorch's two operations.
 pub fn gated_activation(gate: &Tensor, up: &Tensor, gelu_tanh: bool, kernels: Option<&CudaKernels>) -> Tensor {
-    match kernels {
+    match kernels.filter(|_| CudaKernels::takes_gated_activation(gate, up)) {
         Some(kernels) => kernels.gated_activation(gate, up, gelu_tanh),
         None => (if gelu_tanh { gate.gelu("tanh") } else { gate.silu() }) * up,
     }

@@ -85,7 +85,7 @@ impl Experts {
             let both = grouping.rows.internal_grouped_mm(&self.gate_up, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>);
             let i = both.size()[1] / 2;
             let (gate, up) = (both.narrow(1, 0, i), both.narrow(1, i, i));
-            let hidden = gated_activation(&gate, &up, self.gelu_tanh, kernels.filter(|_| CudaKernels::takes_gated_activation(&gate, &up)));
+            let hidden = gated_activation(&gate, &up, self.gelu_tanh, kernels);
             hidden.internal_grouped_mm(&self.down, Some(&grouping.offsets), None::<&Tensor>, None::<Kind>)
         });
         timed("experts: weighted sum", || {

@@ -78,10 +78,7 @@ pub struct Prefix<'a> {
 /// prefix r / (b / images). The products run in the inputs' dtype, as transformers' eager
 /// attention runs a bf16 model's; the softmax and the merge in f32.
 pub fn attention(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, suffix_mask: &Tensor, scale: f64) -> Tensor {
-    timed("attention: questions over the prefix", || {
-        let kernels = if prefix.fused { cuda_kernels::asked_for(q.device()) } else { None };
-        attention_by(q, prefix, k, v, suffix_mask, scale, kernels)
-    })
+    timed("attention: questions over the prefix", || attention_by(q, prefix, k, v, suffix_mask, scale, cuda_kernels::asked_for(q.device())))
 }
 
 /// [`attention`], the questions' own part and the merge by the engine's kernel where `kernels`
