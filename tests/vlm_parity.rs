@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
 use bpals_release::vlm::model::{PassImage, VlModel};
+use bpals_release::vlm::real_tokens::SuffixRows;
 use bpals_release::vlm::shared_prefix::PrefixAttention;
 use bpals_release::vlm::stage_clock::StageClock;
 use bpals_release::vlm::{pixels, ImageFeatures, ModelDir, Thinking, YesNo};
@@ -435,13 +436,27 @@ fn a_pass_of_several_images_scores_each_image_as_alone() {
         let halves = [model.score_pass(&images[..2], answer, 3).unwrap(), model.score_pass(&images[2..], answer, 3).unwrap()].concat();
         assert_eq!(halves.iter().map(|s| bits(s)).collect::<Vec<_>>(), together.iter().map(|s| bits(s)).collect::<Vec<_>>());
         // The fused kernel keeps each image's bits whatever shares its pass too.
-        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused, &mut StageClock::off()).unwrap();
+        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused, SuffixRows::Packed, &mut StageClock::off()).unwrap();
         for (k, image) in images.iter().enumerate() {
             let alone = model
-                .score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused, &mut StageClock::off())
+                .score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused, SuffixRows::Packed, &mut StageClock::off())
                 .unwrap()
                 .remove(0);
             assert_eq!(bits(&alone), bits(&fused[k]), "{}: fused, image {k} alone and in a pass of three", path.display());
+        }
+        // The questions padded to the longest between the layers' attention, as before: the same
+        // bits as their real tokens alone, both ways of the prefix part.
+        let lengths: Vec<usize> = prompts[0].iter().map(Vec::len).collect();
+        assert!(lengths.iter().any(|&l| l != lengths[0]), "{}: questions of one length pad nothing: {lengths:?}", path.display());
+        for (method, packed) in [(PrefixAttention::Shared, &together), (PrefixAttention::Fused, &fused)] {
+            let padded = model.score_pass_with(&images, answer, 3, method, SuffixRows::Padded, &mut StageClock::off()).unwrap();
+            assert_eq!(
+                padded.iter().map(|s| bits(s)).collect::<Vec<_>>(),
+                packed.iter().map(|s| bits(s)).collect::<Vec<_>>(),
+                "{}: {}, padded rows against packed",
+                path.display(),
+                method.name()
+            );
         }
         eprintln!("{}: 4 images x 3 questions, the same bits alone, in a pass of three and in halves", path.display());
     }

@@ -46,6 +46,8 @@ pub mod pixels;
 #[cfg(feature = "vlm")]
 pub mod preparation;
 #[cfg(feature = "vlm")]
+pub mod real_tokens;
+#[cfg(feature = "vlm")]
 mod safetensors_file;
 #[cfg(feature = "vlm")]
 pub mod shared_prefix;

@@ -9,6 +9,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
+use super::real_tokens::{RealTokens, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -189,7 +190,8 @@ impl VlModel {
             return Ok(Vec::new());
         }
         if method != PrefixAttention::Copied {
-            let mut scores = self.score_pass_with(&[PassImage { prompts, features: image, grid }], answer, 1, method, clock)?;
+            let one = [PassImage { prompts, features: image, grid }];
+            let mut scores = self.score_pass_with(&one, answer, 1, method, SuffixRows::Packed, clock)?;
             return Ok(scores.pop().unwrap_or_default());
         }
         tch::no_grad(|| {
@@ -221,17 +223,26 @@ impl VlModel {
     /// in a scalar loop whose SiLU differs from the vector one in the last bit, and the spare
     /// takes that tail, so no scored image's bits depend on its place in the pass.
     pub fn score_pass(&self, images: &[PassImage<'_>], answer: (u32, u32), pass_images: usize) -> Result<Vec<Vec<YesNo>>, VlmError> {
-        self.score_pass_with(images, answer, pass_images, PrefixAttention::for_device(self.device), &mut StageClock::off())
+        self.score_pass_with(
+            images,
+            answer,
+            pass_images,
+            PrefixAttention::for_device(self.device),
+            SuffixRows::Packed,
+            &mut StageClock::off(),
+        )
     }
 
     /// [`Self::score_pass`], the prefix part as `method` says (the products or the fused
-    /// kernel, to measure one beside the other); `clock` marks the stages.
+    /// kernel) and the question rows as `rows` says, to measure one way beside another; `clock`
+    /// marks the stages.
     pub fn score_pass_with(
         &self,
         images: &[PassImage<'_>],
         answer: (u32, u32),
         pass_images: usize,
         method: PrefixAttention,
+        rows: SuffixRows,
         clock: &mut StageClock,
     ) -> Result<Vec<Vec<YesNo>>, VlmError> {
         if method == PrefixAttention::Copied {
@@ -255,7 +266,7 @@ impl VlModel {
             while pass.len() < self.padded_pass(pass_images) {
                 pass.push(pass[pass.len() - 1]);
             }
-            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused, clock))?;
+            let scores = tch::no_grad(|| self.one_pass(&pass, common, answer, method == PrefixAttention::Fused, rows, clock))?;
             for (i, s) in members.into_iter().zip(scores) {
                 out[i] = s;
             }
@@ -270,6 +281,7 @@ impl VlModel {
         common: usize,
         answer: (u32, u32),
         fused: bool,
+        rows: SuffixRows,
         clock: &mut StageClock,
     ) -> Result<Vec<Vec<YesNo>>, VlmError> {
         let mut cache = DecoderCache::default();
@@ -277,7 +289,11 @@ impl VlModel {
         clock.mark(Stage::Prefix);
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused);
+        let real = match rows {
+            SuffixRows::Packed => RealTokens::new(&suffixes.lengths, suffixes.longest, self.device),
+            SuffixRows::Padded => None,
+        };
+        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused, real.as_ref());
         clock.mark(Stage::Questions);
         let scores = self.answers(&hidden, &suffixes, answer)?;
         clock.mark(Stage::Answers);
@@ -327,6 +343,7 @@ impl VlModel {
         let mut ids = Vec::new();
         let mut positions = [Vec::new(), Vec::new(), Vec::new()];
         let mut last = Vec::new();
+        let mut lengths = Vec::new();
         for image in images {
             for p in image.prompts {
                 let (axes, _) = self.positions(p, image.grid)?;
@@ -334,6 +351,7 @@ impl VlModel {
                 let pad = longest - suffix.len();
                 let row = (ids.len() / longest) as i64;
                 last.push(row * longest as i64 + suffix.len() as i64 - 1);
+                lengths.push(suffix.len() as i64);
                 ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
                 for (axis, out) in axes.iter().zip(positions.iter_mut()) {
                     let end = *axis.last().expect("non-empty");
@@ -345,7 +363,7 @@ impl VlModel {
         let ids = Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]);
         let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest as i64]);
         let per_image = images.iter().map(|i| i.prompts.len()).collect();
-        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, last, per_image })
+        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, longest: longest as i64, lengths, last, per_image })
     }
 
     /// Each prompt's yes/no logits from the pass's hidden states, image by image.
@@ -375,6 +393,9 @@ struct Suffixes {
     embedded: Embedded,
     positions: Tensor,
     rows: i64,
+    longest: i64,
+    /// Each row's real tokens (the rest, up to `longest`, padding).
+    lengths: Vec<i64>,
     last: Vec<i64>,
     per_image: Vec<usize>,
 }

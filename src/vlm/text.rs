@@ -19,6 +19,7 @@ use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{self, attention, GatedMlp, Linear, RmsNorm, Turn};
 use super::moe::SparseMoe;
 use super::part_clock::timed;
+use super::real_tokens::{rows_of, tokens_of, RealTokens};
 use super::shared_prefix;
 use super::weights::Weights;
 
@@ -60,12 +61,22 @@ impl SelfAttention {
         })
     }
 
-    /// `x` (batch, seq, hidden) -> (batch, seq, hidden).
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, path: AttentionPath) -> Tensor {
+    /// `x` (batch, seq, hidden) -> (batch, seq, hidden); or, where `real` says which tokens of
+    /// the rows are real, their tokens alone (1, tokens, hidden) both ways, the projections made
+    /// on those only.
+    fn forward(
+        &self,
+        x: &Tensor,
+        rotary: &Rotary,
+        mask: &Tensor,
+        slot: &mut LayerCache,
+        path: AttentionPath,
+        real: Option<&RealTokens>,
+    ) -> Tensor {
         let (b, s) = (x.size()[0], x.size()[1]);
         // (batch, seq, heads, head_dim): the heads' norms run on this layout, where a head's
         // values are already together (a GPU's fused norm then copies nothing), and the heads
-        // move to dimension 1 after.
+        // move to dimension 1 after, in rows.
         let heads_of = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]);
         let (q, gate, k, v) = timed("attention: projections in, norms, rotary", || {
             // Gated: each head's projection is its queries then its gate.
@@ -83,8 +94,8 @@ impl SelfAttention {
                 Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
                 None => (q, k),
             };
-            let (q, k) = (rotary.apply(&q.transpose(1, 2)), rotary.apply(&k.transpose(1, 2)));
-            (q, gate, k, heads_of(self.v.forward(x), self.kv_heads).transpose(1, 2))
+            let [q, k, v] = [q, k, heads_of(self.v.forward(x), self.kv_heads)].map(|t| rows_of(real, t).transpose(1, 2));
+            (rotary.apply(&q), gate, rotary.apply(&k), v)
         });
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
@@ -94,7 +105,8 @@ impl SelfAttention {
             }
             _ => timed("attention: over the cache", || self.attend_appended(q, k, v, mask, slot, path, scale)),
         };
-        let out = out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]);
+        let (rows, seq) = (out.size()[0], out.size()[2]);
+        let out = tokens_of(real, out.transpose(1, 2).reshape([rows, seq, self.heads * self.head_dim]));
         timed("attention: projection out", || match gate {
             Some(gate) => self.o.forward(&(out * gate.sigmoid())),
             None => self.o.forward(&out),
@@ -195,6 +207,8 @@ struct Step<'a> {
     path: AttentionPath,
     /// (batch, seq): which new tokens are real, for the linear layers' states.
     valid: Option<&'a Tensor>,
+    /// Where the residual stream holds only the rows' real tokens: which they are.
+    real: Option<&'a RealTokens>,
 }
 
 impl DecoderLayer {
@@ -220,10 +234,20 @@ impl DecoderLayer {
         })
     }
 
+    /// `x` (batch, seq, hidden), or only its real tokens (1, tokens, hidden) where `step.real`
+    /// says which they are: the mixer then lays out in rows what reads rows.
     fn forward(&self, x: &Tensor, step: &Step<'_>, slot: &mut LayerCache) -> Tensor {
         let normed = timed("norms", || self.input_norm.forward(x));
-        let mixed = match &self.mixer {
-            Mixer::Attention(attn) => timed("attention", || attn.forward(&normed, step.rotary, step.mask, slot, step.path)),
+        let mixed = self.mix(&normed, step, slot);
+        let x = x + mixed;
+        let normed = timed("norms", || self.post_norm.forward(&x));
+        &x + self.mlp.forward(&normed)
+    }
+
+    /// The layer's token mixing, `normed` in the residual stream's layout.
+    fn mix(&self, normed: &Tensor, step: &Step<'_>, slot: &mut LayerCache) -> Tensor {
+        match &self.mixer {
+            Mixer::Attention(attn) => timed("attention", || attn.forward(normed, step.rotary, step.mask, slot, step.path, step.real)),
             Mixer::Linear(linear) => timed("linear attention", || {
                 let mut state = match std::mem::take(slot) {
                     LayerCache::Linear(state) => Some(state),
@@ -233,21 +257,21 @@ impl DecoderLayer {
                     // The questions read their image's state in place; the cache keeps the
                     // prefix's, and the questions' own states are never made.
                     let out = match &state {
-                        Some(prefix) => linear.forward_after_prefix(&normed, prefix, step.valid),
-                        None => linear.forward(&normed, &mut None, step.valid),
+                        Some(prefix) => linear.forward_after_prefix(normed, prefix, step.real),
+                        None => {
+                            let rows = rows_of(step.real, normed.shallow_clone());
+                            tokens_of(step.real, linear.forward(&rows, &mut None, step.valid))
+                        }
                     };
                     *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
                     out
                 } else {
-                    let out = linear.forward(&normed, &mut state, step.valid);
+                    let out = linear.forward(normed, &mut state, step.valid);
                     *slot = state.map_or(LayerCache::Empty, LayerCache::Linear);
                     out
                 }
             }),
-        };
-        let x = x + mixed;
-        let normed = timed("norms", || self.post_norm.forward(&x));
-        &x + self.mlp.forward(&normed)
+        }
     }
 }
 
@@ -297,13 +321,22 @@ impl TextModel {
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
     /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
     /// `cache` must come from [`DecoderCache::shared`]. `fused`: the prefix part through
-    /// libtorch's fused kernel.
-    pub fn forward_shared_prefix(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, fused: bool) -> Tensor {
+    /// libtorch's fused kernel. `real`: which tokens of the right-padded rows are real, where
+    /// some are padding; between the layers' mixers only those are computed
+    /// ([`super::real_tokens`]).
+    pub fn forward_shared_prefix(
+        &self,
+        input: &Embedded,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        fused: bool,
+        real: Option<&RealTokens>,
+    ) -> Tensor {
         let embeds = &input.embeds;
         let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
         match self {
-            TextModel::Shared(d) => d.forward_masked(embeds, positions, cache, &mask, AttentionPath::SharedPrefix { fused }, None, None),
-            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused),
+            TextModel::Shared(d) => d.forward_shared_prefix(embeds, positions, cache, &mask, fused, real),
+            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused, real),
         }
     }
 
@@ -415,18 +448,43 @@ impl SharedDecoder {
         deepstack: Option<&Deepstack>,
     ) -> Tensor {
         let rotary = self.rotary(positions);
-        let step = Step { rotary: &rotary, mask, path, valid };
+        self.forward_steps(embeds, cache, &Step { rotary: &rotary, mask, path, valid, real: None }, deepstack)
+    }
+
+    /// Every row of `embeds` after its image's prefix ([`TextModel::forward_shared_prefix`]),
+    /// the residual stream holding only the real tokens where `real` says which they are.
+    fn forward_shared_prefix(
+        &self,
+        embeds: &Tensor,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        mask: &Tensor,
+        fused: bool,
+        real: Option<&RealTokens>,
+    ) -> Tensor {
+        let rotary = self.rotary(positions);
+        let step = Step { rotary: &rotary, mask, path: AttentionPath::SharedPrefix { fused }, valid: None, real };
+        self.forward_steps(embeds, cache, &step, None)
+    }
+
+    /// `embeds` (batch, seq, hidden) through every layer and the final norm, as `step` says.
+    fn forward_steps(&self, embeds: &Tensor, cache: &mut DecoderCache, step: &Step<'_>, deepstack: Option<&Deepstack>) -> Tensor {
         if cache.layers.len() < self.layers.len() {
             cache.layers.resize_with(self.layers.len(), LayerCache::default);
         }
-        let mut x = embeds.shallow_clone();
+        assert!(step.real.is_none() || deepstack.is_none(), "DeepStack adds to rows, which a packed stream does not keep");
+        let mut x = step.real.map_or_else(|| embeds.shallow_clone(), |real| real.pack(embeds));
         for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
-            x = layer.forward(&x, &step, slot);
+            x = layer.forward(&x, step, slot);
             if let Some(features) = deepstack.and_then(|d| d.layers.get(index).map(|f| (d.start, f))) {
                 x = add_rows(&x, features.0, features.1);
             }
         }
-        self.norm.forward(&x)
+        let hidden = self.norm.forward(&x);
+        match step.real {
+            Some(real) => real.unpack(&hidden),
+            None => hidden,
+        }
     }
 
     pub fn logits(&self, hidden: &Tensor) -> Tensor {

@@ -15,10 +15,12 @@ use super::checkpoint::ModelConfig;
 use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
 use super::families::{Family, ImageFeatures};
+use super::flops::ImageFlops;
 use super::flops::{active_parameters, flops_by_stage};
 use super::model::{PassImage, VlModel};
 use super::part_clock;
 use super::pixels;
+use super::real_tokens::SuffixRows;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
 
@@ -30,7 +32,7 @@ pub struct ScoringBench {
     pub size: u32,
     pub questions: usize,
     /// Tokens per question after the shared prefix: the question and the chat template's tail.
-    pub question_tokens: usize,
+    pub question_tokens: QuestionTokens,
     /// Images run first and not timed (kernel selection, allocator warm-up).
     pub warmup: usize,
     /// The device's dense peak in TFLOP/s for the dtype, for MFU (None: not reported).
@@ -42,6 +44,9 @@ pub struct ScoringBench {
     pub prefix_attention: PrefixAttention,
     /// Images scored in one pass (the shared path; 1 with the copied one).
     pub images_per_pass: usize,
+    /// How the questions' rows go between the layers' mixers (the shared path): padded to the
+    /// longest question, or their real tokens only.
+    pub suffix_rows: SuffixRows,
     /// After timing, score the first pass's images each alone (padded to the pass) and compare
     /// their bits with the pass's.
     pub check_invariance: bool,
@@ -50,11 +55,37 @@ pub struct ScoringBench {
     pub parts: bool,
 }
 
+/// Tokens each question adds after the shared prefix (the question and the chat template's
+/// tail): one count for every question, or counts spread evenly from the shortest to the
+/// longest. A release's questions vary so: with the template's tail, the 57 of `specs/s1a.yaml`
+/// run from about 16 tokens to about 28, and a pass pads its questions to the longest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuestionTokens {
+    pub shortest: usize,
+    pub longest: usize,
+}
+
+impl QuestionTokens {
+    /// Every question `tokens` long.
+    pub fn each(tokens: usize) -> QuestionTokens {
+        QuestionTokens { shortest: tokens, longest: tokens }
+    }
+
+    /// Each of `questions`' tokens, the shortest first and the longest last (at least one).
+    pub fn lengths(&self, questions: usize) -> Vec<usize> {
+        let spread = self.longest.saturating_sub(self.shortest);
+        let steps = questions.saturating_sub(1).max(1);
+        (0..questions).map(|q| (self.shortest + (spread * q + steps / 2) / steps).max(1)).collect()
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct ScoringBenchReport {
     pub family: Family,
-    /// `copied` or `shared`.
+    /// `copied`, `shared` or `fused`.
     pub prefix_attention: &'static str,
+    /// `padded` or `packed` (the copied path: always padded).
+    pub suffix_rows: &'static str,
     pub images_per_pass: usize,
     pub text_layers: usize,
     pub vision_blocks: usize,
@@ -72,6 +103,9 @@ pub struct ScoringBenchReport {
     pub vision_patches: usize,
     pub image_tokens: usize,
     pub questions: usize,
+    /// The shortest and the longest question, in tokens after the shared prefix.
+    pub question_tokens: (usize, usize),
+    /// The questions' real tokens: each image's prefill counts these, not their padding.
     pub prefill_tokens_per_image: usize,
     pub tflop_per_image: f64,
     pub images_timed: usize,
@@ -198,21 +232,33 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
 }
 
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
-/// question's own tokens (its first token differs, so the shared prefix ends at the image).
-fn prompts(config: &ModelConfig, image_tokens: usize, questions: usize, question_tokens: usize) -> Vec<Vec<u32>> {
+/// question's own tokens, `lengths` of them (its first token differs, so the shared prefix ends
+/// at the image).
+fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
     let vocab = config.text.vocab_size as u32;
     let filler = |i: usize| 10 + (i as u32 * 7919) % (vocab - 20);
     let mut prefix: Vec<u32> = (0..14).map(filler).collect();
     prefix.push(config.vision_start_token_id);
     prefix.extend(std::iter::repeat_n(config.image_token_id, image_tokens));
     prefix.push(config.vision_end_token_id);
-    (0..questions)
-        .map(|q| {
+    let longest = lengths.iter().copied().max().unwrap_or(1);
+    lengths
+        .iter()
+        .enumerate()
+        .map(|(q, &len)| {
             let mut ids = prefix.clone();
-            ids.extend((0..question_tokens.max(1)).map(|t| filler(1000 + q * question_tokens + t)));
+            ids.extend((0..len).map(|t| filler(1000 + q * longest + t)));
             ids
         })
         .collect()
+}
+
+/// The FLOPs of scoring an image whose questions add `lengths` tokens each: their real tokens,
+/// never their padding.
+fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize]) -> ImageFlops {
+    let mut flops = flops_by_stage(config, patches, prefix, 0, 0);
+    flops.questions = lengths.iter().map(|&len| flops_by_stage(config, patches, prefix, 1, len).questions).sum();
+    flops
 }
 
 /// Runs the benchmark on a model with random weights.
@@ -238,7 +284,8 @@ pub fn run(
     let grid = inputs[0].1;
     let patches = grid.0 * grid.1 * grid.2;
     let image_tokens = patches / (config.vision.spatial_merge_size * config.vision.spatial_merge_size);
-    let ids = prompts(config, image_tokens, bench.questions, bench.question_tokens);
+    let lengths = bench.question_tokens.lengths(bench.questions);
+    let ids = prompts(config, image_tokens, &lengths);
     let prefix = 14 + 2 + image_tokens;
 
     let pass = bench.images_per_pass.max(1);
@@ -256,11 +303,15 @@ pub fn run(
         let features = encode(&model, chunk, pass);
         clock.mark(Stage::Vision);
         // The scores come back to the host, so the device's work is done when this returns.
-        Pass { model: &model, inputs: chunk, ids: &ids, answer, pass }.score(&features, bench.prefix_attention, &mut clock)?;
+        Pass { model: &model, inputs: chunk, ids: &ids, answer, pass, rows: bench.suffix_rows }.score(
+            &features,
+            bench.prefix_attention,
+            &mut clock,
+        )?;
     }
     let seconds = timed.elapsed().as_secs_f64();
     let images = inputs.len() - warmup_passes * pass;
-    let first = Pass { model: &model, inputs: &inputs[..pass.min(inputs.len())], ids: &ids, answer, pass };
+    let first = Pass { model: &model, inputs: &inputs[..pass.min(inputs.len())], ids: &ids, answer, pass, rows: bench.suffix_rows };
     let max_abs_logit_diff_to_shared = match bench.prefix_attention {
         PrefixAttention::Fused => Some(difference(&first, (PrefixAttention::Fused, PrefixAttention::Shared))?),
         _ => None,
@@ -268,7 +319,7 @@ pub fn run(
     let parts = if bench.parts { Some(clocked_parts(&first, bench.prefix_attention)?) } else { None };
     let invariance = if bench.check_invariance { Some(invariance(&first, bench.prefix_attention)?) } else { None };
     let per_image = seconds / images as f64;
-    let by_stage = flops_by_stage(config, patches, prefix, bench.questions, bench.question_tokens);
+    let by_stage = flops_of(config, patches, prefix, &lengths);
     let flops = by_stage.total();
     let stages = clock
         .seconds()
@@ -285,11 +336,15 @@ pub fn run(
             StageTime { stage, ms_per_image, tflop_per_image, mfu }
         })
         .collect();
-    let prefill_tokens = prefix + bench.questions * bench.question_tokens;
+    let prefill_tokens = prefix + lengths.iter().sum::<usize>();
     let achieved = flops / per_image / 1e12;
     Ok(ScoringBenchReport {
         family: config.family,
         prefix_attention: bench.prefix_attention.name(),
+        suffix_rows: match bench.prefix_attention {
+            PrefixAttention::Copied => SuffixRows::Padded.name(),
+            _ => bench.suffix_rows.name(),
+        },
         images_per_pass: pass,
         text_layers: config.text.num_hidden_layers,
         vision_blocks: config.vision.depth,
@@ -303,6 +358,7 @@ pub fn run(
         vision_patches: patches,
         image_tokens,
         questions: bench.questions,
+        question_tokens: (bench.question_tokens.shortest, bench.question_tokens.longest),
         prefill_tokens_per_image: prefill_tokens,
         tflop_per_image: flops / 1e12,
         images_timed: images,
@@ -333,18 +389,29 @@ struct Pass<'a> {
     ids: &'a [Vec<u32>],
     answer: (u32, u32),
     pass: usize,
+    rows: SuffixRows,
 }
 
 impl Pass<'_> {
-    /// Scores the pass from its images' `features`, one image by [`VlModel::score_with`] (the
-    /// copied path takes one at a time), several by [`VlModel::score_pass_with`].
+    /// Scores the pass from its images' `features`: the copied path by [`VlModel::score_with`]
+    /// (it takes one image at a time), the others by [`VlModel::score_pass_with`].
     fn score(&self, features: &[ImageFeatures], method: PrefixAttention, clock: &mut StageClock) -> Result<(), VlmError> {
-        let Pass { model, inputs, ids, answer, pass } = *self;
-        if pass == 1 {
-            model.score_with(ids, &features[0], inputs[0].1, answer, method, clock).map(|_| ())
-        } else {
-            model.score_pass_with(&pass_of(features, inputs, ids), answer, pass, method, clock).map(|_| ())
+        self.scores(features, self.pass, method, clock).map(|_| ())
+    }
+
+    /// The scores of `features`' images in passes of `pass`.
+    fn scores(
+        &self,
+        features: &[ImageFeatures],
+        pass: usize,
+        method: PrefixAttention,
+        clock: &mut StageClock,
+    ) -> Result<Vec<Vec<super::YesNo>>, VlmError> {
+        let Pass { model, inputs, ids, answer, rows, .. } = *self;
+        if method == PrefixAttention::Copied {
+            return Ok(vec![model.score_with(ids, &features[0], inputs[0].1, answer, method, clock)?]);
         }
+        model.score_pass_with(&pass_of(features, &inputs[..features.len()], ids), answer, pass, method, rows, clock)
     }
 }
 
@@ -379,11 +446,9 @@ fn pass_of<'a>(features: &'a [ImageFeatures], inputs: &[(tch::Tensor, (usize, us
 
 /// Scores the first pass by each of `methods` and returns the largest difference of their logits.
 fn difference(first: &Pass<'_>, methods: (PrefixAttention, PrefixAttention)) -> Result<f32, VlmError> {
-    let Pass { model, inputs, ids, answer, pass } = *first;
-    let features = encode(model, inputs, pass);
-    let images = pass_of(&features, inputs, ids);
-    let first = model.score_pass_with(&images, answer, pass, methods.0, &mut StageClock::off())?;
-    let second = model.score_pass_with(&images, answer, pass, methods.1, &mut StageClock::off())?;
+    let features = encode(first.model, first.inputs, first.pass);
+    let second = first.scores(&features, first.pass, methods.1, &mut StageClock::off())?;
+    let first = first.scores(&features, first.pass, methods.0, &mut StageClock::off())?;
     let pairs = first.iter().flatten().zip(second.iter().flatten());
     Ok(pairs.fold(0f32, |most, (a, b)| most.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs())))
 }
@@ -391,7 +456,7 @@ fn difference(first: &Pass<'_>, methods: (PrefixAttention, PrefixAttention)) -> 
 /// Scores the first pass, then its first, middle and last image alone (padded to the pass, and
 /// in a pass of one), and compares the bits.
 fn invariance(first: &Pass<'_>, method: PrefixAttention) -> Result<Invariance, VlmError> {
-    let Pass { model, inputs, ids, answer, pass } = *first;
+    let Pass { model, inputs, ids, answer, pass, rows } = *first;
     // A build scores on the CPU with one thread per worker, as here: a product split over
     // threads may split its sums by how many rows it has.
     if model.device == Device::Cpu {
@@ -399,7 +464,7 @@ fn invariance(first: &Pass<'_>, method: PrefixAttention) -> Result<Invariance, V
     }
     let features = encode(model, inputs, pass);
     let images = pass_of(&features, inputs, ids);
-    let together = model.score_pass_with(&images, answer, pass, method, &mut StageClock::off())?;
+    let together = model.score_pass_with(&images, answer, pass, method, rows, &mut StageClock::off())?;
     let (mut padded, mut unpadded) = (0f32, 0f32);
     let (mut same_padded, mut same_unpadded, mut scores) = (true, true, 0);
     // The first, a middle and the last image of the pass: each place in it, at a third of the cost.
@@ -411,7 +476,7 @@ fn invariance(first: &Pass<'_>, method: PrefixAttention) -> Result<Invariance, V
             let input = &inputs[k..k + 1];
             let features = encode(model, input, alone_in);
             let image = pass_of(&features, input, ids);
-            let alone = model.score_pass_with(&image, answer, alone_in, method, &mut StageClock::off())?.remove(0);
+            let alone = model.score_pass_with(&image, answer, alone_in, method, rows, &mut StageClock::off())?.remove(0);
             for (a, b) in alone.iter().zip(in_pass) {
                 *same &= a.logit_yes.to_bits() == b.logit_yes.to_bits() && a.logit_no.to_bits() == b.logit_no.to_bits();
                 *diff = diff.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs());
@@ -441,11 +506,12 @@ mod tests {
             images: 2,
             size: 112,
             questions: 3,
-            question_tokens: 4,
+            question_tokens: QuestionTokens::each(4),
             warmup: 0,
             peak_tflops: None,
             prefix_attention,
             images_per_pass,
+            suffix_rows: SuffixRows::Packed,
             check_invariance: false,
             parts: false,
             project_images: 10,
@@ -472,7 +538,7 @@ mod tests {
         let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
         let bench = ScoringBench {
             questions: 5,
-            question_tokens: 6,
+            question_tokens: QuestionTokens::each(6),
             warmup: 1,
             peak_tflops: Some(1.0),
             project_images: 4628,
@@ -526,11 +592,51 @@ mod tests {
         assert!(steps <= part("linear attention").ms_per_image && parts.clocked_ms_per_image >= part("vision tower").ms_per_image);
     }
 
+    #[test]
+    fn question_lengths_spread_from_the_shortest_to_the_longest() {
+        assert_eq!(QuestionTokens { shortest: 16, longest: 28 }.lengths(5), [16, 19, 22, 25, 28]);
+        // A release's 57: 22 tokens each on average, as the even spread gives them.
+        let release = QuestionTokens { shortest: 16, longest: 28 }.lengths(57);
+        assert_eq!((release[0], release[28], release[56], release.iter().sum::<usize>()), (16, 22, 28, 1256));
+        assert_eq!(QuestionTokens::each(24).lengths(3), [24, 24, 24]);
+        assert_eq!(QuestionTokens { shortest: 3, longest: 9 }.lengths(1), [3]);
+    }
+
+    /// Questions of several lengths: the prefill and the FLOPs count their real tokens, whichever
+    /// way their rows go, and the report says which way that was.
+    #[test]
+    fn questions_of_several_lengths_count_their_real_tokens_either_way() {
+        let (c, pre) = (config("qwen3_5"), preprocessor("qwen3_5"));
+        let mut reports = [SuffixRows::Padded, SuffixRows::Packed].map(|suffix_rows| {
+            let bench = ScoringBench {
+                questions: 4,
+                question_tokens: QuestionTokens { shortest: 2, longest: 8 },
+                suffix_rows,
+                ..small_bench(PrefixAttention::Shared, 2)
+            };
+            run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap()
+        });
+        let [padded, packed] = &mut reports;
+        assert_eq!((padded.suffix_rows, packed.suffix_rows), ("padded", "packed"));
+        assert_eq!(packed.question_tokens, (2, 8));
+        assert_eq!(packed.prefill_tokens_per_image, 16 + packed.image_tokens + (2 + 4 + 6 + 8));
+        assert_eq!(padded.prefill_tokens_per_image, packed.prefill_tokens_per_image);
+        assert_eq!(padded.tflop_per_image, packed.tflop_per_image);
+        let copied = run(
+            &c,
+            &pre,
+            Device::Cpu,
+            Kind::Float,
+            &ScoringBench { suffix_rows: SuffixRows::Packed, ..small_bench(PrefixAttention::Copied, 1) },
+        );
+        assert_eq!(copied.unwrap().suffix_rows, "padded", "the copied path pads its rows");
+    }
+
     /// The fused kernel measured beside the products: its logits' distance from them reported.
     #[test]
     fn the_fused_path_reports_its_distance_from_the_products() {
         let (c, pre) = (config("qwen2_vl"), preprocessor("qwen2_vl"));
-        let bench = ScoringBench { questions: 4, question_tokens: 5, ..small_bench(PrefixAttention::Fused, 2) };
+        let bench = ScoringBench { questions: 4, question_tokens: QuestionTokens::each(5), ..small_bench(PrefixAttention::Fused, 2) };
         let r = run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap();
         let diff = r.max_abs_logit_diff_to_shared.unwrap();
         assert!(diff < 1e-4, "{diff}");

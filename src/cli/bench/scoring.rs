@@ -35,9 +35,11 @@ pub struct BenchScoringArgs {
     /// Questions per image (a release's prompt set: 57 with the sides and zones of S2).
     #[arg(long, default_value_t = 57)]
     pub questions: usize,
-    /// Tokens per question after the shared image prefix.
-    #[arg(long, default_value_t = 24)]
-    pub question_tokens: usize,
+    /// Tokens per question after the shared image prefix: N for every question, or MIN-MAX
+    /// spread evenly over them (a release's 57 run from about 16 to about 28; a pass pads them to
+    /// the longest).
+    #[arg(long, default_value = "24", value_parser = question_tokens)]
+    pub question_tokens: (usize, usize),
     /// The device's dense peak for the dtype, in TFLOP/s, for MFU (H100 SXM bf16: 989).
     #[arg(long)]
     pub peak_tflops: Option<f64>,
@@ -58,6 +60,11 @@ pub struct BenchScoringArgs {
     /// Timed and warm-up images are rounded up to whole passes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub images_per_pass: u64,
+    /// How the questions' rows go between the layers' attention (with `shared` or `fused`):
+    /// `packed`, their real tokens only (how releases are scored), or `padded` to the longest
+    /// question (the old way, to measure against).
+    #[arg(long, value_enum, default_value_t = SuffixRowsArg::Packed)]
+    pub suffix_rows: SuffixRowsArg,
     /// After timing, score the first pass's images each alone and compare the bits with the
     /// pass's (reported under `invariance`).
     #[arg(long)]
@@ -67,6 +74,28 @@ pub struct BenchScoringArgs {
     /// (reported under `parts`; the waits make that pass slower).
     #[arg(long)]
     pub parts: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum SuffixRowsArg {
+    Padded,
+    Packed,
+}
+
+/// `N` or `MIN-MAX`, each at least 1.
+fn question_tokens(text: &str) -> Result<(usize, usize), String> {
+    let count = |part: &str| match part.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("expected a whole number of tokens, at least 1, not '{part}'")),
+    };
+    let (shortest, longest) = match text.split_once('-') {
+        Some((low, high)) => (count(low)?, count(high)?),
+        None => (count(text)?, count(text)?),
+    };
+    if shortest > longest {
+        return Err(format!("the shortest question ({shortest}) is longer than the longest ({longest})"));
+    }
+    Ok((shortest, longest))
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -92,7 +121,7 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             images: args.images,
             size: args.size,
             questions: args.questions,
-            question_tokens: args.question_tokens,
+            question_tokens: throughput::QuestionTokens { shortest: args.question_tokens.0, longest: args.question_tokens.1 },
             warmup: args.warmup,
             peak_tflops: args.peak_tflops,
             project_images: args.project_images,
@@ -102,6 +131,10 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
                 PrefixAttentionArg::Fused => bpals_release::vlm::shared_prefix::PrefixAttention::Fused,
             },
             images_per_pass: args.images_per_pass as usize,
+            suffix_rows: match args.suffix_rows {
+                SuffixRowsArg::Padded => bpals_release::vlm::real_tokens::SuffixRows::Padded,
+                SuffixRowsArg::Packed => bpals_release::vlm::real_tokens::SuffixRows::Packed,
+            },
             check_invariance: args.check_invariance,
             parts: args.parts,
         };
@@ -113,5 +146,19 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
     {
         let _ = args;
         Err(crate::cli::engine::no_vlm())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn question_tokens_are_a_count_or_a_range() {
+        assert_eq!(super::question_tokens("24"), Ok((24, 24)));
+        assert_eq!(super::question_tokens("16-28"), Ok((16, 28)));
+        for bad in ["0", "", "x", "28-16", "16-", "-4"] {
+            let error = super::question_tokens(bad).unwrap_err();
+            assert!(error.contains("token") || error.contains("longer"), "{bad}: {error}");
+        }
+        assert_eq!(super::question_tokens("28-16").unwrap_err(), "the shortest question (28) is longer than the longest (16)");
     }
 }

@@ -19,6 +19,7 @@ use crate::vlm::error::VlmError;
 use crate::vlm::layers::{self, attention, GatedMlp, Linear, Turn};
 use crate::vlm::moe::Experts;
 use crate::vlm::part_clock::timed;
+use crate::vlm::real_tokens::{rows_of, tokens_of, RealTokens};
 use crate::vlm::shared_prefix::{self, Prefix};
 use crate::vlm::weights::Weights;
 
@@ -125,11 +126,11 @@ impl Attention {
     /// `x` (batch, seq, hidden) -> (batch, seq, hidden). An own layer appends its keys and values
     /// to `slot`; a shared one reads `shared` (the source layer's, already updated).
     fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, shared: Option<(Tensor, Tensor)>) -> Tensor {
-        let q = self.queries(x, rotary);
+        let q = self.queries(x, rotary, None);
         let (k, v) = match (&self.kv, shared) {
             (_, Some(kv)) => kv,
             (Some(own), None) => {
-                let (k, v) = self.keys_values(own, x, rotary);
+                let (k, v) = self.keys_values(own, x, rotary, None);
                 let (k, v) = match std::mem::take(slot) {
                     LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
                     _ => (k, v),
@@ -145,12 +146,14 @@ impl Attention {
             let v = v.repeat_interleave_self_int(groups, 1, None);
             attention(&q, &k, &v, Some(mask), 1.0)
         });
-        self.output(&out)
+        self.output(&out, None)
     }
 
     /// [`Self::forward`] for rows after prefixes held once ([`shared_prefix`]): the rows' own
     /// keys and values are not kept in the cache but returned (a KV-shared layer after this one
     /// reads them), or, on a KV-shared layer, given as `shared` with the source layer's prefix.
+    /// Where `real` says which tokens of the rows are real, `x` and the output hold those alone
+    /// (1, tokens, hidden); the queries, keys and values are laid out in rows.
     fn forward_shared(
         &self,
         x: &Tensor,
@@ -158,28 +161,31 @@ impl Attention {
         prefix: &Prefix<'_>,
         suffix_mask: &Tensor,
         shared: Option<(Tensor, Tensor)>,
+        real: Option<&RealTokens>,
     ) -> (Tensor, Option<(Tensor, Tensor)>) {
-        let q = self.queries(x, rotary);
+        let q = self.queries(x, rotary, real);
         let (k, v) = match (&self.kv, shared) {
             (_, Some(kv)) => kv,
-            (Some(own), None) => self.keys_values(own, x, rotary),
+            (Some(own), None) => self.keys_values(own, x, rotary, real),
             (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
         };
         let out = shared_prefix::attention(&q, prefix, &k, &v, suffix_mask, 1.0);
-        (self.output(&out), self.kv.as_ref().map(|_| (k, v)))
+        (self.output(&out, real), self.kv.as_ref().map(|_| (k, v)))
     }
 
-    /// Queries (batch, heads, seq, head_dim), normed per head and turned.
-    fn queries(&self, x: &Tensor, rotary: &Rotary) -> Tensor {
+    /// Queries (batch, heads, seq, head_dim), normed per head and turned; in rows where `real`
+    /// says which tokens of `x` are real.
+    fn queries(&self, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> Tensor {
         timed("attention: projections in, norms, rotary", || {
             let (b, s) = (x.size()[0], x.size()[1]);
-            let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim])).transpose(1, 2);
-            rotary.apply(&q)
+            let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim]));
+            rotary.apply(&rows_of(real, q).transpose(1, 2))
         })
     }
 
-    /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq, head_dim).
-    fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary) -> (Tensor, Tensor) {
+    /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq,
+    /// head_dim); in rows where `real` says which tokens of `x` are real.
+    fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> (Tensor, Tensor) {
         timed("attention: projections in, norms, rotary", || {
             let (b, s) = (x.size()[0], x.size()[1]);
             let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
@@ -188,15 +194,17 @@ impl Attention {
                 Some(v) => heads_of(v.forward(x)),
                 None => raw_k.shallow_clone(),
             };
-            let k = rotary.apply(&own.k_norm.forward(&raw_k).transpose(1, 2));
-            (k, own.v_norm.forward(&raw_v).transpose(1, 2))
+            let [k, v] = [own.k_norm.forward(&raw_k), own.v_norm.forward(&raw_v)].map(|t| rows_of(real, t).transpose(1, 2));
+            (rotary.apply(&k), v)
         })
     }
 
-    /// Attention's output (batch, heads, seq, head_dim) projected back: (batch, seq, hidden).
-    fn output(&self, out: &Tensor) -> Tensor {
+    /// Attention's output (batch, heads, seq, head_dim) projected back: (batch, seq, hidden), or
+    /// the real tokens alone (1, tokens, hidden) where `real` says which they are.
+    fn output(&self, out: &Tensor, real: Option<&RealTokens>) -> Tensor {
         let (b, s) = (out.size()[0], out.size()[2]);
-        timed("attention: projection out", || self.o.forward(&out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim])))
+        let out = tokens_of(real, out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]));
+        timed("attention: projection out", || self.o.forward(&out))
     }
 }
 
@@ -292,7 +300,9 @@ impl DecoderLayer {
         })
     }
 
-    /// The layer around its attention, which `attend` runs on the normed input.
+    /// The layer around its attention, which `attend` runs on the normed input: `x` (batch, seq,
+    /// hidden), or only the real tokens of its rows (1, tokens, hidden), `per_layer_input` then
+    /// theirs alone too.
     fn forward(&self, x: &Tensor, per_layer_input: Option<&Tensor>, attend: impl FnOnce(&Attention, &Tensor) -> Tensor) -> Tensor {
         let attended = timed("attention", || attend(&self.attn, &self.input_norm.forward(x)));
         let x = x + self.post_attention_norm.forward(&attended);
@@ -478,7 +488,8 @@ impl Gemma4Decoder {
     /// causal mask. A sliding layer's query at prefix length + i sees only the prefix keys less
     /// than `sliding_window` behind it; a KV-shared layer reads its source layer's prefix from
     /// the cache and its rows' keys from this pass. `fused`: the prefix part through libtorch's
-    /// fused kernel.
+    /// fused kernel. `real`: which of the rows' tokens are real, where some are padding; between
+    /// the layers' attention only those are computed.
     pub fn forward_shared_prefix(
         &self,
         input: &Embedded,
@@ -486,17 +497,19 @@ impl Gemma4Decoder {
         cache: &DecoderCache,
         suffix_mask: &Tensor,
         fused: bool,
+        real: Option<&RealTokens>,
     ) -> Tensor {
         let (seq, past) = (input.embeds.size()[1], cache.len());
         let positions = positions.get(0);
         let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
         let (window_prefix, window_suffix) = self.window_masks(past, seq, suffix_mask);
-        let per_layer = self.per_layer_inputs(input);
+        let pack = |t: &Tensor| real.map_or_else(|| t.shallow_clone(), |real| real.pack(t));
+        let per_layer = self.per_layer_inputs(input).map(|p| pack(&p));
         // The rows' own keys and values, kept only where a later layer reads them: a whole stack
         // of them would take gigabytes at many images a pass.
         let read_later: Vec<bool> = (0..self.layers.len()).map(|i| self.layers.iter().any(|l| l.kv_from == Some(i))).collect();
         let mut rows_kv: Vec<Option<(Tensor, Tensor)>> = (0..self.layers.len()).map(|_| None).collect();
-        let mut x = input.embeds.shallow_clone();
+        let mut x = pack(&input.embeds);
         for (index, layer) in self.layers.iter().enumerate() {
             let source = layer.kv_from.unwrap_or(index);
             let LayerCache::Attention(k, v) = &cache.layers[source] else { unreachable!("every layer's prefix was prefilled") };
@@ -509,7 +522,7 @@ impl Gemma4Decoder {
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
             let mut kept = None;
             x = layer.forward(&x, own.as_ref(), |attn, normed| {
-                let (out, kv) = attn.forward_shared(normed, rotary, &prefix, mask, shared);
+                let (out, kv) = attn.forward_shared(normed, rotary, &prefix, mask, shared, real);
                 kept = kv;
                 out
             });
@@ -517,7 +530,11 @@ impl Gemma4Decoder {
                 rows_kv[index] = kept;
             }
         }
-        self.norm.forward(&x)
+        let hidden = self.norm.forward(&x);
+        match real {
+            Some(real) => real.unpack(&hidden),
+            None => hidden,
+        }
     }
 
     /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`

@@ -15,6 +15,7 @@ use crate::vlm::cuda_kernels::{self, CudaKernels};
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{rms_normalize, Linear};
 use crate::vlm::part_clock::timed;
+use crate::vlm::real_tokens::{rows_of, tokens_of, RealTokens};
 use crate::vlm::weights::Weights;
 
 /// What a linear layer carries from one call to the next, per batch row: the last
@@ -71,7 +72,7 @@ impl GatedDeltaNet {
             Some(st) => (Some(st.conv), Start::PerRow(st.recurrent)),
             None => (None, Start::Zero),
         };
-        let (out, kept) = self.mix(x, conv.as_ref(), start, true, valid);
+        let (out, kept) = self.mix(x, conv.as_ref(), start, true, valid, None);
         *state = kept;
         out
     }
@@ -79,15 +80,17 @@ impl GatedDeltaNet {
     /// `x` (images x rows, seq, hidden), each image's rows continuing from that image's state
     /// `prefix` (images first): the questions of scoring after their image. The prefix's
     /// recurrent state is read in place (its small convolution inputs are repeated per row), and
-    /// the state after `x` is not made.
-    pub fn forward_after_prefix(&self, x: &Tensor, prefix: &LinearState, valid: Option<&Tensor>) -> Tensor {
-        let rows = x.size()[0] / prefix.conv.size()[0];
+    /// the state after `x` is not made. Where `real` says which tokens of the rows are real, `x`
+    /// and the output hold those alone (1, tokens, hidden), and the projections run on them only.
+    pub fn forward_after_prefix(&self, x: &Tensor, prefix: &LinearState, real: Option<&RealTokens>) -> Tensor {
+        let rows = real.map_or(x.size()[0], RealTokens::rows) / prefix.conv.size()[0];
         let conv = prefix.conv.repeat_interleave_self_int(rows, 0, None);
-        self.mix(x, Some(&conv), Start::PerImage(prefix.recurrent.shallow_clone()), false, valid).0
+        self.mix(x, Some(&conv), Start::PerImage(prefix.recurrent.shallow_clone()), false, None, real).0
     }
 
     /// The layer after the convolution inputs `conv` and the delta rule's `start`; with
-    /// `keep_state`, also the state after `x`.
+    /// `keep_state`, also the state after `x`. Where `real` says which tokens of the rows are
+    /// real, `x` holds those alone, and only what reads rows is laid out in rows.
     fn mix(
         &self,
         x: &Tensor,
@@ -95,15 +98,16 @@ impl GatedDeltaNet {
         start: Start,
         keep_state: bool,
         valid: Option<&Tensor>,
+        real: Option<&RealTokens>,
     ) -> (Tensor, Option<LinearState>) {
-        let (b, s) = (x.size()[0], x.size()[1]);
         let s_cfg = &self.shape;
         let (vh, dv) = (s_cfg.num_value_heads as i64, s_cfg.value_head_dim as i64);
         let (mixed, z, beta, g) = timed("linear attention: projections in", || {
-            let mixed = self.in_proj_qkv.forward(x); // (b, s, conv_dim)
-            let z = self.in_proj_z.forward(x).view([b, s, vh, dv]);
-            let mut beta = self.in_proj_b.forward(x).sigmoid().to_kind(Kind::Float);
-            let mut g = &self.neg_a * (self.in_proj_a.forward(x).to_kind(Kind::Float) + &self.dt_bias).softplus();
+            let rows = |t: Tensor| rows_of(real, t);
+            let mixed = rows(self.in_proj_qkv.forward(x)); // (b, s, conv_dim)
+            let z = rows(self.in_proj_z.forward(x));
+            let mut beta = rows(self.in_proj_b.forward(x)).sigmoid().to_kind(Kind::Float);
+            let mut g = &self.neg_a * (rows(self.in_proj_a.forward(x)).to_kind(Kind::Float) + &self.dt_bias).softplus();
             if let Some(valid) = valid {
                 let keep = valid.to_kind(Kind::Float).unsqueeze(-1);
                 beta = beta * &keep;
@@ -111,6 +115,8 @@ impl GatedDeltaNet {
             }
             (mixed, z, beta, g)
         });
+        let (b, s) = (mixed.size()[0], mixed.size()[1]);
+        let z = z.view([b, s, vh, dv]);
 
         let (q, k, v, conv_state) = self.conv.delta_rule_inputs(&mixed, conv, valid);
         let (beta, g) = (beta.transpose(1, 2), g.transpose(1, 2)); // (b, vh, s)
@@ -126,7 +132,8 @@ impl GatedDeltaNet {
 
         let out = out.transpose(1, 2); // (b, s, vh, dv)
         let out = timed("linear attention: gated norm", || self.gated_norm(&out, &z, x.kind()));
-        (timed("linear attention: projection out", || self.out_proj.forward(&out.reshape([b, s, vh * dv]))), kept)
+        let out = tokens_of(real, out.reshape([b, s, vh * dv]));
+        (timed("linear attention: projection out", || self.out_proj.forward(&out)), kept)
     }
 
     /// The delta rule's output `out` (f32) in the model's precision `kind`, RMSNorm over each
