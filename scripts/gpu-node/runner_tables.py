@@ -2,6 +2,19 @@
 an image's and a layer's time went, the throughput step's Markdown tables, and the last line's
 judgement. Only formatting: nothing here runs the engine."""
 
+from collections import namedtuple
+
+# One way of scoring the throughput step measures: the prefix's attention (copied, shared or
+# fused), images a pass, the engine's own CUDA kernels or libtorch's forms, and the questions'
+# rows padded through the token-wise parts (the old layout) or their real tokens only.
+Way = namedtuple("Way", "path n kernels padded", defaults=(False, False))
+
+
+def way_of(r):
+    """The way a bench scoring report ran (the copied path always pads, and is named without it)."""
+    padded = r.get("suffix_rows") == "padded" and r["prefix_attention"] != "copied"
+    return Way(r["prefix_attention"], r["images_per_pass"], r.get("kernels", False), padded)
+
 
 def describe_run(r, targets):
     mfu = f"MFU {r['mfu']:.1%} (target >= {targets['mfu_min']:.0%})" if r.get("mfu") is not None else "MFU n/a (no peak known)"
@@ -41,25 +54,20 @@ def describe_parts(r):
             f"{r['device_ms_per_image']:.1f} unclocked): " + ", ".join(items))
 
 
-def way_name(path, n, kernels):
-    return f"{path}{' + own kernels' if kernels else ''}, {n} a pass"
+def way_name(way):
+    return f"{way.path}{' + own kernels' if way.kernels else ''}{', rows padded' if way.padded else ''}, {way.n} a pass"
 
 
 def throughput_tables(results):
     """The throughput step as two Markdown tables: per model, each way's images/s, MFU and peak
     memory, and the best against the copied prefix; then where an image's time went in each
     model's fastest way, stage by stage."""
-    ways = []
-    for r in results:
-        way = (r["prefix_attention"], r["images_per_pass"], r.get("kernels", False))
-        if way not in ways:
-            ways.append(way)
-    name = lambda way: way_name(*way)
-    lines = ["| model | " + " | ".join(name(w) for w in ways) + " | best against copied |",
+    ways = list(dict.fromkeys(way_of(r) for r in results))
+    lines = ["| model | " + " | ".join(way_name(w) for w in ways) + " | best against copied |",
              "| --- |" + " ---: |" * (len(ways) + 1)]
     stages = ["| model (fastest way) | vision | prefix | questions | answers |", "| --- | ---: | ---: | ---: | ---: |"]
     for config in dict.fromkeys(r["config"] for r in results):
-        runs = {(r["prefix_attention"], r["images_per_pass"], r.get("kernels", False)): r for r in results if r["config"] == config}
+        runs = {way_of(r): r for r in results if r["config"] == config}
 
         def cell(r):
             if r is None:
@@ -79,7 +87,7 @@ def throughput_tables(results):
                 return "n/a"
             return f"{s['ms_per_image']:.1f} ms" + (f" ({s['mfu']:.1%})" if s.get("mfu") is not None else "")
 
-        stages.append(f"| {config} ({name((best['prefix_attention'], best['images_per_pass'], best.get('kernels', False)))}) | "
+        stages.append(f"| {config} ({way_name(way_of(best))}) | "
                       + " | ".join(stage(k) for k in ["vision", "prefix", "questions", "answers"]) + " |")
     return "\n".join(lines) + "\n\n" + "\n".join(stages) + "\n"
 
