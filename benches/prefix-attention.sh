@@ -63,6 +63,6 @@ base, base_questions, base_mib, _ = measured[paths[0]]
 for path, (ms, questions, mib, _) in measured.items():
     print(f"  {path}: {ms / 1000:.2f} s per image (ratio {ms / base:.3f} to {paths[0]}; the questions' stage "
           f"{questions / 1000:.2f} s, ratio {questions / base_questions:.3f}), peak resident memory {mib:,.0f} MiB"
-          f" ({base_mib - mib:,.0f} MiB less)")
+          f" ({mib - base_mib:+,.0f} MiB against {paths[0]})")
 PY
 done
