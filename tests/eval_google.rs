@@ -171,7 +171,9 @@ fn every_published_google_layout_loads() {
         rows.iter().filter(|r| r.label == "No Finding").map(|r| (r.image_index.as_str(), !r.nih_label)).collect();
     let abnormal = |image: &str| nih_findings[image];
     let four = "Fracture,Pneumothorax,Airspace opacity,Nodule or mass";
-    let four_row = |n: usize| format!("{},{},{},{}", yes(n % 5 == 0), yes(n % 3 == 0), yes(n % 2 == 0), yes(n % 4 == 0));
+    let four_row = |n: usize| {
+        format!("{},{},{},{}", yes(n.is_multiple_of(5)), yes(n.is_multiple_of(3)), yes(n.is_multiple_of(2)), yes(n.is_multiple_of(4)))
+    };
 
     // Four findings, adjudicated: test_labels.csv and validation_labels.csv (NIH's metadata first).
     for name in ["four/test_labels.csv", "four/validation_labels.csv"] {
@@ -219,7 +221,7 @@ fn every_published_google_layout_loads() {
     // All findings, adjudicated: test_labels.csv, one row per image, Abnormal as YES/NO.
     let all = "Atelectasis,Cardiomegaly,Consolidation,Edema,Effusion,Emphysema,Fibrosis,Hernia,Infiltration,Mass,\
                Nodule,Pleural Thickening,Pneumonia,Pneumothorax";
-    let all_row = |n: usize| (0..14).map(|k| yes((n + k) % 3 == 0)).collect::<Vec<_>>().join(",");
+    let all_row = |n: usize| (0..14).map(|k| yes((n + k).is_multiple_of(3))).collect::<Vec<_>>().join(",");
     let mut csv = format!("Image ID,Patient ID,Abnormal,{all},Other\n");
     for (n, image) in images.iter().enumerate() {
         writeln!(csv, "{image},{n},{},{},NO", yes(abnormal(image)), all_row(n)).unwrap();

@@ -174,7 +174,7 @@ fn export_and_import_round_trip_with_two_reviewers() {
     let mut export_json = answered(&tasks, &["r1", "r2"], |r, image, label| {
         let n: usize = image[..8].parse().unwrap();
         let t = truth_of(image, label);
-        match (r, n % 5 == 0, n % 7 == 0) {
+        match (r, n.is_multiple_of(5), n.is_multiple_of(7)) {
             (1, true, _) => "uncertain",
             (1, _, true) => {
                 if t {

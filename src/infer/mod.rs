@@ -103,7 +103,7 @@ pub enum InferError {
         backend: String,
         context: String,
         #[source]
-        source: crate::vlm::VlmError,
+        source: Box<crate::vlm::VlmError>,
     },
     #[error("{}", path.display())]
     File {
@@ -120,22 +120,8 @@ pub enum InferError {
     #[error("scorer {backend}: {message}")]
     Scorer { backend: String, message: String },
     /// A NaN or infinite logit: refused where it is made, before any row is written.
-    #[error(
-        "image {image}, question {question_id} ({question:?}): model {model} ({backend} backend) answered logit_yes {logit_yes}, \
-         logit_no {logit_no}, not finite numbers; nothing was written. {advice}"
-    )]
-    NonFinite {
-        image: String,
-        question_id: String,
-        question: String,
-        model: String,
-        backend: String,
-        logit_yes: f32,
-        logit_no: f32,
-        /// Where such a number comes from, and what to change: the spec's dtype for the engine,
-        /// the server for a served model.
-        advice: &'static str,
-    },
+    #[error(transparent)]
+    NonFinite(Box<NonFiniteScore>),
     #[error("{0}")]
     Shard(String),
     #[error("inference was interrupted")]
@@ -144,12 +130,32 @@ pub enum InferError {
     Model(#[from] crate::hub::HubError),
 }
 
+/// A NaN or an infinite logit, with what it answered and what to change. Boxed in
+/// [`InferError`], which every scorer returns, so that the common errors stay small.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "image {image}, question {question_id} ({question:?}): model {model} ({backend} backend) answered logit_yes {logit_yes}, \
+     logit_no {logit_no}, not finite numbers; nothing was written. {advice}"
+)]
+pub struct NonFiniteScore {
+    pub image: String,
+    pub question_id: String,
+    pub question: String,
+    pub model: String,
+    pub backend: String,
+    pub logit_yes: f32,
+    pub logit_no: f32,
+    /// Where such a number comes from, and what to change: the spec's dtype for the engine,
+    /// the server for a served model.
+    pub advice: &'static str,
+}
+
 /// The first non-finite score of `scores` as an error naming the image, the question and the
 /// model; every scorer's answers pass through it before they are cached or written.
 pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Question], scores: &[YesNo]) -> Result<(), InferError> {
     match questions.iter().zip(scores).find(|(_, s)| !s.is_finite()) {
         None => Ok(()),
-        Some((q, s)) => Err(InferError::NonFinite {
+        Some((q, s)) => Err(InferError::NonFinite(Box::new(NonFiniteScore {
             image: image.to_string(),
             question_id: q.id.clone(),
             question: q.text.clone(),
@@ -164,7 +170,7 @@ pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Questio
                 }
                 _ => "A NaN or an infinity comes from broken weights or from an overflow in 16-bit floats (try model.dtype bf16 or f32)",
             },
-        }),
+        }))),
     }
 }
 

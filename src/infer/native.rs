@@ -57,7 +57,7 @@ fn err(message: impl std::fmt::Display) -> InferError {
 
 /// An engine error, with what the scorer was doing.
 fn engine_err(context: impl std::fmt::Display) -> impl FnOnce(crate::vlm::VlmError) -> InferError {
-    move |source| InferError::Engine { backend: "native".into(), context: context.to_string(), source }
+    move |source| InferError::Engine { backend: "native".into(), context: context.to_string(), source: Box::new(source) }
 }
 
 impl NativeScorer {

@@ -140,7 +140,7 @@ pub enum InputsError {
     ReviewPlan {
         at: KeyLocation,
         #[source]
-        source: crate::review::ReviewError,
+        source: Box<crate::review::ReviewError>,
     },
     #[error("{at}: cannot use the gold labels")]
     Gold {
@@ -345,8 +345,8 @@ fn read_evaluation(spec: &ReleaseSpec, key: &str, path: &Path, e: EvaluationSpec
         Some(file) => {
             let key = "evaluation.review_plan";
             let path = spec.base_dir(key).join(file);
-            let (plan, sha256) =
-                crate::review::ReviewPlan::read(&path).map_err(|source| InputsError::ReviewPlan { at: spec.locate(key), source })?;
+            let (plan, sha256) = crate::review::ReviewPlan::read(&path)
+                .map_err(|source| InputsError::ReviewPlan { at: spec.locate(key), source: Box::new(source) })?;
             Some(ReviewPlanRef { file: file.clone(), sha256, plan })
         }
     };

@@ -168,7 +168,7 @@ impl Split {
     fn holds(self, id: u32) -> bool {
         match self {
             Split::Odd => id % 2 == 1,
-            Split::Even => id % 2 == 0,
+            Split::Even => id.is_multiple_of(2),
             Split::All => true,
         }
     }
@@ -266,6 +266,34 @@ pub fn errors<'a>(
         .collect()
 }
 
+/// The per-finding table beside Wang et al.'s numbers.
+impl std::fmt::Display for Evaluation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let split = serde_json::to_value(self.split).expect("plain").as_str().unwrap_or_default().to_string();
+        writeln!(
+            f,
+            "OpenI, {split}-numbered reports: {} (uncertain mentions count as {})",
+            self.reports,
+            if self.uncertain_is_positive { "positive" } else { "negative" }
+        )?;
+        writeln!(f, "  {:<20} {:>9} {:>9} {:>6}   {:>9} {:>6}", "finding", "positives", "precision", "recall", "NIH prec", "recall")?;
+        let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        for s in self.findings.iter().chain(std::iter::once(&self.overall)) {
+            writeln!(
+                f,
+                "  {:<20} {:>9} {:>9} {:>6}   {:>9} {:>6}",
+                s.finding,
+                s.positives,
+                num(s.precision),
+                num(s.recall),
+                num(s.wang_precision),
+                num(s.wang_recall)
+            )?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,33 +321,5 @@ mod tests {
         let ptx = e.findings.iter().find(|f| f.finding == "Pneumothorax").unwrap();
         assert_eq!((ptx.true_positives, ptx.false_negatives, ptx.recall), (0, 1, Some(0.0)), "negated: a miss");
         assert_eq!(evaluate(&reports, &Labeler::builtin(), Split::Odd, false).reports, 0);
-    }
-}
-
-/// The per-finding table beside Wang et al.'s numbers.
-impl std::fmt::Display for Evaluation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let split = serde_json::to_value(self.split).expect("plain").as_str().unwrap_or_default().to_string();
-        writeln!(
-            f,
-            "OpenI, {split}-numbered reports: {} (uncertain mentions count as {})",
-            self.reports,
-            if self.uncertain_is_positive { "positive" } else { "negative" }
-        )?;
-        writeln!(f, "  {:<20} {:>9} {:>9} {:>6}   {:>9} {:>6}", "finding", "positives", "precision", "recall", "NIH prec", "recall")?;
-        let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-        for s in self.findings.iter().chain(std::iter::once(&self.overall)) {
-            writeln!(
-                f,
-                "  {:<20} {:>9} {:>9} {:>6}   {:>9} {:>6}",
-                s.finding,
-                s.positives,
-                num(s.precision),
-                num(s.recall),
-                num(s.wang_precision),
-                num(s.wang_recall)
-            )?;
-        }
-        Ok(())
     }
 }

@@ -54,10 +54,10 @@ mod tests {
     fn cohen_matches_the_textbook_example() {
         // 50 items: both yes 20, A yes B no 5, A no B yes 10, both no 15. po = 0.7, pe = 0.5, kappa 0.4.
         let mut pairs = Vec::new();
-        pairs.extend(std::iter::repeat(('y', 'y')).take(20));
-        pairs.extend(std::iter::repeat(('y', 'n')).take(5));
-        pairs.extend(std::iter::repeat(('n', 'y')).take(10));
-        pairs.extend(std::iter::repeat(('n', 'n')).take(15));
+        pairs.extend(std::iter::repeat_n(('y', 'y'), 20));
+        pairs.extend(std::iter::repeat_n(('y', 'n'), 5));
+        pairs.extend(std::iter::repeat_n(('n', 'y'), 10));
+        pairs.extend(std::iter::repeat_n(('n', 'n'), 15));
         assert!((cohen_kappa(&pairs).unwrap() - 0.4).abs() < 1e-12);
         assert_eq!(cohen_kappa::<char>(&[]), None);
         assert_eq!(cohen_kappa(&[('y', 'y'), ('y', 'y')]), None, "chance agreement is total");
@@ -79,10 +79,8 @@ mod tests {
             [6, 5, 2, 1, 0],
             [0, 2, 2, 3, 7],
         ];
-        let items: Vec<Vec<usize>> = table
-            .iter()
-            .map(|row| row.iter().enumerate().flat_map(|(category, &n)| std::iter::repeat(category).take(n)).collect())
-            .collect();
+        let items: Vec<Vec<usize>> =
+            table.iter().map(|row| row.iter().enumerate().flat_map(|(category, &n)| std::iter::repeat_n(category, n)).collect()).collect();
         let kappa = fleiss_kappa(&items).unwrap();
         assert!((kappa - 0.20993).abs() < 1e-4, "{kappa}");
     }

@@ -22,11 +22,7 @@ impl OfficialSplit {
 }
 
 /// Reads both lists; every name must be a known image, and no image may be on both.
-pub fn read<'a>(
-    train_val: &Path,
-    test: &Path,
-    known_images: &HashMap<&'a str, usize>,
-) -> Result<HashMap<usize, OfficialSplit>, SourceError> {
+pub fn read(train_val: &Path, test: &Path, known_images: &HashMap<&str, usize>) -> Result<HashMap<usize, OfficialSplit>, SourceError> {
     let mut assigned: HashMap<usize, OfficialSplit> = HashMap::new();
     for (path, split) in [(train_val, OfficialSplit::TrainVal), (test, OfficialSplit::Test)] {
         let text = std::fs::read_to_string(path).map_err(|source| SourceError::Io { path: path.into(), source })?;

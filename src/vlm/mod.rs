@@ -8,6 +8,10 @@
 //! image. The tensor code (vision tower, decoder, its cache) builds on it behind the `vlm`
 //! feature.
 
+// On a tch Tensor `a *= b` is an in-place product: it keeps `a`'s dtype where `a * b` promotes,
+// and writes through any view of `a`. The engine spells its arithmetic out of place.
+#![allow(clippy::assign_op_pattern)]
+
 pub mod arithmetic;
 pub mod chat_template;
 pub mod checkpoint;

@@ -234,12 +234,10 @@ fn enter(
     }
     let locked = repo.and_then(|r| s.repos.get(r)).is_some_and(|r| r.private || r.gated.is_some());
     if let Some(token) = &s.token {
-        if write || locked {
-            if auth.as_deref() != Some(&format!("Bearer {token}")) {
-                // Echoes what it got, as a careless server might: the client must not print it.
-                let got = auth.unwrap_or_default();
-                return Err(error(StatusCode::UNAUTHORIZED, &format!("Invalid credentials in Authorization header: {got}")));
-            }
+        if (write || locked) && auth.as_deref() != Some(&format!("Bearer {token}")) {
+            // Echoes what it got, as a careless server might: the client must not print it.
+            let got = auth.unwrap_or_default();
+            return Err(error(StatusCode::UNAUTHORIZED, &format!("Invalid credentials in Authorization header: {got}")));
         }
     }
     let fault = s.faults.iter().position(|(r, _)| r == route).map(|i| s.faults.remove(i).1);

@@ -55,7 +55,7 @@ impl CudaKernels {
         let chosen = chosen.to_kind(Kind::Int64).contiguous();
         // The rows move as 16-byte words: a view at an odd offset is copied to an aligned one.
         let x = x.contiguous();
-        let x = if x.data_ptr() as usize % 16 == 0 { x } else { x.copy() };
+        let x = if (x.data_ptr() as usize).is_multiple_of(16) { x } else { x.copy() };
         let assignments = tokens * k;
         let tiles = (assignments + TILE - 1) / TILE;
         let total_rows = assignments + experts * (group_rows - 1);

@@ -23,7 +23,7 @@ impl CudaKernels {
         let (channels, key_heads) = (shape.conv_dim(), shape.num_key_heads);
         matches!(kind, Kind::BFloat16 | Kind::Float)
             && key_heads > 0
-            && shape.num_value_heads % key_heads == 0
+            && shape.num_value_heads.is_multiple_of(key_heads)
             && shape.conv_kernel_dim >= 1
             && 4 * (channels + 2 * key_heads) <= 48 * 1024
     }

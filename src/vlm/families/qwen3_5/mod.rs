@@ -67,7 +67,7 @@ pub fn text_layers(text_scope: &[&Value], layers: usize) -> Result<(Vec<LayerKin
     if linear.conv_kernel_dim == 0 {
         return Err(err("linear_conv_kernel_dim", "expected 1 or more"));
     }
-    if linear.num_key_heads == 0 || linear.num_value_heads % linear.num_key_heads != 0 {
+    if linear.num_key_heads == 0 || !linear.num_value_heads.is_multiple_of(linear.num_key_heads) {
         return Err(err(
             "linear_num_value_heads",
             format!("{} is not a multiple of linear_num_key_heads {}", linear.num_value_heads, linear.num_key_heads),
