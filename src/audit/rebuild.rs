@@ -28,9 +28,15 @@ pub enum AuditError {
     #[error("cannot find the spec {spec_file} the release was built from (looked for {}); pass --spec PATH", looked.display())]
     SpecNotFound { spec_file: String, looked: PathBuf },
     #[error(transparent)]
-    Spec(#[from] crate::inputs::InputsError),
+    Spec(Box<crate::inputs::InputsError>),
     #[error("rebuilding")]
     Build(#[from] pipeline::BuildError),
+}
+
+impl From<crate::inputs::InputsError> for AuditError {
+    fn from(e: crate::inputs::InputsError) -> Self {
+        AuditError::Spec(Box::new(e))
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -410,7 +410,7 @@ fn evaluate(
 ) -> Result<Option<crate::eval::EvalReport>, BuildError> {
     let Some(e) = &spec.gold else { return Ok(None) };
     let rows = &table_rows.release_rows(main_rows);
-    let failed = |source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source };
+    let failed = |source| BuildError::Evaluation { gold_file: e.gold_file.clone(), source: Box::new(source) };
     let joint_rule = spec
         .joint_rule_table()
         .map(|rule| crate::eval::JointRuleInput { rule: rule.clone(), classes: signal::ClassThresholds::of(&spec.signal) });

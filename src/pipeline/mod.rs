@@ -35,12 +35,14 @@ use crate::select::{self, SelectError, Selection};
 use crate::shard::ShardError;
 use crate::source::{self, NihTable, SourceError};
 
+/// What stops a build. The spec's errors are boxed: they carry a key's location and a message,
+/// and every stage's `Result` would otherwise be their size.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(transparent)]
-    Spec(#[from] SpecError),
+    Spec(Box<SpecError>),
     #[error(transparent)]
-    Inputs(#[from] InputsError),
+    Inputs(Box<InputsError>),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -69,7 +71,7 @@ pub enum BuildError {
     Evaluation {
         gold_file: String,
         #[source]
-        source: crate::eval::EvalError,
+        source: Box<crate::eval::EvalError>,
     },
     #[error("starting {0} worker threads failed")]
     Threads(usize),
@@ -83,6 +85,18 @@ pub enum BuildError {
     Signing(#[from] crate::signing::SigningError),
     #[error(transparent)]
     Output(#[from] crate::files::OutDirError),
+}
+
+impl From<SpecError> for BuildError {
+    fn from(e: SpecError) -> Self {
+        BuildError::Spec(Box::new(e))
+    }
+}
+
+impl From<InputsError> for BuildError {
+    fn from(e: InputsError) -> Self {
+        BuildError::Inputs(Box::new(e))
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
