@@ -17,9 +17,9 @@
 use tch::{Device, Tensor};
 
 /// How a pass's question rows go through the layers' token-wise parts: padded to the longest
-/// (the old way, kept to measure against) or only their real tokens (how releases are scored). The two
-/// give each score the same bits on the CPU (tested); on a GPU the products have other row counts,
-/// which may choose other kernels.
+/// (the old way, kept to measure against) or only their real tokens (how releases are scored).
+/// The two give each score the same bits on the CPU (tested); on a GPU the products have other
+/// row counts, which may choose other kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SuffixRows {
     Padded,
