@@ -322,7 +322,7 @@ impl TextModel {
     /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
     /// `cache` must come from [`DecoderCache::shared`]. `fused`: the prefix part through
     /// libtorch's fused kernel. `real`: which tokens of the right-padded rows are real, where
-    /// some are padding; between the layers' mixers only those are computed
+    /// some are padding; only those go through the projections, norms and MLPs
     /// ([`super::real_tokens`]).
     pub fn forward_shared_prefix(
         &self,

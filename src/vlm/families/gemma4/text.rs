@@ -488,8 +488,8 @@ impl Gemma4Decoder {
     /// causal mask. A sliding layer's query at prefix length + i sees only the prefix keys less
     /// than `sliding_window` behind it; a KV-shared layer reads its source layer's prefix from
     /// the cache and its rows' keys from this pass. `fused`: the prefix part through libtorch's
-    /// fused kernel. `real`: which of the rows' tokens are real, where some are padding; between
-    /// the layers' attention only those are computed.
+    /// fused kernel. `real`: which of the rows' tokens are real, where some are padding; only
+    /// those go through the projections, norms and MLPs.
     pub fn forward_shared_prefix(
         &self,
         input: &Embedded,
