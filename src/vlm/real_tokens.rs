@@ -80,11 +80,6 @@ impl RealTokens {
         flat.view(size.as_slice())
     }
 
-    /// How many tokens are real.
-    pub fn count(&self) -> i64 {
-        self.real
-    }
-
     /// How many rows they come from.
     pub fn rows(&self) -> i64 {
         self.rows
@@ -123,7 +118,7 @@ mod tests {
     fn packing_keeps_each_rows_real_tokens_in_order_and_unpacking_puts_them_back() {
         let x = ramp(&[3, 4, 2]) + 1.0;
         let real = RealTokens::new(&[2, 4, 1], 4, Device::Cpu).expect("rows are padded");
-        assert_eq!(real.count(), 7);
+        assert_eq!(real.real, 7);
         let packed = real.pack(&x);
         assert_eq!(packed.size(), [1, 7 + SPARE, 2]);
         let firsts = Vec::<f32>::try_from(packed.select(2, 0).flatten(0, -1)).unwrap();

@@ -473,18 +473,14 @@ impl SharedDecoder {
             cache.layers.resize_with(self.layers.len(), LayerCache::default);
         }
         assert!(step.real.is_none() || deepstack.is_none(), "DeepStack adds to rows, which a packed stream does not keep");
-        let mut x = step.real.map_or_else(|| embeds.shallow_clone(), |real| real.pack(embeds));
+        let mut x = tokens_of(step.real, embeds.shallow_clone());
         for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             x = layer.forward(&x, step, slot);
             if let Some(features) = deepstack.and_then(|d| d.layers.get(index).map(|f| (d.start, f))) {
                 x = add_rows(&x, features.0, features.1);
             }
         }
-        let hidden = self.norm.forward(&x);
-        match step.real {
-            Some(real) => real.unpack(&hidden),
-            None => hidden,
-        }
+        rows_of(step.real, self.norm.forward(&x))
     }
 
     pub fn logits(&self, hidden: &Tensor) -> Tensor {

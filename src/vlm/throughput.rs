@@ -396,22 +396,21 @@ impl Pass<'_> {
     /// Scores the pass from its images' `features`: the copied path by [`VlModel::score_with`]
     /// (it takes one image at a time), the others by [`VlModel::score_pass_with`].
     fn score(&self, features: &[ImageFeatures], method: PrefixAttention, clock: &mut StageClock) -> Result<(), VlmError> {
-        self.scores(features, self.pass, method, clock).map(|_| ())
+        self.scores(features, method, clock).map(|_| ())
     }
 
-    /// The scores of `features`' images in passes of `pass`.
+    /// The scores of the pass's images from their `features`.
     fn scores(
         &self,
         features: &[ImageFeatures],
-        pass: usize,
         method: PrefixAttention,
         clock: &mut StageClock,
     ) -> Result<Vec<Vec<super::YesNo>>, VlmError> {
-        let Pass { model, inputs, ids, answer, rows, .. } = *self;
+        let Pass { model, inputs, ids, answer, pass, rows } = *self;
         if method == PrefixAttention::Copied {
             return Ok(vec![model.score_with(ids, &features[0], inputs[0].1, answer, method, clock)?]);
         }
-        model.score_pass_with(&pass_of(features, &inputs[..features.len()], ids), answer, pass, method, rows, clock)
+        model.score_pass_with(&pass_of(features, inputs, ids), answer, pass, method, rows, clock)
     }
 }
 
@@ -447,8 +446,8 @@ fn pass_of<'a>(features: &'a [ImageFeatures], inputs: &[(tch::Tensor, (usize, us
 /// Scores the first pass by each of `methods` and returns the largest difference of their logits.
 fn difference(first: &Pass<'_>, methods: (PrefixAttention, PrefixAttention)) -> Result<f32, VlmError> {
     let features = encode(first.model, first.inputs, first.pass);
-    let second = first.scores(&features, first.pass, methods.1, &mut StageClock::off())?;
-    let first = first.scores(&features, first.pass, methods.0, &mut StageClock::off())?;
+    let second = first.scores(&features, methods.1, &mut StageClock::off())?;
+    let first = first.scores(&features, methods.0, &mut StageClock::off())?;
     let pairs = first.iter().flatten().zip(second.iter().flatten());
     Ok(pairs.fold(0f32, |most, (a, b)| most.max((a.logit_yes - b.logit_yes).abs()).max((a.logit_no - b.logit_no).abs())))
 }

@@ -503,13 +503,12 @@ impl Gemma4Decoder {
         let positions = positions.get(0);
         let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
         let (window_prefix, window_suffix) = self.window_masks(past, seq, suffix_mask);
-        let pack = |t: &Tensor| real.map_or_else(|| t.shallow_clone(), |real| real.pack(t));
-        let per_layer = self.per_layer_inputs(input).map(|p| pack(&p));
+        let per_layer = self.per_layer_inputs(input).map(|p| tokens_of(real, p));
         // The rows' own keys and values, kept only where a later layer reads them: a whole stack
         // of them would take gigabytes at many images a pass.
         let read_later: Vec<bool> = (0..self.layers.len()).map(|i| self.layers.iter().any(|l| l.kv_from == Some(i))).collect();
         let mut rows_kv: Vec<Option<(Tensor, Tensor)>> = (0..self.layers.len()).map(|_| None).collect();
-        let mut x = pack(&input.embeds);
+        let mut x = tokens_of(real, input.embeds.shallow_clone());
         for (index, layer) in self.layers.iter().enumerate() {
             let source = layer.kv_from.unwrap_or(index);
             let LayerCache::Attention(k, v) = &cache.layers[source] else { unreachable!("every layer's prefix was prefilled") };
@@ -530,11 +529,7 @@ impl Gemma4Decoder {
                 rows_kv[index] = kept;
             }
         }
-        let hidden = self.norm.forward(&x);
-        match real {
-            Some(real) => real.unpack(&hidden),
-            None => hidden,
-        }
+        rows_of(real, self.norm.forward(&x))
     }
 
     /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`
