@@ -21,8 +21,19 @@ pub enum LayerCache {
 }
 
 impl LayerCache {
+    /// An attention layer's new keys and values, (batch, kv_heads, seq, head_dim), kept after
+    /// those the slot holds; all of them returned.
+    pub fn append(&mut self, k: Tensor, v: Tensor) -> (Tensor, Tensor) {
+        let (k, v) = match std::mem::take(self) {
+            LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
+            _ => (k, v),
+        };
+        *self = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
+        (k, v)
+    }
+
     /// The slot's tensors, in a fixed order per variant.
-    fn tensors(&self) -> Vec<&Tensor> {
+    pub(super) fn tensors(&self) -> Vec<&Tensor> {
         match self {
             LayerCache::Empty => Vec::new(),
             LayerCache::Attention(k, v) => vec![k, v],
@@ -132,4 +143,103 @@ fn repeat_rows(t: &Tensor, n: i64) -> Tensor {
     let mut size = vec![-1; t.dim()];
     size[0] = n;
     t.expand(size.as_slice(), false).contiguous()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+    use tch::{Device, Kind, Tensor};
+
+    use super::DecoderCache;
+    use crate::vlm::checkpoint::ModelConfig;
+    use crate::vlm::text::TextModel;
+    use crate::vlm::weights::Weights;
+
+    /// A full-size architecture of benches/configs with its text decoder made small: `layers`
+    /// layers of the published pattern (the last `kv_shared` of them reading earlier layers'
+    /// keys and values, on Gemma 4 E4B), every width but a head's and the vocabulary's (the
+    /// special tokens are in it) narrowed, and Gemma 4's sliding window shorter than the test's
+    /// sequence.
+    fn small_text(name: &str, layers: usize, kv_shared: usize) -> ModelConfig {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("benches/configs/{name}.config.json"));
+        let mut root: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let text = if root.get("text_config").is_some() { &mut root["text_config"] } else { &mut root };
+        let small = [
+            // Two heads of the published head width (Qwen2.5-VL derives its width from these).
+            ("hidden_size", json!(256)),
+            ("num_attention_heads", json!(2)),
+            ("num_key_value_heads", json!(1)),
+            ("num_global_key_value_heads", json!(1)),
+            ("intermediate_size", json!(96)),
+            ("linear_num_key_heads", json!(2)),
+            ("linear_num_value_heads", json!(4)),
+            ("linear_key_head_dim", json!(16)),
+            ("linear_value_head_dim", json!(16)),
+            ("num_experts", json!(8)),
+            ("num_experts_per_tok", json!(2)),
+            ("top_k_experts", json!(2)),
+            ("moe_intermediate_size", json!(16)),
+            ("shared_expert_intermediate_size", json!(16)),
+            ("hidden_size_per_layer_input", json!(8)),
+            ("sliding_window", json!(6)),
+            ("num_kv_shared_layers", json!(kv_shared)),
+        ];
+        for (key, value) in small {
+            if text.get(key).is_some_and(|v| v != &json!(0)) || key == "num_kv_shared_layers" && text.get(key).is_some() {
+                text[key] = value;
+            }
+        }
+        text["num_hidden_layers"] = json!(layers);
+        if let Some(types) = text.get_mut("layer_types").and_then(Value::as_array_mut) {
+            types.truncate(layers);
+        }
+        if let Some(out) = root.get_mut("vision_config").and_then(|v| v.get_mut("out_hidden_size")) {
+            *out = json!(256);
+        }
+        ModelConfig::from_json(&root).unwrap()
+    }
+
+    /// Every tensor of every slot, each bit.
+    fn same_cache(a: &DecoderCache, b: &DecoderCache) -> bool {
+        a.layers.len() == b.layers.len()
+            && a.layers.iter().zip(&b.layers).all(|(a, b)| {
+                let (a, b) = (a.tensors(), b.tensors());
+                a.len() == b.len() && a.iter().zip(&b).all(|(a, b)| a.size() == b.size() && a.equal(b))
+            })
+    }
+
+    /// A prefix run only as far as its cache needs leaves the cache a whole pass leaves, to the
+    /// bit, on every kind of decoder: Qwen's last layer full attention or linear, dense or
+    /// experts, and Gemma 4's with and without KV-shared layers after the last that keeps any.
+    #[test]
+    fn a_prefix_filled_for_its_cache_leaves_the_whole_passes_cache() {
+        let cases = [
+            ("qwen2_5_vl_7b", 3, 0),
+            ("qwen3_vl_8b", 3, 0),
+            ("qwen3_5_9b", 8, 0),
+            ("qwen3_5_9b", 7, 0),
+            ("qwen3_vl_30b_a3b", 3, 0),
+            ("qwen3_6_35b_a3b", 4, 0),
+            ("gemma4_31b", 6, 0),
+            ("gemma4_26b_a4b", 6, 0),
+            ("gemma4_e4b", 12, 4),
+        ];
+        for (name, layers, kv_shared) in cases {
+            let config = small_text(name, layers, kv_shared);
+            let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
+            let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();
+            let ids = Tensor::randint(512, [2, 20], (Kind::Int64, Device::Cpu));
+            let input = text.embed(&ids);
+            let positions = Tensor::arange(20, (Kind::Int64, Device::Cpu)).view([1, 1, 20]).expand([3, 2, 20], false);
+            let (mut whole, mut filled) = (DecoderCache::default(), DecoderCache::default());
+            let _ = text.forward(&input, &positions, &mut whole, None);
+            text.fill_cache(&input, &positions, &mut filled, None);
+            assert!(same_cache(&whole, &filled), "{name}, {layers} layers: the filled cache differs");
+            // The filled cache also serves a second call after it, as generation makes one.
+            let more = text.embed(&ids.narrow(1, 0, 3));
+            let next = Tensor::arange_start(20, 23, (Kind::Int64, Device::Cpu)).view([1, 1, 3]).expand([3, 2, 3], false);
+            let (a, b) = (text.forward(&more, &next, &mut whole, None), text.forward(&more, &next, &mut filled, None));
+            assert!(a.equal(&b), "{name}, {layers} layers: the step after the filled cache differs");
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! FLOPs of scoring one image, counted from a model's config the way MFU is usually reported: 2
 //! per multiply-add of every linear layer, plus attention's two matrix products over the context
 //! each token sees (causal, the shared image prefix once, and Qwen2.5-VL's vision windows). Norms,
-//! rotary embeddings and softmax are left out, so the figure is slightly conservative.
+//! rotary embeddings and softmax are left out, so the figure is slightly conservative. It counts
+//! the work scoring needs, as the engine does it: the prefix is read through its cache alone, so
+//! it stops at the last layer that keeps anything and, in that layer, at what it keeps.
 
 use super::checkpoint::ModelConfig;
 use super::config::LayerKind;
@@ -77,7 +79,6 @@ pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, quest
     let kv = (t.num_key_value_heads * t.head_dim()) as f64;
     let gate = if t.variant.gated_attention { 2.0 } else { 1.0 }; // Qwen3.5's q_proj also makes the gate
     let full_layers = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count() as f64;
-    let linear_layers = t.layer_types.len() as f64 - full_layers;
     let full = 2.0 * (gate * h * q + 2.0 * h * kv + q * h);
     // A Gated DeltaNet layer per token: its projections (qkv, z, b, a, out), the convolution, and
     // the delta rule's reads and writes of each value head's state as the recurrent form does them.
@@ -89,23 +90,29 @@ pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, quest
         let rule = 7.0 * heads * (l.key_head_dim * l.value_head_dim) as f64;
         projections + conv + rule
     });
-    // The MLPs a token goes through: a dense layer's, or in a sparse layer the router, its
-    // top-k experts and the shared expert (the active parameters, not all the experts).
+    // The MLP a token goes through: a dense layer's, or in a sparse layer the router, its top-k
+    // experts and the shared expert (the active parameters, not all the experts).
     let dense_mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
-    let mlps: f64 = (0..t.num_hidden_layers)
-        .map(|l| match &t.moe {
-            Some(m) if m.sparse_layers[l] => {
-                let shared = m.shared_expert_intermediate_size.map_or(0.0, |s| 2.0 * (3.0 * h * s as f64 + h));
-                2.0 * h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 2.0 * 3.0 * h * m.moe_intermediate_size as f64 + shared
-            }
-            _ => dense_mlp,
-        })
-        .sum();
-    let per_token = full_layers * full + linear_layers * linear + mlps;
-    let attention = |context_sum: f64| 4.0 * full_layers * q * context_sum;
+    let mlp = |l: usize| match &t.moe {
+        Some(m) if m.sparse_layers[l] => {
+            let shared = m.shared_expert_intermediate_size.map_or(0.0, |s| 2.0 * (3.0 * h * s as f64 + h));
+            2.0 * h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 2.0 * 3.0 * h * m.moe_intermediate_size as f64 + shared
+        }
+        _ => dense_mlp,
+    };
+    let mixer = |kind: LayerKind| if kind == LayerKind::FullAttention { full } else { linear };
+    let per_token: f64 = t.layer_types.iter().enumerate().map(|(l, &kind)| mixer(kind) + mlp(l)).sum();
+    // The prefix stops its last layer at what that layer keeps: an attention layer's keys and
+    // values, a linear layer's state (its whole mixer).
+    let (last, last_kind) = (t.layer_types.len().saturating_sub(1), t.layer_types.last().copied());
+    let (prefix_per_token, prefix_full_layers) = match last_kind {
+        Some(LayerKind::FullAttention) => (per_token - full - mlp(last) + 2.0 * 2.0 * h * kv, full_layers - 1.0),
+        Some(LayerKind::LinearAttention) => (per_token - mlp(last), full_layers),
+        None => (0.0, 0.0),
+    };
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
-    let prefix_flops = p * per_token + attention(p * (p + 1.0) / 2.0);
-    let suffix_flops = n * (s * per_token + attention(s * p + s * (s + 1.0) / 2.0));
+    let prefix_flops = p * prefix_per_token + 4.0 * prefix_full_layers * q * p * (p + 1.0) / 2.0;
+    let suffix_flops = n * (s * per_token + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0));
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
 }
@@ -131,10 +138,14 @@ fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, q
     let h = t.hidden_size as f64;
     let heads = t.num_attention_heads as f64;
     let window = g.sliding_window as f64;
-    // Per token: each layer's projections and MLPs; per (query, key) pair: 4 x the query width.
+    // Per token, each layer's projections and MLPs; per (query, key) pair, 4 x its query width.
+    // A prefix stops at the last layer with keys and values of its own, and at them.
+    let last_own = g.layers.iter().rposition(|l| l.kv_from.is_none());
     let mut per_token = 0.0;
+    let mut prefix_per_token = 0.0;
     let mut pair_width = (0.0, 0.0); // (sliding layers, full layers): summed query widths
-    for layer in &g.layers {
+    let mut prefix_pair_width = (0.0, 0.0);
+    for (index, layer) in g.layers.iter().enumerate() {
         let q = heads * layer.head_dim as f64;
         let kv = (layer.kv_heads * layer.head_dim) as f64;
         let kv_projections = match (layer.kv_from, layer.k_eq_v) {
@@ -148,14 +159,23 @@ fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, q
             .as_ref()
             .map_or(0.0, |m| h * m.num_experts as f64 + m.num_experts_per_tok as f64 * 3.0 * h * m.moe_intermediate_size as f64);
         let per_layer = g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * width as f64);
-        per_token += 2.0 * (2.0 * h * q + kv_projections * h * kv + mlp + experts + per_layer);
-        if layer.sliding {
-            pair_width.0 += q;
-        } else {
-            pair_width.1 += q;
+        let whole = 2.0 * (2.0 * h * q + kv_projections * h * kv + mlp + experts + per_layer);
+        per_token += whole;
+        let widths = if layer.sliding { &mut pair_width.0 } else { &mut pair_width.1 };
+        *widths += q;
+        match last_own {
+            Some(last) if index < last => {
+                prefix_per_token += whole;
+                let widths = if layer.sliding { &mut prefix_pair_width.0 } else { &mut prefix_pair_width.1 };
+                *widths += q;
+            }
+            Some(last) if index == last => prefix_per_token += 2.0 * kv_projections * h * kv,
+            _ => {}
         }
     }
-    per_token += g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * (g.layers.len() * width) as f64);
+    let per_layer_inputs = g.per_layer_input.map_or(0.0, |(width, _)| 2.0 * h * (g.layers.len() * width) as f64);
+    per_token += per_layer_inputs;
+    prefix_per_token += per_layer_inputs;
     // Keys seen by queries at positions from..to (0-based), summed; capped at the window.
     let seen = |from: f64, to: f64, cap: f64| -> f64 {
         let mut total = 0.0;
@@ -167,9 +187,10 @@ fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, q
         total
     };
     let (pf, s, n) = (prefix as f64, suffix as f64, questions as f64);
-    let attention = |from: f64, to: f64| 4.0 * (pair_width.0 * seen(from, to, window) + pair_width.1 * seen(from, to, f64::INFINITY));
-    let prefix_flops = pf * per_token + attention(0.0, pf);
-    let suffix_flops = n * (s * per_token + attention(pf, pf + s));
+    let attention =
+        |widths: (f64, f64), from: f64, to: f64| 4.0 * (widths.0 * seen(from, to, window) + widths.1 * seen(from, to, f64::INFINITY));
+    let prefix_flops = pf * prefix_per_token + attention(prefix_pair_width, 0.0, pf);
+    let suffix_flops = n * (s * per_token + attention(pair_width, pf, pf + s));
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
 }
@@ -212,28 +233,64 @@ pub(super) mod tests {
         assert!(flops_per_image(&c, 512, 80, 10, 20) > base);
         assert!(flops_per_image(&c, 256, 160, 10, 20) > base);
         assert!(flops_per_image(&c, 256, 80, 20, 20) > base);
-        // One text token with no context is 2 x the text linear weights (the logits aside).
+        // One question token with no context is 2 x the text linear weights (the logits aside).
         let t = &c.text;
         let (h, kv) = (t.hidden_size as f64, (t.num_key_value_heads * t.head_dim()) as f64);
-        let linear = t.num_hidden_layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64);
-        let one = flops_per_image(&c, 0, 1, 0, 0);
-        assert!((one - (2.0 * linear + 4.0 * t.num_hidden_layers as f64 * h)).abs() < 1e-6, "{one} vs {linear}");
+        let layer = 2.0 * h * h + 2.0 * h * kv + 3.0 * h * t.intermediate_size as f64;
+        let layers = t.num_hidden_layers as f64;
+        let one = one_question_token(&c);
+        assert!((one - (2.0 * layers * layer + 4.0 * layers * h)).abs() < 1e-6, "{one} vs {layer}");
+        // One prefix token stops at the last layer's keys and values.
+        let prefix = flops_by_stage(&c, 0, 1, 0, 0).prefix;
+        let expected = 2.0 * (layers - 1.0) * layer + 4.0 * (layers - 1.0) * h + 2.0 * 2.0 * h * kv;
+        assert!((prefix - expected).abs() < 1e-6, "{prefix} vs {expected}");
+    }
+
+    /// The FLOPs of one question token after no prefix, its answer's logits left out: every
+    /// layer's, whole.
+    fn one_question_token(c: &ModelConfig) -> f64 {
+        flops_by_stage(c, 0, 0, 1, 1).questions - 2.0 * c.text.hidden_size as f64 * c.text.vocab_size as f64
+    }
+
+    /// A prefix stops at what its cache keeps: a hybrid's last linear layer whole but for its
+    /// MLP, and Gemma 4 E4B's 18 KV-shared layers not at all.
+    #[test]
+    fn a_prefix_is_counted_to_its_cache() {
+        let (mut c, _) = bench_config("qwen3_5_9b");
+        c.text.layer_types.push(LayerKind::LinearAttention);
+        c.text.num_hidden_layers += 1;
+        let t = &c.text;
+        let mlp = 2.0 * 3.0 * t.hidden_size as f64 * t.intermediate_size as f64;
+        // One key for each of the 8 full-attention layers' queries.
+        let context = 4.0 * 8.0 * (t.num_attention_heads * t.head_dim) as f64;
+        let whole = one_question_token(&c) - context;
+        let prefix = flops_by_stage(&c, 0, 1, 0, 0).prefix;
+        assert!((prefix - (whole - mlp + context)).abs() < 1.0, "{prefix} vs {whole}");
+
+        let (e4b, _) = bench_config("gemma4_e4b");
+        let g = e4b.text.gemma4.as_ref().unwrap();
+        assert_eq!(g.layers.iter().filter(|l| l.kv_from.is_some()).count(), 18);
+        let prefix = flops_by_stage(&e4b, 0, 100, 0, 0).prefix;
+        let question = flops_by_stage(&e4b, 0, 0, 100, 1).questions - 100.0 * 2.0 * 2560.0 * 262144.0;
+        // Per token, the prefix does the 23 whole layers and a 24th's keys and values of 42.
+        assert!((0.50..0.60).contains(&(prefix / question)), "{prefix} / {question}");
     }
 
     /// benches/configs holds Qwen3-VL-8B's architecture; its FLOPs per 1024 x 1024 image with 57
     /// questions, pinned to the closed form worked out separately: vision 5.798 TFLOP (27 blocks
-    /// over 4,096 patches, the merger and three DeepStack mergers), text 34.690 TFLOP (36 layers,
-    /// 1,040 prefix tokens, 57 x 24 suffix tokens, 57 answer rows of the LM head).
+    /// over 4,096 patches, the merger and three DeepStack mergers), text 34.298 TFLOP (36 layers,
+    /// 1,040 prefix tokens through 35 of them and the last one's keys and values, 57 x 24 suffix
+    /// tokens, 57 answer rows of the LM head).
     #[test]
     fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_vl_8b");
         assert_eq!((c.family, pre.patch_size, pre.factor(), pre.max_pixels), (Family::Qwen3Vl, 16, 32, 16_777_216));
         assert_eq!((c.text.head_dim, c.vision.deepstack_visual_indexes.as_slice()), (128, &[8, 16, 24][..]));
         let t = &c.text;
-        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
+        let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
         assert!((text_linear - 6.945767424e9).abs() < 1.0, "{text_linear}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 40488189296640.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 40095457607680.0).abs() / flops < 1e-12, "{flops}");
         // DeepStack's three mergers: 4 x 2 x 1,024 x (4,608² + 4,608 x 4,096) of the vision part.
         let mut no_deepstack = c.clone();
         no_deepstack.vision.deepstack_visual_indexes.clear();
@@ -244,7 +301,8 @@ pub(super) mod tests {
     /// Qwen3.5-9B's architecture and its FLOPs per 1024 x 1024 image with 57 questions, pinned to
     /// a closed form worked out separately: per text token 13.927 GFLOP (8 gated-attention layers
     /// at 117.4 MFLOP, 24 Gated DeltaNet layers at 138.5 MFLOP with their convolution and delta
-    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 33.911 TFLOP.
+    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 33.484 TFLOP (the
+    /// prefix's 1,040 tokens through 31 layers and the last one's keys and values).
     #[test]
     fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_5_9b");
@@ -254,10 +312,10 @@ pub(super) mod tests {
         let full = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count();
         assert_eq!((t.layer_types.len(), full), (32, 8));
         assert!(c.vision.deepstack_visual_indexes.is_empty());
-        let one = flops_per_image(&c, 0, 1, 0, 0);
+        let one = one_question_token(&c);
         assert!((one - (13926662144.0 + 4.0 * 8.0 * 4096.0)).abs() < 1.0, "{one}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 39462506070016.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 39034877771776.0).abs() / flops < 1e-12, "{flops}");
     }
 
     /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in
@@ -267,7 +325,7 @@ pub(super) mod tests {
         let (c, pre) = bench_config("qwen2_5_vl_7b");
         assert_eq!((c.family, pre.patch_size, pre.max_pixels), (Family::Qwen25Vl, 14, 12845056));
         let t = &c.text;
-        let text_linear = flops_per_image(&c, 0, 1, 0, 0) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;
+        let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;
         assert!((6.4e9..6.6e9).contains(&text_linear), "{text_linear}");
         // 1036 x 1036 after resizing: 74 x 74 patches, 1,369 image tokens.
         let tflop = flops_per_image(&c, 74 * 74, 16 + 1369, 57, 24) / 1e12;

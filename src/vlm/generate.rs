@@ -127,7 +127,7 @@ impl VlModel {
             let common = (0..shortest).take_while(|&i| members.iter().all(|&p| prompts[p].ids[i] == lead[i])).count().min(shortest - 1);
             let mut cache = DecoderCache::default();
             if common > 0 {
-                let _ = self.prefill(lead, common, image.features, image.grid, &mut cache)?;
+                self.prefill(lead, common, image.features, image.grid, &mut cache)?;
             }
             for &p in &members {
                 let ids = prompts[p].ids;

@@ -132,16 +132,15 @@ impl VlModel {
         Tensor::from_slice(&flat).to_device(self.device).view([3, 1, (to - from) as i64])
     }
 
-    /// Runs the first `len` tokens of `ids` (the image's among them) into `cache`, DeepStack
-    /// features added where the family has them; returns their hidden states (1, len, hidden).
-    pub(super) fn prefill(
+    /// The first `len` tokens of `ids` (the image's among them) as the decoder takes them: their
+    /// embeddings, positions (3, 1, len) and DeepStack features, where the family has them.
+    fn prefix_input(
         &self,
         ids: &[u32],
         len: usize,
         image: &ImageFeatures,
         grid: (usize, usize, usize),
-        cache: &mut DecoderCache,
-    ) -> Result<Tensor, VlmError> {
+    ) -> Result<(Embedded, Tensor, Option<Deepstack>), VlmError> {
         let chunk = &ids[..len];
         let embeds = self.embed(chunk, Some(&image.embeds))?;
         let (axes, _) = self.positions(ids, grid)?;
@@ -151,13 +150,29 @@ impl VlModel {
             }
             _ => None,
         };
-        Ok(self.text.forward(&embeds, &self.positions_tensor(&axes, 0, len), cache, deepstack.as_ref()))
+        Ok((embeds, self.positions_tensor(&axes, 0, len), deepstack))
+    }
+
+    /// Runs the first `len` tokens of `ids` (the image's among them) into `cache`, only as far
+    /// as the cache needs ([`TextModel::fill_cache`]): what reads the prefix after reads its cache.
+    pub(super) fn prefill(
+        &self,
+        ids: &[u32],
+        len: usize,
+        image: &ImageFeatures,
+        grid: (usize, usize, usize),
+        cache: &mut DecoderCache,
+    ) -> Result<(), VlmError> {
+        let (embeds, positions, deepstack) = self.prefix_input(ids, len, image, grid)?;
+        self.text.fill_cache(&embeds, &positions, cache, deepstack.as_ref());
+        Ok(())
     }
 
     /// Logits (vocab) predicting the token after `ids`, from one full pass.
     pub fn last_logits(&self, ids: &[u32], image: &ImageFeatures, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
         tch::no_grad(|| {
-            let hidden = self.prefill(ids, ids.len(), image, grid, &mut DecoderCache::default())?;
+            let (embeds, positions, deepstack) = self.prefix_input(ids, ids.len(), image, grid)?;
+            let hidden = self.text.forward(&embeds, &positions, &mut DecoderCache::default(), deepstack.as_ref());
             Ok(self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1)).view([-1]).to_kind(Kind::Float))
         })
     }
@@ -197,8 +212,7 @@ impl VlModel {
         tch::no_grad(|| {
             let common = common_prefix(prompts);
             let mut cache = DecoderCache::default();
-            // Only the cache it leaves is needed.
-            let _ = self.prefill(&prompts[0], common, image, grid, &mut cache)?;
+            self.prefill(&prompts[0], common, image, grid, &mut cache)?;
             clock.mark(Stage::Prefix);
             let one = [PassImage { prompts, features: image, grid }];
             let suffixes = self.suffixes(&one, common)?;
@@ -332,7 +346,7 @@ impl VlModel {
         }
         let per_layer = embedded.iter().map(|e| e.per_layer.as_ref()).collect::<Option<Vec<_>>>().map(|p| Tensor::cat(&p, 0));
         let input = Embedded { embeds: Tensor::cat(&embedded.iter().map(|e| &e.embeds).collect::<Vec<_>>(), 0), per_layer, image_span };
-        let _ = self.text.forward(&input, &positions, cache, deepstack.as_ref());
+        self.text.fill_cache(&input, &positions, cache, deepstack.as_ref());
         Ok(())
     }
 

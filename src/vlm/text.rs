@@ -73,30 +73,8 @@ impl SelfAttention {
         path: AttentionPath,
         real: Option<&RealTokens>,
     ) -> Tensor {
-        let (b, s) = (x.size()[0], x.size()[1]);
-        // (batch, seq, heads, head_dim): the heads' norms run on this layout, where a head's
-        // values are already together (a GPU's fused norm then copies nothing), and the heads
-        // move to dimension 1 after, in rows.
-        let heads_of = |t: Tensor, heads: i64| t.view([b, s, heads, self.head_dim]);
-        let (q, gate, k, v) = timed("attention: projections in, norms, rotary", || {
-            // Gated: each head's projection is its queries then its gate.
-            let (q, gate) = if self.gated {
-                let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
-                (
-                    both.narrow(-1, 0, self.head_dim),
-                    Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])),
-                )
-            } else {
-                (heads_of(self.q.forward(x), self.heads), None)
-            };
-            let k = heads_of(self.k.forward(x), self.kv_heads);
-            let (q, k) = match &self.qk_norm {
-                Some((q_norm, k_norm)) => (q_norm.forward(&q), k_norm.forward(&k)),
-                None => (q, k),
-            };
-            let [q, k, v] = [q, k, heads_of(self.v.forward(x), self.kv_heads)].map(|t| rows_of(real, t).transpose(1, 2));
-            (rotary.apply(&q), gate, rotary.apply(&k), v)
-        });
+        let ((q, gate), (k, v)) =
+            timed("attention: projections in, norms, rotary", || (self.queries(x, rotary, real), self.keys_values(x, rotary, real)));
         let scale = (self.head_dim as f64).powf(-0.5);
         let out = match (&*slot, path) {
             // The prefix stays in the slot, once; the suffixes' own keys are not kept.
@@ -113,6 +91,53 @@ impl SelfAttention {
         })
     }
 
+    /// Only what [`Self::forward`] leaves in the slot: `x`'s keys and values appended, no
+    /// queries, no attention, nothing projected out (the last layer of a prefix whose cache
+    /// alone is read after).
+    fn append_keys_values(&self, x: &Tensor, rotary: &Rotary, slot: &mut LayerCache) {
+        let (k, v) = timed("attention: projections in, norms, rotary", || self.keys_values(x, rotary, None));
+        let _ = slot.append(k, v);
+    }
+
+    /// Queries (batch, heads, seq, head_dim), normed per head where the family does and turned,
+    /// and Qwen3.5's gate (batch, seq, heads x head_dim); in rows where `real` says which tokens
+    /// of `x` are real.
+    fn queries(&self, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> (Tensor, Option<Tensor>) {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        // (batch, seq, heads, head_dim): the heads' norms run on this layout, where a head's
+        // values are already together (a GPU's fused norm then copies nothing), and the heads
+        // move to dimension 1 after, in rows.
+        let (q, gate) = if self.gated {
+            // Gated: each head's projection is its queries then its gate.
+            let both = self.q.forward(x).view([b, s, self.heads, 2 * self.head_dim]);
+            (
+                both.narrow(-1, 0, self.head_dim),
+                Some(both.narrow(-1, self.head_dim, self.head_dim).reshape([b, s, self.heads * self.head_dim])),
+            )
+        } else {
+            (self.q.forward(x).view([b, s, self.heads, self.head_dim]), None)
+        };
+        let q = match &self.qk_norm {
+            Some((q_norm, _)) => q_norm.forward(&q),
+            None => q,
+        };
+        (rotary.apply(&rows_of(real, q).transpose(1, 2)), gate)
+    }
+
+    /// Keys (normed per head where the family does, turned) and values, (batch, kv_heads, seq,
+    /// head_dim); in rows where `real` says which tokens of `x` are real.
+    fn keys_values(&self, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> (Tensor, Tensor) {
+        let (b, s) = (x.size()[0], x.size()[1]);
+        let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
+        let k = heads_of(self.k.forward(x));
+        let k = match &self.qk_norm {
+            Some((_, k_norm)) => k_norm.forward(&k),
+            None => k,
+        };
+        let [k, v] = [k, heads_of(self.v.forward(x))].map(|t| rows_of(real, t).transpose(1, 2));
+        (rotary.apply(&k), v)
+    }
+
     /// Appends `k` and `v` to the slot and attends over all it holds.
     #[allow(clippy::too_many_arguments)]
     fn attend_appended(
@@ -126,11 +151,7 @@ impl SelfAttention {
         scale: f64,
     ) -> Tensor {
         let (b, s) = (q.size()[0], q.size()[2]);
-        let (k, v) = match std::mem::take(slot) {
-            LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
-            _ => (k, v),
-        };
-        *slot = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
+        let (k, v) = slot.append(k, v);
         // Each key/value head serves `groups` query heads.
         let groups = self.heads / self.kv_heads;
         if path == AttentionPath::FoldedGroups && s == 1 {
@@ -244,6 +265,18 @@ impl DecoderLayer {
         &x + self.mlp.forward(&normed)
     }
 
+    /// Only what [`Self::forward`] leaves in `slot`: an attention layer's keys and values, a
+    /// linear layer's state; its output and MLP are not made.
+    fn fill_cache(&self, x: &Tensor, step: &Step<'_>, slot: &mut LayerCache) {
+        let normed = timed("norms", || self.input_norm.forward(x));
+        match &self.mixer {
+            Mixer::Attention(attn) => timed("attention", || attn.append_keys_values(&normed, step.rotary, slot)),
+            Mixer::Linear(_) => {
+                let _ = self.mix(&normed, step, slot);
+            }
+        }
+    }
+
     /// The layer's token mixing, `normed` in the residual stream's layout.
     fn mix(&self, normed: &Tensor, step: &Step<'_>, slot: &mut LayerCache) -> Tensor {
         match &self.mixer {
@@ -316,6 +349,20 @@ impl TextModel {
         let embeds = &input.embeds;
         let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
         self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
+    }
+
+    /// Runs `input` at `positions` after what `cache` holds, causally, as [`Self::forward`]
+    /// does, but only as far as the cache needs: no layer after the last that keeps keys, values
+    /// or a state, and of that one only what it keeps. For a prefix whose cache alone is read
+    /// after (scoring's questions, generation's rows); the cache holds the same bits as after
+    /// [`Self::forward`].
+    pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) {
+        let embeds = &input.embeds;
+        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
+        match self {
+            TextModel::Shared(d) => d.fill_cache(embeds, positions, cache, &mask, deepstack),
+            TextModel::Gemma4(d) => d.fill_cache(input, positions, cache, &mask),
+        }
     }
 
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
@@ -467,20 +514,34 @@ impl SharedDecoder {
         self.forward_steps(embeds, cache, &step, None)
     }
 
+    /// See [`TextModel::fill_cache`]: every layer but the last whole, the last up to its slot.
+    fn fill_cache(&self, embeds: &Tensor, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor, deepstack: Option<&Deepstack>) {
+        let rotary = self.rotary(positions);
+        let step = Step { rotary: &rotary, mask, path: AttentionPath::Repeated, valid: None, real: None };
+        let Some(last) = self.layers.len().checked_sub(1) else { return };
+        let x = self.run_layers(last, embeds.shallow_clone(), cache, &step, deepstack);
+        self.layers[last].fill_cache(&x, &step, &mut cache.layers[last]);
+    }
+
     /// `embeds` (batch, seq, hidden) through every layer and the final norm, as `step` says.
     fn forward_steps(&self, embeds: &Tensor, cache: &mut DecoderCache, step: &Step<'_>, deepstack: Option<&Deepstack>) -> Tensor {
+        assert!(step.real.is_none() || deepstack.is_none(), "DeepStack adds to rows, which a packed stream does not keep");
+        let x = self.run_layers(self.layers.len(), tokens_of(step.real, embeds.shallow_clone()), cache, step, deepstack);
+        rows_of(step.real, self.norm.forward(&x))
+    }
+
+    /// `x` through the first `count` layers, DeepStack's features added after theirs.
+    fn run_layers(&self, count: usize, mut x: Tensor, cache: &mut DecoderCache, step: &Step<'_>, deepstack: Option<&Deepstack>) -> Tensor {
         if cache.layers.len() < self.layers.len() {
             cache.layers.resize_with(self.layers.len(), LayerCache::default);
         }
-        assert!(step.real.is_none() || deepstack.is_none(), "DeepStack adds to rows, which a packed stream does not keep");
-        let mut x = tokens_of(step.real, embeds.shallow_clone());
-        for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
+        for (index, (layer, slot)) in self.layers.iter().zip(cache.layers.iter_mut()).take(count).enumerate() {
             x = layer.forward(&x, step, slot);
             if let Some(features) = deepstack.and_then(|d| d.layers.get(index).map(|f| (d.start, f))) {
                 x = add_rows(&x, features.0, features.1);
             }
         }
-        rows_of(step.real, self.norm.forward(&x))
+        x
     }
 
     pub fn logits(&self, hidden: &Tensor) -> Tensor {

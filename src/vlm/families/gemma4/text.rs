@@ -131,12 +131,7 @@ impl Attention {
             (_, Some(kv)) => kv,
             (Some(own), None) => {
                 let (k, v) = self.keys_values(own, x, rotary, None);
-                let (k, v) = match std::mem::take(slot) {
-                    LayerCache::Attention(pk, pv) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
-                    _ => (k, v),
-                };
-                *slot = LayerCache::Attention(k.shallow_clone(), v.shallow_clone());
-                (k, v)
+                slot.append(k, v)
             }
             (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
         };
@@ -459,6 +454,21 @@ impl Gemma4Decoder {
     /// `cache` holds, under `mask` (batch or 1, 1, seq, cached + seq), and returns the final
     /// hidden states (batch, seq, hidden).
     pub fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
+        self.norm.forward(&self.run_layers(input, positions, cache, mask, None))
+    }
+
+    /// [`Self::forward_masked`] only as far as the cache needs: up to the last layer with keys
+    /// and values of its own, and of that one only them. The KV-shared layers after it (18 of
+    /// E4B's 42) keep nothing, so they do not run.
+    pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) {
+        if let Some(last) = self.layers.iter().rposition(|l| l.kv_from.is_none()) {
+            let _ = self.run_layers(input, positions, cache, mask, Some(last));
+        }
+    }
+
+    /// The layers of [`Self::forward_masked`]: every one whole, or with `until`, those before it
+    /// whole and `until` only as far as its keys and values; the residual stream after.
+    fn run_layers(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor, until: Option<usize>) -> Tensor {
         let seq = input.embeds.size()[1];
         let past = cache.len();
         let positions = positions.get(0);
@@ -471,6 +481,12 @@ impl Gemma4Decoder {
         let mut x = input.embeds.shallow_clone();
         for (index, layer) in self.layers.iter().enumerate() {
             let (rotary, mask) = if layer.sliding { (&sliding_rotary, &sliding_mask) } else { (&full_rotary, mask) };
+            if until == Some(index) {
+                let own = layer.attn.kv.as_ref().expect("a layer that keeps keys and values");
+                let (k, v) = timed("attention", || layer.attn.keys_values(own, &layer.input_norm.forward(&x), rotary, None));
+                let _ = cache.layers[index].append(k, v);
+                break;
+            }
             let shared = layer.kv_from.map(|source| match &cache.layers[source] {
                 LayerCache::Attention(k, v) => (k.shallow_clone(), v.shallow_clone()),
                 _ => unreachable!("the source layer ran before this one"),
@@ -479,7 +495,7 @@ impl Gemma4Decoder {
             let slot = &mut cache.layers[index];
             x = layer.forward(&x, own.as_ref(), |attn, normed| attn.forward(normed, rotary, mask, slot, shared));
         }
-        self.norm.forward(&x)
+        x
     }
 
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows image
