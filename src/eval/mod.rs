@@ -256,6 +256,9 @@ pub fn evaluate(
 }
 
 /// The evaluation of rows already in hand: `evaluate` reads them from a release directory; the
+/// A stratum of the evaluation: its name, and which rows are in it.
+type Stratum = (&'static str, fn(&ReleaseRow) -> bool);
+
 /// build passes its own, so the card can carry the evaluation of the release it describes.
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate_rows(
@@ -294,7 +297,7 @@ pub fn evaluate_rows(
     let all: Vec<&Judged<'_>> = judged.iter().collect();
     let (conf, truth) = columns(&all, |j| j.row.confidence);
     let mut strata = BTreeMap::new();
-    let groups: [(&str, fn(&ReleaseRow) -> bool); 4] = [
+    let groups: [Stratum; 4] = [
         ("support_devices_present", |r| r.devices_present),
         ("support_devices_absent", |r| !r.devices_present),
         ("view_AP", |r| r.view_position == "AP"),

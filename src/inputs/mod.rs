@@ -290,9 +290,9 @@ impl ResolvedSpec {
 fn locate_local_model(spec: &mut ReleaseSpec) -> Result<(), InputsError> {
     let at = spec.locate("model.path");
     locate_one(&mut spec.model, at)?;
-    if spec.second_opinion.is_some() {
-        let at = spec.locate("second_opinion.path");
-        locate_one(spec.second_opinion.as_mut().expect("checked"), at)?;
+    let at = spec.locate("second_opinion.path");
+    if let Some(second) = spec.second_opinion.as_mut() {
+        locate_one(second, at)?;
     }
     Ok(())
 }

@@ -124,6 +124,7 @@ pub fn derive(
 }
 
 /// The card's S3 and S4 sections over one split's rows and images.
+#[allow(clippy::too_many_arguments)]
 pub fn card_section(
     spec: &ResolvedSpec,
     selection: &Selection,

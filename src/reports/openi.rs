@@ -144,7 +144,7 @@ pub fn parse(id: u32, xml: &str) -> Result<OpenIReport, quick_xml::Error> {
 }
 
 /// Appends text to the section being read.
-fn push(reading: &Option<String>, text: &str, findings: &mut String, impression: &mut String, majors: &mut Vec<String>) {
+fn push(reading: &Option<String>, text: &str, findings: &mut String, impression: &mut String, majors: &mut [String]) {
     match reading.as_deref() {
         Some("FINDINGS") => findings.push_str(text),
         Some("IMPRESSION") => impression.push_str(text),

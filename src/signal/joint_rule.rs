@@ -264,6 +264,7 @@ fn dot(a: &[f64; 3], b: &[f64; 3]) -> f64 {
 
 /// Damped Newton's method from equal weights, over the family weights `free` says may move (a
 /// fixed one stays at 0) and the bias; the penalty keeps the Hessian positive definite.
+#[allow(clippy::needless_range_loop)] // The 3 x 3 algebra reads as it is written, by index.
 fn newton(x: &[[f64; 3]], t: &[f64], free: [bool; 2]) -> [f64; 3] {
     let moves = [free[0], free[1], true];
     let mut w = [if free[0] { 0.5 } else { 0.0 }, if free[1] { 0.5 } else { 0.0 }, 0.0];
@@ -314,6 +315,7 @@ fn newton(x: &[[f64; 3]], t: &[f64], free: [bool; 2]) -> [f64; 3] {
 }
 
 /// Solves the symmetric 3 x 3 system `h s = g` by Gaussian elimination with partial pivoting.
+#[allow(clippy::needless_range_loop)] // As in `newton`.
 fn solve(mut h: [[f64; 3]; 3], mut g: [f64; 3]) -> Option<[f64; 3]> {
     for col in 0..3 {
         let pivot = (col..3).max_by(|&a, &b| h[a][col].abs().total_cmp(&h[b][col].abs()))?;

@@ -44,6 +44,8 @@ fn rss(pid: u32) -> u64 {
 }
 
 /// Runs `command` (its stdin closed), killing it past `time` or past `memory` bytes resident.
+// The child is reaped by `wait4` (for its resource usage), which clippy does not see.
+#[allow(clippy::zombie_processes)]
 pub fn run_limited(mut command: Command, time: Duration, memory: u64) -> Limited {
     let start = Instant::now();
     let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
