@@ -152,6 +152,7 @@ mod tests {
 
     use super::DecoderCache;
     use crate::vlm::checkpoint::ModelConfig;
+    use crate::vlm::flops::tests::bench_json;
     use crate::vlm::text::TextModel;
     use crate::vlm::weights::Weights;
 
@@ -161,8 +162,7 @@ mod tests {
     /// special tokens are in it) narrowed, and Gemma 4's sliding window shorter than the test's
     /// sequence.
     fn small_text(name: &str, layers: usize, kv_shared: usize) -> ModelConfig {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("benches/configs/{name}.config.json"));
-        let mut root: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let mut root = bench_json(&format!("{name}.config.json"));
         let text = if root.get("text_config").is_some() { &mut root["text_config"] } else { &mut root };
         let small = [
             // Two heads of the published head width (Qwen2.5-VL derives its width from these).

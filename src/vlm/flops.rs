@@ -216,13 +216,17 @@ pub(super) mod tests {
         PreprocessorConfig::from_json(&fixture_json(family, "preprocessor_config.json")).unwrap()
     }
 
+    /// A file of benches/configs (`NAME.config.json`, `NAME.preprocessor.json`), as JSON.
+    pub fn bench_json(file: &str) -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs").join(file);
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
     /// A full-size architecture of benches/configs and its preprocessor.
     pub fn bench_config(name: &str) -> (ModelConfig, PreprocessorConfig) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/configs");
-        let read = |file: String| serde_json::from_slice::<serde_json::Value>(&std::fs::read(dir.join(file)).unwrap()).unwrap();
         (
-            ModelConfig::from_json(&read(format!("{name}.config.json"))).unwrap(),
-            PreprocessorConfig::from_json(&read(format!("{name}.preprocessor.json"))).unwrap(),
+            ModelConfig::from_json(&bench_json(&format!("{name}.config.json"))).unwrap(),
+            PreprocessorConfig::from_json(&bench_json(&format!("{name}.preprocessor.json"))).unwrap(),
         )
     }
 

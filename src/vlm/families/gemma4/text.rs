@@ -129,10 +129,7 @@ impl Attention {
         let q = self.queries(x, rotary, None);
         let (k, v) = match (&self.kv, shared) {
             (_, Some(kv)) => kv,
-            (Some(own), None) => {
-                let (k, v) = self.keys_values(own, x, rotary, None);
-                slot.append(k, v)
-            }
+            (Some(_), None) => self.append_keys_values(x, rotary, slot),
             (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
         };
         let groups = self.heads / self.kv_heads;
@@ -142,6 +139,14 @@ impl Attention {
             attention(&q, &k, &v, Some(mask), 1.0)
         });
         self.output(&out, None)
+    }
+
+    /// An own layer's keys and values for `x`, appended to `slot`; all the slot holds returned.
+    /// What [`Self::forward`] keeps, and all a prefix's last such layer computes.
+    fn append_keys_values(&self, x: &Tensor, rotary: &Rotary, slot: &mut LayerCache) -> (Tensor, Tensor) {
+        let own = self.kv.as_ref().expect("a layer with keys and values of its own");
+        let (k, v) = self.keys_values(own, x, rotary, None);
+        slot.append(k, v)
     }
 
     /// [`Self::forward`] for rows after prefixes held once ([`shared_prefix`]): the rows' own
@@ -482,9 +487,8 @@ impl Gemma4Decoder {
         for (index, layer) in self.layers.iter().enumerate() {
             let (rotary, mask) = if layer.sliding { (&sliding_rotary, &sliding_mask) } else { (&full_rotary, mask) };
             if until == Some(index) {
-                let own = layer.attn.kv.as_ref().expect("a layer that keeps keys and values");
-                let (k, v) = timed("attention", || layer.attn.keys_values(own, &layer.input_norm.forward(&x), rotary, None));
-                let _ = cache.layers[index].append(k, v);
+                let slot = &mut cache.layers[index];
+                let _ = timed("attention", || layer.attn.append_keys_values(&layer.input_norm.forward(&x), rotary, slot));
                 break;
             }
             let shared = layer.kv_from.map(|source| match &cache.layers[source] {
