@@ -146,7 +146,7 @@ fn repeat_rows(t: &Tensor, n: i64) -> Tensor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use serde_json::{json, Value};
     use tch::{Device, Kind, Tensor};
 
@@ -161,7 +161,7 @@ mod tests {
     /// keys and values, on Gemma 4 E4B), every width but a head's and the vocabulary's (the
     /// special tokens are in it) narrowed, and Gemma 4's sliding window shorter than the test's
     /// sequence.
-    fn small_text(name: &str, layers: usize, kv_shared: usize) -> ModelConfig {
+    pub(in crate::vlm) fn small_text(name: &str, layers: usize, kv_shared: usize) -> ModelConfig {
         let mut root = bench_json(&format!("{name}.config.json"));
         let text = if root.get("text_config").is_some() { &mut root["text_config"] } else { &mut root };
         let small = [

@@ -3,7 +3,11 @@
 //! each token sees (causal, the shared image prefix once, and Qwen2.5-VL's vision windows). Norms,
 //! rotary embeddings and softmax are left out, so the figure is slightly conservative. It counts
 //! the work scoring needs, as the engine does it: the prefix is read through its cache alone, so
-//! it stops at the last layer that keeps anything and, in that layer, at what it keeps.
+//! it stops at the last layer that keeps anything and, in that layer, at what it keeps; and the
+//! answers read each question's last token alone, so from that layer on (its keys, values or
+//! state aside) a question's projections and MLPs run on that token only. (Attention there still
+//! runs at every query's shape, the others' queries zeros, which keeps the CPU's bits: it is
+//! counted whole.)
 
 use super::checkpoint::ModelConfig;
 use super::config::LayerKind;
@@ -43,8 +47,30 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
 
 /// [`flops_per_image`], stage by stage.
 pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> ImageFlops {
+    flops_as_run(config, patches, prefix, questions, suffix, QuestionLayers::LastTokens)
+}
+
+/// How a question's tokens go through the layers after the last one whose keys, values or state
+/// a later token reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuestionLayers {
+    /// Every token through every layer (the copied path, and questions padded to the longest).
+    Whole,
+    /// Only each question's last token, which the answer reads (how releases are scored).
+    LastTokens,
+}
+
+/// [`flops_by_stage`], the questions' last layers as `layers` says.
+pub fn flops_as_run(
+    config: &ModelConfig,
+    patches: usize,
+    prefix: usize,
+    questions: usize,
+    suffix: usize,
+    layers: QuestionLayers,
+) -> ImageFlops {
     if config.family == Family::Gemma4 {
-        return gemma4_flops_per_image(config, patches, prefix, questions, suffix);
+        return gemma4_flops_per_image(config, patches, prefix, questions, suffix, layers);
     }
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
@@ -112,7 +138,8 @@ pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, quest
     };
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * prefix_per_token + 4.0 * prefix_full_layers * q * p * (p + 1.0) / 2.0;
-    let suffix_flops = n * (s * per_token + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0));
+    let suffix_flops =
+        n * (question_linear(s, per_token, prefix_per_token, layers) + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0));
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
 }
@@ -121,7 +148,14 @@ pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, quest
 /// the projection of the pooled tokens) and its decoder (per layer its own head width and key
 /// and value heads, none on a KV-shared layer; the dense MLP, doubled where wide, and the routed
 /// experts; the per-layer inputs; attention over at most the sliding window on sliding layers).
-fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> ImageFlops {
+fn gemma4_flops_per_image(
+    config: &ModelConfig,
+    patches: usize,
+    prefix: usize,
+    questions: usize,
+    suffix: usize,
+    layers: QuestionLayers,
+) -> ImageFlops {
     let v = &config.vision;
     let gv = v.gemma4.as_ref().expect("a Gemma 4 vision config");
     let (d, i, p) = (v.hidden_size as f64, v.intermediate_size as f64, patches as f64);
@@ -190,9 +224,19 @@ fn gemma4_flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, q
     let attention =
         |widths: (f64, f64), from: f64, to: f64| 4.0 * (widths.0 * seen(from, to, window) + widths.1 * seen(from, to, f64::INFINITY));
     let prefix_flops = pf * prefix_per_token + attention(prefix_pair_width, 0.0, pf);
-    let suffix_flops = n * (s * per_token + attention(pair_width, pf, pf + s));
+    let suffix_flops = n * (question_linear(s, per_token, prefix_per_token, layers) + attention(pair_width, pf, pf + s));
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
+}
+
+/// A question's linear FLOPs (attention's products aside) for its `s` tokens: every token
+/// through every layer, or, where only the last token goes on, every token as far as a
+/// prefix's token goes (`up_to_cache` a token) and the last one the rest of the way.
+fn question_linear(s: f64, per_token: f64, up_to_cache: f64, layers: QuestionLayers) -> f64 {
+    match layers {
+        QuestionLayers::Whole => s * per_token,
+        QuestionLayers::LastTokens => s * up_to_cache + (per_token - up_to_cache),
+    }
 }
 
 #[cfg(test)]
@@ -282,9 +326,10 @@ pub(super) mod tests {
 
     /// benches/configs holds Qwen3-VL-8B's architecture; its FLOPs per 1024 x 1024 image with 57
     /// questions, pinned to the closed form worked out separately: vision 5.798 TFLOP (27 blocks
-    /// over 4,096 patches, the merger and three DeepStack mergers), text 34.298 TFLOP (36 layers,
+    /// over 4,096 patches, the merger and three DeepStack mergers), text 33.814 TFLOP (36 layers,
     /// 1,040 prefix tokens through 35 of them and the last one's keys and values, 57 x 24 suffix
-    /// tokens, 57 answer rows of the LM head).
+    /// tokens likewise, then each question's last token through the rest of the last layer (its
+    /// query and output projections and MLP, 369.1 MFLOP), 57 answer rows of the LM head).
     #[test]
     fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_vl_8b");
@@ -294,7 +339,7 @@ pub(super) mod tests {
         let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
         assert!((text_linear - 6.945767424e9).abs() < 1.0, "{text_linear}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 40095457607680.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 39611569143808.0).abs() / flops < 1e-12, "{flops}");
         // DeepStack's three mergers: 4 x 2 x 1,024 x (4,608² + 4,608 x 4,096) of the vision part.
         let mut no_deepstack = c.clone();
         no_deepstack.vision.deepstack_visual_indexes.clear();
@@ -305,8 +350,9 @@ pub(super) mod tests {
     /// Qwen3.5-9B's architecture and its FLOPs per 1024 x 1024 image with 57 questions, pinned to
     /// a closed form worked out separately: per text token 13.927 GFLOP (8 gated-attention layers
     /// at 117.4 MFLOP, 24 Gated DeltaNet layers at 138.5 MFLOP with their convolution and delta
-    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 33.484 TFLOP (the
-    /// prefix's 1,040 tokens through 31 layers and the last one's keys and values).
+    /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 32.956 TFLOP (the
+    /// prefix's 1,040 tokens and the questions' 57 x 24 through 31 layers and the last one's keys
+    /// and values; each question's last token through the rest of it, 402.7 MFLOP).
     #[test]
     fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_5_9b");
@@ -319,7 +365,28 @@ pub(super) mod tests {
         let one = one_question_token(&c);
         assert!((one - (13926662144.0 + 4.0 * 8.0 * 4096.0)).abs() < 1.0, "{one}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 39034877771776.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 38506999447552.0).abs() / flops < 1e-12, "{flops}");
+    }
+
+    /// A question's tokens all go as far as a prefix's (the last layer's keys and values; on
+    /// Gemma 4 E4B, the 24th layer's of 42); only its last token goes the rest of the way.
+    #[test]
+    fn only_a_questions_last_token_runs_the_last_layers() {
+        let question = |c: &ModelConfig, s: usize, layers| flops_as_run(c, 0, 0, 1, s, layers).questions;
+        let (c, _) = bench_config("qwen3_vl_8b");
+        // The last layer's query and output projections (4,096 x 4,096 each) and MLP.
+        let rest = 2.0 * 2.0 * 4096.0 * 4096.0 + 2.0 * 3.0 * 4096.0 * 12288.0;
+        let saved = question(&c, 24, QuestionLayers::Whole) - question(&c, 24, QuestionLayers::LastTokens);
+        assert!((saved - 23.0 * rest).abs() < 1.0, "{saved} vs {}", 23.0 * rest);
+        assert_eq!(question(&c, 1, QuestionLayers::Whole), question(&c, 1, QuestionLayers::LastTokens));
+
+        // E4B: 18 KV-shared layers and most of the 24th run on one token of a question's 24.
+        let (e4b, _) = bench_config("gemma4_e4b");
+        let logits = 2.0 * 2560.0 * 262144.0;
+        let [whole, last] = [QuestionLayers::Whole, QuestionLayers::LastTokens].map(|l| question(&e4b, 24, l) - logits);
+        let share = 1.0 - last / whole;
+        assert!((0.38..0.44).contains(&share), "{share}");
+        assert_eq!(flops_as_run(&e4b, 0, 1000, 0, 0, QuestionLayers::Whole).prefix, flops_by_stage(&e4b, 0, 1000, 0, 0).prefix);
     }
 
     /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in

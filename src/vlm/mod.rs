@@ -54,6 +54,8 @@ pub mod real_tokens;
 #[cfg(feature = "vlm")]
 mod safetensors_file;
 #[cfg(feature = "vlm")]
+mod self_attention;
+#[cfg(feature = "vlm")]
 pub mod shared_prefix;
 #[cfg(feature = "vlm")]
 pub mod stage_clock;

@@ -9,7 +9,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
-use super::real_tokens::{RealTokens, SuffixRows};
+use super::real_tokens::{QuestionRows, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -217,8 +217,10 @@ impl VlModel {
             let one = [PassImage { prompts, features: image, grid }];
             let suffixes = self.suffixes(&one, common)?;
             let hidden = self.text.forward(&suffixes.embedded, &suffixes.positions, &mut cache.expand(suffixes.rows), None);
+            // Each prompt's last real token.
+            let last = hidden.view([-1, hidden.size()[2]]).index_select(0, &Tensor::from_slice(&suffixes.last).to_device(self.device));
             clock.mark(Stage::Questions);
-            let scores = self.answers(&hidden, &suffixes, answer)?.pop().unwrap_or_default();
+            let scores = self.answers(&last, &suffixes, answer)?.pop().unwrap_or_default();
             clock.mark(Stage::Answers);
             Ok(scores)
         })
@@ -303,11 +305,8 @@ impl VlModel {
         clock.mark(Stage::Prefix);
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let real = match rows {
-            SuffixRows::Packed => RealTokens::new(&suffixes.lengths, suffixes.longest, self.device),
-            SuffixRows::Padded => None,
-        };
-        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused, real.as_ref());
+        let rows = QuestionRows::new(&suffixes.lengths, suffixes.longest, rows, self.device);
+        let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused, &rows);
         clock.mark(Stage::Questions);
         let scores = self.answers(&hidden, &suffixes, answer)?;
         clock.mark(Stage::Answers);
@@ -380,13 +379,12 @@ impl VlModel {
         Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, longest: longest as i64, lengths, last, per_image })
     }
 
-    /// Each prompt's yes/no logits from the pass's hidden states, image by image.
-    fn answers(&self, hidden: &Tensor, suffixes: &Suffixes, answer: (u32, u32)) -> Result<Vec<Vec<YesNo>>, VlmError> {
-        // Each prompt's last real token, then only the two answer rows of the LM head: the full
-        // vocabulary projection would cost vocab/2 times as much and is never read.
-        let flat = hidden.view([-1, hidden.size()[2]]);
-        let last = flat.index_select(0, &Tensor::from_slice(&suffixes.last).to_device(self.device));
-        let pair = self.text.answer_logits(&last, answer).to_kind(Kind::Float).to_device(Device::Cpu);
+    /// Each prompt's yes/no logits from the final hidden state of its last token (prompts,
+    /// hidden), image by image.
+    fn answers(&self, last: &Tensor, suffixes: &Suffixes, answer: (u32, u32)) -> Result<Vec<Vec<YesNo>>, VlmError> {
+        // Only the two answer rows of the LM head: the full vocabulary projection would cost
+        // vocab/2 times as much and is never read.
+        let pair = self.text.answer_logits(last, answer).to_kind(Kind::Float).to_device(Device::Cpu);
         let values = Vec::<f32>::try_from(pair.view([-1])).map_err(|e| VlmError::Input(format!("reading the answer logits: {e}")))?;
         let mut scores = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] });
         Ok(suffixes.per_image.iter().map(|&n| scores.by_ref().take(n).collect()).collect())

@@ -13,13 +13,20 @@
 //! A padding token comes after its row's real ones, so no real token ever reads it: causal
 //! attention hides it, and the linear layers' state runs forward. Zeros there give the same bits
 //! for every real token as anything finite would.
+//!
+//! The answers read one token a row, its last. Once no later layer reads the other tokens' keys,
+//! values or states (after the last layer, or in Gemma 4 E2B/E4B after the last layer with keys
+//! and values of its own), the stream narrows to those ([`LastTokens`]): that layer makes its keys
+//! and values from every token and the rest of it from the last ones; the layers after it run on
+//! the last ones alone.
 
 use tch::{Device, Tensor};
 
 /// How a pass's question rows go through the layers' token-wise parts: padded to the longest
-/// (the old way, kept to measure against) or only their real tokens (how releases are scored).
-/// The two give each score the same bits on the CPU (tested); on a GPU the products have other
-/// row counts, which may choose other kernels.
+/// through every layer (the old way, kept to measure against), or only their real tokens, and in
+/// the last layers only the tokens the answers read (how releases are scored). The two give each
+/// score the same bits on the CPU (tested); on a GPU the products have other row counts, which
+/// may choose other kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SuffixRows {
     Padded,
@@ -84,6 +91,124 @@ impl RealTokens {
     pub fn rows(&self) -> i64 {
         self.rows
     }
+
+    /// One token a row, each real (rows of length one): the layout of a stream narrowed to its
+    /// rows' last tokens, then [`SPARE`] copies of the first.
+    fn one_a_row(rows: i64, device: Device) -> RealTokens {
+        let index: Vec<i64> = (0..rows).chain(std::iter::repeat_n(0, SPARE as usize)).collect();
+        RealTokens { index: Tensor::from_slice(&index).to_device(device), real: rows, rows, longest: 1 }
+    }
+}
+
+/// The question rows of a scoring pass as the decoder runs them.
+pub struct QuestionRows {
+    /// Which tokens the stream holds until it narrows; `None`: every place of every row.
+    pub real: Option<RealTokens>,
+    /// Each row's last token, whose final hidden state the answer reads.
+    pub last: LastTokens,
+    /// Whether the stream narrows to `last` where no later layer reads the other tokens.
+    pub narrows: bool,
+}
+
+impl QuestionRows {
+    /// Rows of `lengths` real tokens, right-padded to `longest`, run the way `way` says.
+    pub fn new(lengths: &[i64], longest: i64, way: SuffixRows, device: Device) -> QuestionRows {
+        let real = match way {
+            SuffixRows::Packed => RealTokens::new(lengths, longest, device),
+            SuffixRows::Padded => None,
+        };
+        let last = LastTokens::new(lengths, longest, real.as_ref(), device);
+        QuestionRows { real, last, narrows: way == SuffixRows::Packed }
+    }
+}
+
+/// Each question row's last real token: where it lies in the stream, in the rows' padded layout
+/// and in its own row, and the layout of a stream narrowed to these ([`RealTokens`] of one token
+/// a row).
+pub struct LastTokens {
+    /// Each row's last token's place in the stream before it narrows, then [`SPARE`] copies of
+    /// the first: the narrowed stream, like a packed one, keeps a tail no real token takes.
+    in_stream: Tensor,
+    /// Its place in the flattened (rows x longest) layout.
+    in_rows: Tensor,
+    /// Its place in its row.
+    in_row: Tensor,
+    longest: i64,
+    narrowed: RealTokens,
+}
+
+impl LastTokens {
+    /// The last tokens of rows of `lengths`, padded to `longest`, in a stream that holds the
+    /// tokens `real` says (every place of every row where `None`).
+    pub fn new(lengths: &[i64], longest: i64, real: Option<&RealTokens>, device: Device) -> LastTokens {
+        let in_row: Vec<i64> = lengths.iter().map(|&len| len - 1).collect();
+        let in_rows: Vec<i64> = in_row.iter().enumerate().map(|(row, &at)| row as i64 * longest + at).collect();
+        let mut in_stream: Vec<i64> = match real {
+            // Packed: row by row, each row's real tokens.
+            Some(_) => lengths
+                .iter()
+                .scan(0, |end, &len| {
+                    *end += len;
+                    Some(*end - 1)
+                })
+                .collect(),
+            None => in_rows.clone(),
+        };
+        in_stream.extend(std::iter::repeat_n(in_stream[0], SPARE as usize));
+        let tensor = |v: &[i64]| Tensor::from_slice(v).to_device(device);
+        LastTokens {
+            in_stream: tensor(&in_stream),
+            in_rows: tensor(&in_rows),
+            in_row: tensor(&in_row),
+            longest,
+            narrowed: RealTokens::one_a_row(lengths.len() as i64, device),
+        }
+    }
+
+    /// The stream (1, tokens, ...) or (rows, longest, ...) narrowed to each row's last token:
+    /// (1, rows + spare, ...).
+    pub fn pick(&self, stream: &Tensor) -> Tensor {
+        stream.flatten(0, 1).index_select(0, &self.in_stream).unsqueeze(0)
+    }
+
+    /// `x` (n, rows, longest, ...) at each row's last token: (n, rows, 1, ...). For positions.
+    pub fn pick_in_rows(&self, x: &Tensor) -> Tensor {
+        let mut size = x.size();
+        size[2] = 1;
+        x.flatten(1, 2).index_select(1, &self.in_rows).view(size.as_slice())
+    }
+
+    /// Queries of the rows' last tokens (rows, heads, 1, d) in their rows' places, zeros in the
+    /// others: (rows, heads, longest, d). Attention then runs on the shapes it runs on for every
+    /// token, which keeps a CPU's bits: a product of one query a row sums in another order.
+    pub fn spread(&self, q: &Tensor) -> Tensor {
+        let mut size = q.size();
+        size[2] = self.longest;
+        Tensor::zeros(size.as_slice(), (q.kind(), q.device())).scatter(2, &self.places(q), q)
+    }
+
+    /// Attention's output at each row's last token: (rows, heads, longest, d) -> (rows, heads,
+    /// 1, d).
+    pub fn gather(&self, out: &Tensor) -> Tensor {
+        let mut size = out.size();
+        size[2] = 1;
+        out.gather(2, &self.places(&Tensor::empty(size.as_slice(), (out.kind(), out.device()))), false)
+    }
+
+    /// Each row's last place, as an index shaped like `like` (rows, heads, 1, d).
+    fn places(&self, like: &Tensor) -> Tensor {
+        self.in_row.view([-1, 1, 1, 1]).expand(like.size().as_slice(), false)
+    }
+
+    /// The layout of the narrowed stream: one token a row.
+    pub fn narrowed(&self) -> &RealTokens {
+        &self.narrowed
+    }
+
+    /// The narrowed stream's (1, rows + spare, ...) rows alone: (rows, ...).
+    pub fn rows_alone(&self, narrowed: &Tensor) -> Tensor {
+        narrowed.squeeze_dim(0).narrow(0, 0, self.narrowed.rows)
+    }
 }
 
 /// `x` (1, tokens, ...) laid out in rows (rows, longest, ...) where `real` says which tokens
@@ -107,6 +232,10 @@ pub fn tokens_of(real: Option<&RealTokens>, x: Tensor) -> Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vlm::cache::tests::small_text;
+    use crate::vlm::cache::DecoderCache;
+    use crate::vlm::text::TextModel;
+    use crate::vlm::weights::Weights;
     use tch::Kind;
 
     /// 0, 1, 2, ... laid out in `shape`.
@@ -153,6 +282,48 @@ mod tests {
         assert_eq!(firsts[..8], [1.0, 4.0, 9.0, 7.0, 16.0, 27.0, 40.0, 55.0]);
         // The spare tokens: the first padding token's sum, row 0's fourth (its padding zeros).
         assert!(firsts[8..].iter().all(|&v| v == 9.0), "{firsts:?}");
+    }
+
+    /// Question rows narrowed to their last tokens where no later layer reads the others give
+    /// each row's final hidden state, to the bit, as their real tokens through every layer: on
+    /// every kind of decoder of benches/configs (made small, as `vlm::cache`'s tests make them):
+    /// Qwen's last layer full attention or linear, dense or experts, and Gemma 4's, with and
+    /// without KV-shared layers after the last with keys and values of its own.
+    #[test]
+    fn rows_narrowed_to_their_last_tokens_give_every_rows_answer_as_whole_layers_do() {
+        let cases = [
+            ("qwen2_5_vl_7b", 3, 0),
+            ("qwen3_vl_8b", 3, 0),
+            ("qwen3_5_9b", 8, 0),
+            ("qwen3_5_9b", 7, 0),
+            ("qwen3_vl_30b_a3b", 3, 0),
+            ("qwen3_6_35b_a3b", 4, 0),
+            ("gemma4_31b", 6, 0),
+            ("gemma4_26b_a4b", 6, 0),
+            ("gemma4_e4b", 12, 4),
+        ];
+        // One thread, as the engine scores: a product split between threads splits its rows by
+        // their count.
+        tch::set_num_threads(1);
+        let cpu = (Kind::Int64, Device::Cpu);
+        for (name, layers, kv_shared) in cases {
+            let config = small_text(name, layers, kv_shared);
+            let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
+            let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();
+            // Two images' prefixes of 12 tokens, then three questions each, of 1 to 6 tokens.
+            let mut cache = DecoderCache::default();
+            let prefix = Tensor::arange(12, cpu).view([1, 1, 12]).expand([3, 2, 12], false);
+            text.fill_cache(&text.embed(&Tensor::randint(512, [2, 12], cpu)), &prefix, &mut cache, None);
+            let lengths = [5, 2, 6, 6, 3, 1];
+            let input = text.embed(&Tensor::randint(512, [6, 6], cpu));
+            let positions = Tensor::arange_start(12, 18, cpu).view([1, 1, 6]).expand([3, 6, 6], false);
+            let [whole, narrowed] = [false, true].map(|narrows| {
+                let rows = QuestionRows { narrows, ..QuestionRows::new(&lengths, 6, SuffixRows::Packed, Device::Cpu) };
+                text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows)
+            });
+            assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
+            assert!(whole.equal(&narrowed), "{name}, {layers} layers: {}", (&whole - &narrowed).abs().max().double_value(&[]));
+        }
     }
 
     #[test]

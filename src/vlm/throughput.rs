@@ -16,7 +16,7 @@ use super::config::{LayerKind, PreprocessorConfig};
 use super::error::VlmError;
 use super::families::{Family, ImageFeatures};
 use super::flops::ImageFlops;
-use super::flops::{active_parameters, flops_by_stage};
+use super::flops::{active_parameters, flops_as_run, QuestionLayers};
 use super::model::{PassImage, VlModel};
 use super::part_clock;
 use super::pixels;
@@ -217,15 +217,12 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
         moe.sparse_layers.truncate(c.text.num_hidden_layers);
     }
     // Gemma 4's slice: its first layers, the last made a full-attention layer (with the full
-    // layers' shape) if none is, each computing its own keys and values.
+    // layers' shape) if none is. A KV-shared layer in the slice keeps its sharing (and a double
+    // width where the model has one): the layer it reads comes before it.
     if let (Some(g), Some(full)) = (&mut c.text.gemma4, config.text.gemma4.as_ref().and_then(|g| g.layers.iter().find(|l| !l.sliding))) {
         g.layers.truncate(c.text.num_hidden_layers);
         if !g.layers.iter().any(|l| !l.sliding) {
             *g.layers.last_mut().expect("one or more layers") = full.clone();
-        }
-        for layer in &mut g.layers {
-            layer.kv_from = None;
-            layer.double_wide = false;
         }
     }
     c
@@ -254,10 +251,10 @@ fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<
 }
 
 /// The FLOPs of scoring an image whose questions add `lengths` tokens each: their real tokens,
-/// never their padding.
-fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize]) -> ImageFlops {
-    let mut flops = flops_by_stage(config, patches, prefix, 0, 0);
-    flops.questions = lengths.iter().map(|&len| flops_by_stage(config, patches, prefix, 1, len).questions).sum();
+/// never their padding, through the last layers as `layers` says.
+fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize], layers: QuestionLayers) -> ImageFlops {
+    let mut flops = flops_as_run(config, patches, prefix, 0, 0, layers);
+    flops.questions = lengths.iter().map(|&len| flops_as_run(config, patches, prefix, 1, len, layers).questions).sum();
     flops
 }
 
@@ -319,7 +316,12 @@ pub fn run(
     let parts = if bench.parts { Some(clocked_parts(&first, bench.prefix_attention)?) } else { None };
     let invariance = if bench.check_invariance { Some(invariance(&first, bench.prefix_attention)?) } else { None };
     let per_image = seconds / images as f64;
-    let by_stage = flops_of(config, patches, prefix, &lengths);
+    // Padded rows, and the copied path, run every token through every layer.
+    let question_layers = match (bench.prefix_attention, bench.suffix_rows) {
+        (PrefixAttention::Copied, _) | (_, SuffixRows::Padded) => QuestionLayers::Whole,
+        _ => QuestionLayers::LastTokens,
+    };
+    let by_stage = flops_of(config, patches, prefix, &lengths, question_layers);
     let flops = by_stage.total();
     let stages = clock
         .seconds()
@@ -530,6 +532,10 @@ mod tests {
         // A hybrid stack's slice keeps one layer of each kind.
         let (c, _) = bench_config("qwen3_5_9b");
         assert_eq!(slice(&c, 2).text.layer_types, vec![LayerKind::LinearAttention, LayerKind::FullAttention]);
+        // Gemma 4 E4B's KV-shared layers, from the 25th on, keep their sharing.
+        let (c, _) = bench_config("gemma4_e4b");
+        let shared = |layers: usize| slice(&c, layers).text.gemma4.unwrap().layers.iter().filter(|l| l.kv_from.is_some()).count();
+        assert_eq!((shared(6), shared(24), shared(26)), (0, 0, 2));
     }
 
     #[test]
@@ -621,7 +627,10 @@ mod tests {
         assert_eq!(packed.question_tokens, (2, 8));
         assert_eq!(packed.prefill_tokens_per_image, 16 + packed.image_tokens + (2 + 4 + 6 + 8));
         assert_eq!(padded.prefill_tokens_per_image, packed.prefill_tokens_per_image);
-        assert_eq!(padded.tflop_per_image, packed.tflop_per_image);
+        // Padded rows run every token through the last layer; packed ones, each question's last.
+        let rest = [QuestionLayers::Whole, QuestionLayers::LastTokens].map(|l| flops_as_run(&c, 0, 0, 1, 2, l).questions);
+        let saved = (padded.tflop_per_image - packed.tflop_per_image) * 1e12;
+        assert!((saved - (1 + 3 + 5 + 7) as f64 * (rest[0] - rest[1])).abs() < 1.0, "{saved}");
         let copied = run(
             &c,
             &pre,

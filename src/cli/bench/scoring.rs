@@ -61,8 +61,9 @@ pub struct BenchScoringArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub images_per_pass: u64,
     /// How the questions' rows go between the layers' attention (with `shared` or `fused`):
-    /// `packed`, their real tokens only (how releases are scored), or `padded` to the longest
-    /// question (the old way, to measure against).
+    /// `packed`, their real tokens only, and in the last layers each question's last token only
+    /// (how releases are scored), or `padded` to the longest question through every layer (the
+    /// old way, to measure against).
     #[arg(long, value_enum, default_value_t = SuffixRowsArg::Packed)]
     pub suffix_rows: SuffixRowsArg,
     /// After timing, score the first pass's images each alone and compare the bits with the

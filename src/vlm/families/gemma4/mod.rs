@@ -21,6 +21,8 @@ use crate::vlm::config::{
 pub use crate::vlm::config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
 
 #[cfg(feature = "vlm")]
+mod attention;
+#[cfg(feature = "vlm")]
 pub(crate) mod text;
 #[cfg(feature = "vlm")]
 pub(crate) mod vision;

@@ -11,16 +11,17 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Gemma4Layer, Gemma4Text, RopeSettings};
+use super::attention::Attention;
+use super::{Gemma4Text, RopeSettings};
 use crate::vlm::cache::{DecoderCache, LayerCache};
 use crate::vlm::config::TextConfig;
 use crate::vlm::decoder_input::Embedded;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{self, attention, GatedMlp, Linear, Turn};
+use crate::vlm::layers::{self, GatedMlp, Linear, Turn};
 use crate::vlm::moe::Experts;
 use crate::vlm::part_clock::timed;
-use crate::vlm::real_tokens::{rows_of, tokens_of, RealTokens};
-use crate::vlm::shared_prefix::{self, Prefix};
+use crate::vlm::real_tokens::{tokens_of, LastTokens, QuestionRows, RealTokens};
+use crate::vlm::shared_prefix::Prefix;
 use crate::vlm::weights::Weights;
 
 /// Gemma 4's RMSNorm: x * (mean(x^2) + eps)^-0.5, times the weight in f32 (or no weight).
@@ -55,7 +56,7 @@ impl Norm {
 }
 
 /// One layer type's rotary angles, (batch, 1, seq, head_dim), f32.
-type Rotary = Turn;
+pub(super) type Rotary = Turn;
 
 /// A layer type's inverse frequencies (head_dim / 2). `proportional` turns the first
 /// partial x head_dim / 2 frequencies, with exponents over the whole head, the rest at zero.
@@ -75,137 +76,6 @@ fn rotary(inv_freq: &Tensor, positions: &Tensor) -> Rotary {
     let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq; // (b, s, d/2)
     let full = Tensor::cat(&[&angles, &angles], -1).unsqueeze(1);
     Turn::new(full.cos(), &full.sin())
-}
-
-struct Attention {
-    q: Linear,
-    q_norm: Norm,
-    /// None on a KV-shared layer.
-    kv: Option<KeyValue>,
-    o: Linear,
-    heads: i64,
-    kv_heads: i64,
-    head_dim: i64,
-}
-
-struct KeyValue {
-    k: Linear,
-    /// None with `attention_k_eq_v`: the key projection's output is the values'.
-    v: Option<Linear>,
-    k_norm: Norm,
-    v_norm: Norm,
-}
-
-impl Attention {
-    fn load(w: &Weights, prefix: &str, cfg: &TextConfig, layer: &Gemma4Layer) -> Result<Attention, VlmError> {
-        let h = cfg.hidden_size as i64;
-        let (heads, kv_heads, d) = (cfg.num_attention_heads as i64, layer.kv_heads as i64, layer.head_dim as i64);
-        let eps = cfg.rms_norm_eps;
-        let at = |name: &str| format!("{prefix}.{name}");
-        let kv = if layer.kv_from.is_some() {
-            None
-        } else {
-            Some(KeyValue {
-                k: Linear::load(w, &at("k_proj"), h, kv_heads * d, false)?,
-                v: if layer.k_eq_v { None } else { Some(Linear::load(w, &at("v_proj"), h, kv_heads * d, false)?) },
-                k_norm: Norm::load(w, &at("k_norm"), d, eps)?,
-                v_norm: Norm::unscaled(eps),
-            })
-        };
-        Ok(Attention {
-            q: Linear::load(w, &at("q_proj"), h, heads * d, false)?,
-            q_norm: Norm::load(w, &at("q_norm"), d, eps)?,
-            kv,
-            o: Linear::load(w, &at("o_proj"), heads * d, h, false)?,
-            heads,
-            kv_heads,
-            head_dim: d,
-        })
-    }
-
-    /// `x` (batch, seq, hidden) -> (batch, seq, hidden). An own layer appends its keys and values
-    /// to `slot`; a shared one reads `shared` (the source layer's, already updated).
-    fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &Tensor, slot: &mut LayerCache, shared: Option<(Tensor, Tensor)>) -> Tensor {
-        let q = self.queries(x, rotary, None);
-        let (k, v) = match (&self.kv, shared) {
-            (_, Some(kv)) => kv,
-            (Some(_), None) => self.append_keys_values(x, rotary, slot),
-            (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
-        };
-        let groups = self.heads / self.kv_heads;
-        let out = timed("attention: over the cache", || {
-            let k = k.repeat_interleave_self_int(groups, 1, None);
-            let v = v.repeat_interleave_self_int(groups, 1, None);
-            attention(&q, &k, &v, Some(mask), 1.0)
-        });
-        self.output(&out, None)
-    }
-
-    /// An own layer's keys and values for `x`, appended to `slot`; all the slot holds returned.
-    /// What [`Self::forward`] keeps, and all a prefix's last such layer computes.
-    fn append_keys_values(&self, x: &Tensor, rotary: &Rotary, slot: &mut LayerCache) -> (Tensor, Tensor) {
-        let own = self.kv.as_ref().expect("a layer with keys and values of its own");
-        let (k, v) = self.keys_values(own, x, rotary, None);
-        slot.append(k, v)
-    }
-
-    /// [`Self::forward`] for rows after prefixes held once ([`shared_prefix`]): the rows' own
-    /// keys and values are not kept in the cache but returned (a KV-shared layer after this one
-    /// reads them), or, on a KV-shared layer, given as `shared` with the source layer's prefix.
-    /// Where `real` says which tokens of the rows are real, `x` and the output hold those alone
-    /// (1, tokens, hidden); the queries, keys and values are laid out in rows.
-    fn forward_shared(
-        &self,
-        x: &Tensor,
-        rotary: &Rotary,
-        prefix: &Prefix<'_>,
-        suffix_mask: &Tensor,
-        shared: Option<(Tensor, Tensor)>,
-        real: Option<&RealTokens>,
-    ) -> (Tensor, Option<(Tensor, Tensor)>) {
-        let q = self.queries(x, rotary, real);
-        let (k, v) = match (&self.kv, shared) {
-            (_, Some(kv)) => kv,
-            (Some(own), None) => self.keys_values(own, x, rotary, real),
-            (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
-        };
-        let out = shared_prefix::attention(&q, prefix, &k, &v, suffix_mask, 1.0);
-        (self.output(&out, real), self.kv.as_ref().map(|_| (k, v)))
-    }
-
-    /// Queries (batch, heads, seq, head_dim), normed per head and turned; in rows where `real`
-    /// says which tokens of `x` are real.
-    fn queries(&self, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> Tensor {
-        timed("attention: projections in, norms, rotary", || {
-            let (b, s) = (x.size()[0], x.size()[1]);
-            let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim]));
-            rotary.apply(&rows_of(real, q).transpose(1, 2))
-        })
-    }
-
-    /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq,
-    /// head_dim); in rows where `real` says which tokens of `x` are real.
-    fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> (Tensor, Tensor) {
-        timed("attention: projections in, norms, rotary", || {
-            let (b, s) = (x.size()[0], x.size()[1]);
-            let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);
-            let raw_k = heads_of(own.k.forward(x));
-            let raw_v = match &own.v {
-                Some(v) => heads_of(v.forward(x)),
-                None => raw_k.shallow_clone(),
-            };
-            let [k, v] = [own.k_norm.forward(&raw_k), own.v_norm.forward(&raw_v)].map(|t| rows_of(real, t).transpose(1, 2));
-            (rotary.apply(&k), v)
-        })
-    }
-
-    /// Attention's output (batch, heads, seq, head_dim) projected back: (batch, seq, hidden), or
-    /// the real tokens alone (1, tokens, hidden) where `real` says which they are.
-    fn output(&self, out: &Tensor, real: Option<&RealTokens>) -> Tensor {
-        let (b, s) = (out.size()[0], out.size()[2]);
-        let out = tokens_of(real, out.transpose(1, 2).reshape([b, s, self.heads * self.head_dim]));
-        timed("attention: projection out", || self.o.forward(&out))
-    }
 }
 
 /// 26B-A4B's routed experts beside the dense MLP: the router reads the layer's input (the
@@ -508,8 +378,11 @@ impl Gemma4Decoder {
     /// causal mask. A sliding layer's query at prefix length + i sees only the prefix keys less
     /// than `sliding_window` behind it; a KV-shared layer reads its source layer's prefix from
     /// the cache and its rows' keys from this pass. `fused`: the prefix part through libtorch's
-    /// fused kernel. `real`: which of the rows' tokens are real, where some are padding; only
-    /// those go through the projections, norms and MLPs.
+    /// fused kernel. `rows`: which of the rows' tokens are real, where some are padding (only
+    /// those go through the projections, norms and MLPs), and whether the stream narrows to each
+    /// row's last token at the last layer with keys and values of its own: no later layer reads
+    /// the other tokens (on E4B, the last 18 of 42 layers run on one token a row). Returns the
+    /// final hidden state of each row's last token, (rows, hidden).
     pub fn forward_shared_prefix(
         &self,
         input: &Embedded,
@@ -517,13 +390,16 @@ impl Gemma4Decoder {
         cache: &DecoderCache,
         suffix_mask: &Tensor,
         fused: bool,
-        real: Option<&RealTokens>,
+        rows: &QuestionRows,
     ) -> Tensor {
-        let (seq, past) = (input.embeds.size()[1], cache.len());
-        let positions = positions.get(0);
-        let (sliding_rotary, full_rotary) = (rotary(&self.sliding_freq, &positions), rotary(&self.full_freq, &positions));
+        let (seq, past, last) = (input.embeds.size()[1], cache.len(), &rows.last);
+        let real = rows.real.as_ref();
         let (window_prefix, window_suffix) = self.window_masks(past, seq, suffix_mask);
-        let per_layer = self.per_layer_inputs(input).map(|p| tokens_of(real, p));
+        let every = Attending::new(self, &positions.get(0), real, None);
+        let narrow_at = self.layers.iter().rposition(|l| l.kv_from.is_none()).filter(|_| rows.narrows);
+        let narrowed = narrow_at.map(|_| Attending::new(self, &last.pick_in_rows(positions).get(0), Some(last.narrowed()), Some(last)));
+        let mut at = &every;
+        let mut per_layer = self.per_layer_inputs(input).map(|p| tokens_of(real, p));
         // The rows' own keys and values, kept only where a later layer reads them: a whole stack
         // of them would take gigabytes at many images a pass.
         let read_later: Vec<bool> = (0..self.layers.len()).map(|i| self.layers.iter().any(|l| l.kv_from == Some(i))).collect();
@@ -532,16 +408,28 @@ impl Gemma4Decoder {
         for (index, layer) in self.layers.iter().enumerate() {
             let source = layer.kv_from.unwrap_or(index);
             let LayerCache::Attention(k, v) = &cache.layers[source] else { unreachable!("every layer's prefix was prefilled") };
-            let (rotary, prefix, mask) = match layer.sliding {
-                true => (&sliding_rotary, Prefix { k, v, mask: Some(&window_prefix), fused }, &window_suffix),
-                false => (&full_rotary, Prefix { k, v, mask: None, fused }, suffix_mask),
-            };
-            let shared =
+            let mut shared =
                 layer.kv_from.map(|s| rows_kv[s].as_ref().map(|(k, v)| (k.shallow_clone(), v.shallow_clone())).expect("ran before"));
+            if let (Some(narrowed), true) = (&narrowed, narrow_at == Some(index)) {
+                // This layer's keys and values from every token, for it and the KV-shared layers
+                // after it; the rest of it, and every layer after, from each row's last token.
+                let own = layer.attn.kv.as_ref().expect("the last layer with keys and values of its own");
+                let normed = timed("norms", || layer.input_norm.forward(&x));
+                let rotary = if layer.sliding { &every.sliding_rotary } else { &every.full_rotary };
+                shared = Some(layer.attn.keys_values(own, &normed, rotary, real));
+                x = last.pick(&x);
+                per_layer = per_layer.map(|p| last.pick(&p));
+                at = narrowed;
+            }
+            let (rotary, mask) = match layer.sliding {
+                true => (&at.sliding_rotary, &window_suffix),
+                false => (&at.full_rotary, suffix_mask),
+            };
+            let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused };
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
             let mut kept = None;
             x = layer.forward(&x, own.as_ref(), |attn, normed| {
-                let (out, kv) = attn.forward_shared(normed, rotary, &prefix, mask, shared, real);
+                let (out, kv) = attn.forward_shared(normed, rotary, &prefix, mask, shared, at.real, at.last);
                 kept = kv;
                 out
             });
@@ -549,7 +437,10 @@ impl Gemma4Decoder {
                 rows_kv[index] = kept;
             }
         }
-        rows_of(real, self.norm.forward(&x))
+        match narrow_at {
+            Some(_) => last.rows_alone(&self.norm.forward(&x)),
+            None => last.rows_alone(&last.pick(&self.norm.forward(&x))),
+        }
     }
 
     /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`
@@ -584,6 +475,23 @@ impl Gemma4Decoder {
     /// The soft-capped logits of two tokens only, (rows, 2).
     pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
         self.softcap(layers::answer_logits(hidden, &self.lm_head, answer))
+    }
+}
+
+/// How a questions' pass turns and lays out its queries: for every token of the rows, or, where
+/// the stream has narrowed, for each row's last.
+struct Attending<'a> {
+    sliding_rotary: Rotary,
+    full_rotary: Rotary,
+    real: Option<&'a RealTokens>,
+    last: Option<&'a LastTokens>,
+}
+
+impl<'a> Attending<'a> {
+    /// For queries at `positions` (rows, queries).
+    fn new(decoder: &Gemma4Decoder, positions: &Tensor, real: Option<&'a RealTokens>, last: Option<&'a LastTokens>) -> Attending<'a> {
+        let (sliding_rotary, full_rotary) = (rotary(&decoder.sliding_freq, positions), rotary(&decoder.full_freq, positions));
+        Attending { sliding_rotary, full_rotary, real, last }
     }
 }
 
