@@ -156,6 +156,21 @@ pub(super) mod tests {
     use crate::vlm::text::TextModel;
     use crate::vlm::weights::Weights;
 
+    /// Every kind of decoder, as [`small_text`]'s arguments: Qwen's last layer full attention
+    /// (8 layers of Qwen3.5's pattern) or linear (7), dense or experts, and Gemma 4's, with and
+    /// without KV-shared layers after the last with keys and values of its own.
+    pub(in crate::vlm) const SMALL_DECODERS: [(&str, usize, usize); 9] = [
+        ("qwen2_5_vl_7b", 3, 0),
+        ("qwen3_vl_8b", 3, 0),
+        ("qwen3_5_9b", 8, 0),
+        ("qwen3_5_9b", 7, 0),
+        ("qwen3_vl_30b_a3b", 3, 0),
+        ("qwen3_6_35b_a3b", 4, 0),
+        ("gemma4_31b", 6, 0),
+        ("gemma4_26b_a4b", 6, 0),
+        ("gemma4_e4b", 12, 4),
+    ];
+
     /// A full-size architecture of benches/configs with its text decoder made small: `layers`
     /// layers of the published pattern (the last `kv_shared` of them reading earlier layers'
     /// keys and values, on Gemma 4 E4B), every width but a head's and the vocabulary's (the
@@ -213,18 +228,7 @@ pub(super) mod tests {
     /// experts, and Gemma 4's with and without KV-shared layers after the last that keeps any.
     #[test]
     fn a_prefix_filled_for_its_cache_leaves_the_whole_passes_cache() {
-        let cases = [
-            ("qwen2_5_vl_7b", 3, 0),
-            ("qwen3_vl_8b", 3, 0),
-            ("qwen3_5_9b", 8, 0),
-            ("qwen3_5_9b", 7, 0),
-            ("qwen3_vl_30b_a3b", 3, 0),
-            ("qwen3_6_35b_a3b", 4, 0),
-            ("gemma4_31b", 6, 0),
-            ("gemma4_26b_a4b", 6, 0),
-            ("gemma4_e4b", 12, 4),
-        ];
-        for (name, layers, kv_shared) in cases {
+        for (name, layers, kv_shared) in SMALL_DECODERS {
             let config = small_text(name, layers, kv_shared);
             let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
             let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();

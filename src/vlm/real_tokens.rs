@@ -232,7 +232,7 @@ pub fn tokens_of(real: Option<&RealTokens>, x: Tensor) -> Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vlm::cache::tests::small_text;
+    use crate::vlm::cache::tests::{small_text, SMALL_DECODERS};
     use crate::vlm::cache::DecoderCache;
     use crate::vlm::text::TextModel;
     use crate::vlm::weights::Weights;
@@ -291,22 +291,11 @@ mod tests {
     /// without KV-shared layers after the last with keys and values of its own.
     #[test]
     fn rows_narrowed_to_their_last_tokens_give_every_rows_answer_as_whole_layers_do() {
-        let cases = [
-            ("qwen2_5_vl_7b", 3, 0),
-            ("qwen3_vl_8b", 3, 0),
-            ("qwen3_5_9b", 8, 0),
-            ("qwen3_5_9b", 7, 0),
-            ("qwen3_vl_30b_a3b", 3, 0),
-            ("qwen3_6_35b_a3b", 4, 0),
-            ("gemma4_31b", 6, 0),
-            ("gemma4_26b_a4b", 6, 0),
-            ("gemma4_e4b", 12, 4),
-        ];
         // One thread, as the engine scores: a product split between threads splits its rows by
         // their count.
         tch::set_num_threads(1);
         let cpu = (Kind::Int64, Device::Cpu);
-        for (name, layers, kv_shared) in cases {
+        for (name, layers, kv_shared) in SMALL_DECODERS {
             let config = small_text(name, layers, kv_shared);
             let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
             let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();
