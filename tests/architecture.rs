@@ -54,7 +54,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// `#[cfg(test)]` module (tests may reach anywhere).
 fn code(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+    // Up to the test module, however visible (a `pub(super) mod tests` lends its helpers).
+    let tests = text.match_indices("#[cfg(test)]\n").map(|(at, _)| at).find(|&at| {
+        let next = text[at..].lines().nth(1).unwrap_or("");
+        next.ends_with("mod tests {")
+    });
+    let code = &text[..tests.unwrap_or(text.len())];
     code.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
 }
 

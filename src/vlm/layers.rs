@@ -2,6 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::config::TextConfig;
 use super::cuda_kernels::{self, CudaKernels};
 use super::error::VlmError;
 use super::weights::Weights;
@@ -90,6 +91,15 @@ pub struct RmsNorm {
 impl RmsNorm {
     pub fn load(w: &Weights, prefix: &str, dim: i64, eps: f64) -> Result<RmsNorm, VlmError> {
         Ok(RmsNorm { weight: w.get(&format!("{prefix}.weight"), &[dim])?, eps, scale_in_f32: false })
+    }
+
+    /// A text decoder's norm as its family stores it: a scale, or an offset from one.
+    pub fn load_decoder(w: &Weights, prefix: &str, dim: i64, cfg: &TextConfig) -> Result<RmsNorm, VlmError> {
+        if cfg.variant.zero_centered_norm {
+            RmsNorm::load_centered(w, prefix, dim, cfg.rms_norm_eps)
+        } else {
+            RmsNorm::load(w, prefix, dim, cfg.rms_norm_eps)
+        }
     }
 
     /// A norm whose stored weight is an offset from one: it scales by `1 + weight`, in f32.

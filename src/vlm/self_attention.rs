@@ -11,7 +11,6 @@ use super::layers::{attention, Linear, RmsNorm, Turn};
 use super::part_clock::timed;
 use super::real_tokens::{rows_of, tokens_of, LastTokens, RealTokens};
 use super::shared_prefix;
-use super::text::norm;
 use super::weights::Weights;
 
 /// How grouped-query attention meets its shared key/value heads.
@@ -52,8 +51,11 @@ impl SelfAttention {
         let (heads, kv_heads, head_dim) = (cfg.num_attention_heads as i64, cfg.num_key_value_heads as i64, cfg.head_dim() as i64);
         let at = |name: &str| format!("{prefix}.{name}");
         let (bias, o_bias) = (cfg.variant.qkv_bias, cfg.variant.o_bias);
-        let qk_norm =
-            if cfg.variant.qk_norm { Some((norm(w, &at("q_norm"), head_dim, cfg)?, norm(w, &at("k_norm"), head_dim, cfg)?)) } else { None };
+        let qk_norm = if cfg.variant.qk_norm {
+            Some((RmsNorm::load_decoder(w, &at("q_norm"), head_dim, cfg)?, RmsNorm::load_decoder(w, &at("k_norm"), head_dim, cfg)?))
+        } else {
+            None
+        };
         let gated = cfg.variant.gated_attention;
         Ok(SelfAttention {
             q: Linear::load(w, &at("q_proj"), h, heads * head_dim * if gated { 2 } else { 1 }, bias)?,

@@ -24,15 +24,6 @@ pub use super::self_attention::AttentionPath;
 use super::self_attention::{Rotary, SelfAttention};
 use super::weights::Weights;
 
-/// The decoder's RMSNorm as the family stores it (a scale, or an offset from one).
-pub(super) fn norm(w: &Weights, prefix: &str, dim: i64, cfg: &TextConfig) -> Result<RmsNorm, VlmError> {
-    if cfg.variant.zero_centered_norm {
-        RmsNorm::load_centered(w, prefix, dim, cfg.rms_norm_eps)
-    } else {
-        RmsNorm::load(w, prefix, dim, cfg.rms_norm_eps)
-    }
-}
-
 /// How a layer mixes tokens.
 enum Mixer {
     Attention(SelfAttention),
@@ -86,9 +77,9 @@ impl DecoderLayer {
             }
         };
         Ok(DecoderLayer {
-            input_norm: norm(w, &at("input_layernorm"), h, cfg)?,
+            input_norm: RmsNorm::load_decoder(w, &at("input_layernorm"), h, cfg)?,
             mixer,
-            post_norm: norm(w, &at("post_attention_layernorm"), h, cfg)?,
+            post_norm: RmsNorm::load_decoder(w, &at("post_attention_layernorm"), h, cfg)?,
             mlp: match &cfg.moe {
                 Some(moe) if moe.sparse_layers[index] => Mlp::Sparse(SparseMoe::load(w, &at("mlp"), h, moe)?),
                 _ => Mlp::Dense(GatedMlp::load(w, &at("mlp"), h, i, false)?),
@@ -313,7 +304,7 @@ impl SharedDecoder {
         let exponents = Tensor::arange_start_step(0, rotary_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / rotary_dim as f64;
         let inv_freq = Tensor::from(cfg.rope_theta as f32).to_device(device).pow(&exponents).reciprocal();
         let rope_axes = Tensor::from_slice(&mrope_axes(&cfg.mrope_section, cfg.variant.mrope_interleaved)).to_device(device);
-        Ok(SharedDecoder { embed_tokens, layers, norm: norm(w, "model.norm", h, cfg)?, lm_head, inv_freq, rope_axes })
+        Ok(SharedDecoder { embed_tokens, layers, norm: RmsNorm::load_decoder(w, "model.norm", h, cfg)?, lm_head, inv_freq, rope_axes })
     }
 
     pub fn embed(&self, ids: &Tensor) -> Tensor {

@@ -5,12 +5,12 @@
 
 use tch::Tensor;
 
-use super::text::{Norm, Rotary};
+use super::norm::Norm;
 use super::Gemma4Layer;
 use crate::vlm::cache::LayerCache;
 use crate::vlm::config::TextConfig;
 use crate::vlm::error::VlmError;
-use crate::vlm::layers::{attention, Linear};
+use crate::vlm::layers::{attention, Linear, Turn};
 use crate::vlm::part_clock::timed;
 use crate::vlm::real_tokens::{rows_of, tokens_of, LastTokens, RealTokens};
 use crate::vlm::shared_prefix::{self, Prefix};
@@ -68,7 +68,7 @@ impl Attention {
     pub(super) fn forward(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
+        rotary: &Turn,
         mask: &Tensor,
         slot: &mut LayerCache,
         shared: Option<(Tensor, Tensor)>,
@@ -90,7 +90,7 @@ impl Attention {
 
     /// An own layer's keys and values for `x`, appended to `slot`; all the slot holds returned.
     /// What [`Self::forward`] keeps, and all a prefix's last such layer computes.
-    pub(super) fn append_keys_values(&self, x: &Tensor, rotary: &Rotary, slot: &mut LayerCache) -> (Tensor, Tensor) {
+    pub(super) fn append_keys_values(&self, x: &Tensor, rotary: &Turn, slot: &mut LayerCache) -> (Tensor, Tensor) {
         let own = self.kv.as_ref().expect("a layer with keys and values of its own");
         let (k, v) = self.keys_values(own, x, rotary, None);
         slot.append(k, v)
@@ -106,7 +106,7 @@ impl Attention {
     pub(super) fn forward_shared(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
+        rotary: &Turn,
         prefix: &Prefix<'_>,
         suffix_mask: &Tensor,
         shared: Option<(Tensor, Tensor)>,
@@ -129,7 +129,7 @@ impl Attention {
 
     /// Queries (batch, heads, seq, head_dim), normed per head and turned; in rows where `real`
     /// says which tokens of `x` are real.
-    fn queries(&self, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> Tensor {
+    fn queries(&self, x: &Tensor, rotary: &Turn, real: Option<&RealTokens>) -> Tensor {
         timed("attention: projections in, norms, rotary", || {
             let (b, s) = (x.size()[0], x.size()[1]);
             let q = self.q_norm.forward(&self.q.forward(x).view([b, s, self.heads, self.head_dim]));
@@ -139,7 +139,7 @@ impl Attention {
 
     /// This layer's own keys (normed, turned) and values (normed), (batch, kv_heads, seq,
     /// head_dim); in rows where `real` says which tokens of `x` are real.
-    pub(super) fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Rotary, real: Option<&RealTokens>) -> (Tensor, Tensor) {
+    pub(super) fn keys_values(&self, own: &KeyValue, x: &Tensor, rotary: &Turn, real: Option<&RealTokens>) -> (Tensor, Tensor) {
         timed("attention: projections in, norms, rotary", || {
             let (b, s) = (x.size()[0], x.size()[1]);
             let heads_of = |t: Tensor| t.view([b, s, self.kv_heads, self.head_dim]);

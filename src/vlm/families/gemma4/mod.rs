@@ -23,6 +23,8 @@ pub use crate::vlm::config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings
 #[cfg(feature = "vlm")]
 mod attention;
 #[cfg(feature = "vlm")]
+mod norm;
+#[cfg(feature = "vlm")]
 pub(crate) mod text;
 #[cfg(feature = "vlm")]
 pub(crate) mod vision;

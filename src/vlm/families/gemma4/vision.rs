@@ -13,7 +13,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::text::Norm;
+use super::norm::Norm;
 use crate::vlm::config::VisionConfig;
 use crate::vlm::error::VlmError;
 use crate::vlm::layers::{attention, Turn};
