@@ -4,6 +4,8 @@
 //! after the first layers. Where a family differs (q/k norms, biases, an explicit head width,
 //! interleaved or partial M-RoPE, gated attention, zero-centred norms) its [`TextVariant`] and
 //! `layer_types` say so.
+//! The attention layers are `self_attention`'s; the questions' last layers may run on each
+//! question's last token alone (`real_tokens`).
 //!
 //! [`TextVariant`]: super::config::TextVariant
 
