@@ -303,15 +303,19 @@ mod tests {
             let mut cache = DecoderCache::default();
             let prefix = Tensor::arange(12, cpu).view([1, 1, 12]).expand([3, 2, 12], false);
             text.fill_cache(&text.embed(&Tensor::randint(512, [2, 12], cpu)), &prefix, &mut cache, None);
-            let lengths = [5, 2, 6, 6, 3, 1];
             let input = text.embed(&Tensor::randint(512, [6, 6], cpu));
             let positions = Tensor::arange_start(12, 18, cpu).view([1, 1, 6]).expand([3, 6, 6], false);
-            let [whole, narrowed] = [false, true].map(|narrows| {
-                let rows = QuestionRows { narrows, ..QuestionRows::new(&lengths, 6, SuffixRows::Packed, Device::Cpu) };
-                text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows)
-            });
-            assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
-            assert!(whole.equal(&narrowed), "{name}, {layers} layers: {}", (&whole - &narrowed).abs().max().double_value(&[]));
+            // Rows of several lengths (a packed stream), and of one (the rows as they are).
+            for lengths in [[5, 2, 6, 6, 3, 1], [6; 6]] {
+                let [whole, narrowed] = [false, true].map(|narrows| {
+                    let rows = QuestionRows { narrows, ..QuestionRows::new(&lengths, 6, SuffixRows::Packed, Device::Cpu) };
+                    assert_eq!(rows.real.is_some(), lengths[1] == 2);
+                    text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows)
+                });
+                assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
+                let diff = (&whole - &narrowed).abs().max().double_value(&[]);
+                assert!(whole.equal(&narrowed), "{name}, {layers} layers, rows of {lengths:?}: {diff}");
+            }
         }
     }
 
