@@ -9,7 +9,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
-use super::real_tokens::{QuestionRows, SuffixRows};
+use super::real_tokens::{LastTokens, QuestionRows, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -217,8 +217,8 @@ impl VlModel {
             let one = [PassImage { prompts, features: image, grid }];
             let suffixes = self.suffixes(&one, common)?;
             let hidden = self.text.forward(&suffixes.embedded, &suffixes.positions, &mut cache.expand(suffixes.rows), None);
-            // Each prompt's last real token.
-            let last = hidden.view([-1, hidden.size()[2]]).index_select(0, &Tensor::from_slice(&suffixes.last).to_device(self.device));
+            let last = LastTokens::new(&suffixes.lengths, suffixes.longest, None, self.device);
+            let last = last.rows_alone(&last.pick(&hidden));
             clock.mark(Stage::Questions);
             let scores = self.answers(&last, &suffixes, answer)?.pop().unwrap_or_default();
             clock.mark(Stage::Answers);
@@ -355,15 +355,12 @@ impl VlModel {
         let longest = images.iter().flat_map(|i| i.prompts.iter()).map(|p| p.len() - common).max().unwrap_or(1);
         let mut ids = Vec::new();
         let mut positions = [Vec::new(), Vec::new(), Vec::new()];
-        let mut last = Vec::new();
         let mut lengths = Vec::new();
         for image in images {
             for p in image.prompts {
                 let (axes, _) = self.positions(p, image.grid)?;
                 let suffix = &p[common..];
                 let pad = longest - suffix.len();
-                let row = (ids.len() / longest) as i64;
-                last.push(row * longest as i64 + suffix.len() as i64 - 1);
                 lengths.push(suffix.len() as i64);
                 ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
                 for (axis, out) in axes.iter().zip(positions.iter_mut()) {
@@ -376,7 +373,7 @@ impl VlModel {
         let ids = Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]);
         let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest as i64]);
         let per_image = images.iter().map(|i| i.prompts.len()).collect();
-        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, longest: longest as i64, lengths, last, per_image })
+        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, longest: longest as i64, lengths, per_image })
     }
 
     /// Each prompt's yes/no logits from the final hidden state of its last token (prompts,
@@ -399,8 +396,8 @@ pub struct PassImage<'a> {
     pub grid: (usize, usize, usize),
 }
 
-/// The suffix batch of a pass: embedded tokens, positions (3, rows, longest), and where each
-/// prompt's last real token lies in the flattened batch.
+/// The suffix batch of a pass: embedded tokens, positions (3, rows, longest), and each row's
+/// real tokens.
 struct Suffixes {
     embedded: Embedded,
     positions: Tensor,
@@ -408,7 +405,6 @@ struct Suffixes {
     longest: i64,
     /// Each row's real tokens (the rest, up to `longest`, padding).
     lengths: Vec<i64>,
-    last: Vec<i64>,
     per_image: Vec<usize>,
 }
 

@@ -183,8 +183,9 @@ impl LastTokens {
     /// token, which keeps a CPU's bits: a product of one query a row sums in another order.
     pub fn spread(&self, q: &Tensor) -> Tensor {
         let mut size = q.size();
+        let places = self.places(&size);
         size[2] = self.longest;
-        Tensor::zeros(size.as_slice(), (q.kind(), q.device())).scatter(2, &self.places(q), q)
+        Tensor::zeros(size.as_slice(), (q.kind(), q.device())).scatter(2, &places, q)
     }
 
     /// Attention's output at each row's last token: (rows, heads, longest, d) -> (rows, heads,
@@ -192,12 +193,12 @@ impl LastTokens {
     pub fn gather(&self, out: &Tensor) -> Tensor {
         let mut size = out.size();
         size[2] = 1;
-        out.gather(2, &self.places(&Tensor::empty(size.as_slice(), (out.kind(), out.device()))), false)
+        out.gather(2, &self.places(&size), false)
     }
 
-    /// Each row's last place, as an index shaped like `like` (rows, heads, 1, d).
-    fn places(&self, like: &Tensor) -> Tensor {
-        self.in_row.view([-1, 1, 1, 1]).expand(like.size().as_slice(), false)
+    /// Each row's last place, as an index of `size` (rows, heads, 1, d).
+    fn places(&self, size: &[i64]) -> Tensor {
+        self.in_row.view([-1, 1, 1, 1]).expand(size, false)
     }
 
     /// The layout of the narrowed stream: one token a row.

@@ -385,16 +385,12 @@ impl Gemma4Decoder {
                 // after it; the rest of it, and every layer after, from each row's last token.
                 let own = layer.attn.kv.as_ref().expect("the last layer with keys and values of its own");
                 let normed = timed("norms", || layer.input_norm.forward(&x));
-                let rotary = if layer.sliding { &every.sliding_rotary } else { &every.full_rotary };
-                shared = Some(layer.attn.keys_values(own, &normed, rotary, real));
+                shared = Some(layer.attn.keys_values(own, &normed, every.rotary(layer.sliding), real));
                 x = last.pick(&x);
                 per_layer = per_layer.map(|p| last.pick(&p));
                 at = narrowed;
             }
-            let (rotary, mask) = match layer.sliding {
-                true => (&at.sliding_rotary, &window_suffix),
-                false => (&at.full_rotary, suffix_mask),
-            };
+            let (rotary, mask) = (at.rotary(layer.sliding), if layer.sliding { &window_suffix } else { suffix_mask });
             let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused };
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
             let mut kept = None;
@@ -462,6 +458,14 @@ impl<'a> Attending<'a> {
     fn new(decoder: &Gemma4Decoder, positions: &Tensor, real: Option<&'a RealTokens>, last: Option<&'a LastTokens>) -> Attending<'a> {
         let (sliding_rotary, full_rotary) = (rotary(&decoder.sliding_freq, positions), rotary(&decoder.full_freq, positions));
         Attending { sliding_rotary, full_rotary, real, last }
+    }
+
+    fn rotary(&self, sliding: bool) -> &Rotary {
+        if sliding {
+            &self.sliding_rotary
+        } else {
+            &self.full_rotary
+        }
     }
 }
 
