@@ -5,16 +5,18 @@
 //! Qwen2.5-VL-7B config.
 //! The FLOPs are counted from the config ([`super::flops`]).
 
+mod report;
+mod slice;
+
 use std::time::Instant;
 
 use image::{DynamicImage, GrayImage, Luma};
-use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::checkpoint::ModelConfig;
-use super::config::{LayerKind, PreprocessorConfig};
+use super::config::PreprocessorConfig;
 use super::error::VlmError;
-use super::families::{Family, ImageFeatures};
+use super::families::ImageFeatures;
 use super::flops::ImageFlops;
 use super::flops::{active_parameters, flops_as_run, QuestionLayers};
 use super::model::{PassImage, VlModel};
@@ -23,6 +25,9 @@ use super::pixels;
 use super::real_tokens::SuffixRows;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
+
+pub use report::{Invariance, PartShare, Parts, ScoringBenchReport, StageTime};
+pub use slice::slice;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -79,153 +84,12 @@ impl QuestionTokens {
     }
 }
 
-#[derive(Debug, Serialize)]
-pub struct ScoringBenchReport {
-    pub family: Family,
-    /// `copied`, `shared` or `fused`.
-    pub prefix_attention: &'static str,
-    /// `padded` or `packed` (the copied path: always padded).
-    pub suffix_rows: &'static str,
-    pub images_per_pass: usize,
-    pub text_layers: usize,
-    pub vision_blocks: usize,
-    pub device: String,
-    pub dtype: String,
-    /// The engine's arithmetic revision on this device (`vlm::arithmetic`): which engine the
-    /// numbers measure.
-    pub arithmetic: String,
-    pub parameters: i64,
-    /// The parameters one token goes through (all but the unchosen experts of a sparse model):
-    /// what the FLOPs are counted from.
-    pub active_parameters: i64,
-    pub image_size: u32,
-    pub grid_thw: (usize, usize, usize),
-    pub vision_patches: usize,
-    pub image_tokens: usize,
-    pub questions: usize,
-    /// The shortest and the longest question, in tokens after the shared prefix.
-    pub question_tokens: (usize, usize),
-    /// The questions' real tokens: each image's prefill counts these, not their padding.
-    pub prefill_tokens_per_image: usize,
-    pub tflop_per_image: f64,
-    pub images_timed: usize,
-    /// Resizing and normalising one image on one CPU thread (the runner spreads it over --jobs
-    /// threads, outside the engine lock, so it overlaps the device's work).
-    pub preprocess_ms_per_image: f64,
-    /// Vision tower and scoring of every question, per image, on the device.
-    pub device_ms_per_image: f64,
-    pub images_per_second: f64,
-    pub prefill_tokens_per_second: f64,
-    pub achieved_tflops: f64,
-    pub peak_tflops: Option<f64>,
-    pub mfu: Option<f64>,
-    pub project_images: usize,
-    /// At the measured rate.
-    pub projected_seconds: f64,
-    /// At the peak (the roofline of compute), when a peak was given.
-    pub roofline_seconds: Option<f64>,
-    /// Whether every score of the first pass's images was the same bits alone as in the pass.
-    pub invariance: Option<Invariance>,
-    /// Where an image's device time goes, stage by stage (the device waited for at each stage's
-    /// end), with each stage's share of the FLOPs and its MFU where a peak was given.
-    pub stages: Vec<StageTime>,
-    /// With `fused`: the largest difference of the first pass's logits from the same pass
-    /// scored by `shared` (the products).
-    pub max_abs_logit_diff_to_shared: Option<f32>,
-    /// With `parts`: the first pass scored again, each part of the model waited for.
-    pub parts: Option<Parts>,
-}
-
-/// One pass scored with the part clock on. Every part waits for the device at its start and end,
-/// so the pass takes longer than unclocked (`clocked_ms_per_image` against `device_ms_per_image`);
-/// the parts' shares are what it tells.
-#[derive(Debug, Serialize)]
-pub struct Parts {
-    pub clocked_ms_per_image: f64,
-    /// A part inside another (`experts: products` inside `experts`) counts in both.
-    pub parts: Vec<PartShare>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PartShare {
-    pub part: &'static str,
-    pub ms_per_image: f64,
-    /// Times the part ran in the pass (once per layer of its kind, per stage).
-    pub calls: usize,
-}
-
-/// One stage of scoring an image: its time, FLOPs and MFU.
-#[derive(Debug, Serialize)]
-pub struct StageTime {
-    pub stage: Stage,
-    pub ms_per_image: f64,
-    pub tflop_per_image: f64,
-    pub mfu: Option<f64>,
-}
-
-/// Images of the first pass (its first, middle and last) scored in the pass and each alone,
-/// compared bit for bit.
-#[derive(Debug, Serialize)]
-pub struct Invariance {
-    pub images: usize,
-    pub scores: usize,
-    /// Alone in a pass padded to the pass's size (the build's way): same bits as in the pass.
-    pub identical_padded: bool,
-    pub max_abs_logit_diff_padded: f32,
-    /// Alone in a pass of one (other shapes): same bits as in the pass.
-    pub identical_unpadded: bool,
-    pub max_abs_logit_diff_unpadded: f32,
-}
-
 /// A deterministic grey image with structure at every scale (so no kernel sees constant input).
 fn synthetic_image(size: u32, seed: u32) -> DynamicImage {
     DynamicImage::ImageLuma8(GrayImage::from_fn(size, size, |x, y| {
         let v = (x.wrapping_mul(31) ^ y.wrapping_mul(17)).wrapping_add(seed.wrapping_mul(97)) % 251;
         Luma([v as u8])
     }))
-}
-
-/// The architecture cut to `layers` text layers and as many vision blocks, every width kept: the
-/// full-size shapes on a machine that cannot hold the whole model (`bench scoring --layers`).
-/// Block indexes (full attention, DeepStack) map proportionally into the slice, so a Qwen3-VL
-/// slice keeps DeepStack.
-pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
-    let mut c = config.clone();
-    let depth = c.vision.depth;
-    if layers == 0 || (layers >= depth && layers >= c.text.num_hidden_layers) {
-        return c;
-    }
-    let blocks = layers.min(depth);
-    let map = |indexes: &[usize]| {
-        let mut mapped: Vec<usize> = indexes.iter().map(|&i| i * blocks / depth).collect();
-        mapped.dedup();
-        mapped
-    };
-    c.vision.fullatt_block_indexes = map(&c.vision.fullatt_block_indexes);
-    c.vision.deepstack_visual_indexes = map(&c.vision.deepstack_visual_indexes);
-    c.vision.deepstack_visual_indexes.truncate(layers.min(c.text.num_hidden_layers));
-    c.vision.depth = blocks;
-    c.text.num_hidden_layers = layers.min(c.text.num_hidden_layers);
-    // A hybrid stack's slice keeps both layer kinds: its first layers, the last made full
-    // attention if none of them is.
-    c.text.layer_types.truncate(c.text.num_hidden_layers);
-    let hybrid = config.text.layer_types.contains(&LayerKind::LinearAttention);
-    if hybrid && c.text.layer_types.len() >= 2 && !c.text.layer_types.contains(&LayerKind::FullAttention) {
-        *c.text.layer_types.last_mut().expect("two or more") = LayerKind::FullAttention;
-    }
-    if let Some(moe) = &mut c.text.moe {
-        moe.sparse_layers.truncate(c.text.num_hidden_layers);
-    }
-    // Gemma 4's slice: its first layers, the last made a full-attention layer (with the full
-    // layers' shape) if none is. A KV-shared layer in the slice keeps its sharing (and a double
-    // width where the model has one): the layer it reads comes before it.
-    if let (Some(g), Some(full)) = (&mut c.text.gemma4, config.text.gemma4.as_ref().and_then(|g| g.layers.iter().find(|l| !l.sliding))) {
-        g.layers.truncate(c.text.num_hidden_layers);
-        if !g.layers.iter().any(|l| !l.sliding) {
-            *g.layers.last_mut().expect("one or more layers") = full.clone();
-        }
-    }
-    c
 }
 
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
@@ -498,7 +362,7 @@ fn invariance(first: &Pass<'_>, method: PrefixAttention) -> Result<Invariance, V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vlm::flops::tests::{bench_config, config, preprocessor};
+    use crate::vlm::flops::tests::{config, preprocessor};
 
     /// Two small images, three short questions, no warm-up, every check off: each test changes
     /// what it measures.
@@ -517,25 +381,6 @@ mod tests {
             parts: false,
             project_images: 10,
         }
-    }
-
-    /// Two layers each, the widths kept; the block indexes follow into the slice.
-    #[test]
-    fn slices_keep_the_widths_and_map_the_block_indexes() {
-        let (c, _) = bench_config("qwen3_vl_8b");
-        let s = slice(&c, 2);
-        assert_eq!((s.text.num_hidden_layers, s.vision.depth, s.text.hidden_size, s.vision.hidden_size), (2, 2, 4096, 1152));
-        assert_eq!(s.vision.deepstack_visual_indexes, vec![0, 1]);
-        let (c, _) = bench_config("qwen2_5_vl_7b");
-        assert_eq!(slice(&c, 2).vision.fullatt_block_indexes, vec![0, 1]);
-        assert_eq!(slice(&c, 0), c);
-        // A hybrid stack's slice keeps one layer of each kind.
-        let (c, _) = bench_config("qwen3_5_9b");
-        assert_eq!(slice(&c, 2).text.layer_types, vec![LayerKind::LinearAttention, LayerKind::FullAttention]);
-        // Gemma 4 E4B's KV-shared layers, from the 25th on, keep their sharing.
-        let (c, _) = bench_config("gemma4_e4b");
-        let shared = |layers: usize| slice(&c, layers).text.gemma4.unwrap().layers.iter().filter(|l| l.kv_from.is_some()).count();
-        assert_eq!((shared(6), shared(24), shared(26)), (0, 0, 2));
     }
 
     #[test]
