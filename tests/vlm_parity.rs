@@ -410,8 +410,13 @@ fn a_pass_of_several_images_scores_each_image_as_alone() {
                 (model.encode_image(&pixels, grid), grid)
             })
             .collect();
-        let questions =
-            ["Is there a pleural effusion in this chest X-ray?", "Does this radiograph show cardiomegaly?", "Is a chest tube visible?"];
+        // Two begin alike ("Is there a"), and so share their first tokens' work.
+        let questions = [
+            "Is there a pleural effusion in this chest X-ray?",
+            "Does this radiograph show cardiomegaly?",
+            "Is a chest tube visible?",
+            "Is there a pneumothorax?",
+        ];
         let prompts: Vec<Vec<Vec<u32>>> = encoded
             .iter()
             .map(|(_, grid)| questions.iter().map(|q| dir.prompt(q, *grid, Thinking::Off).unwrap().input_ids).collect())
@@ -436,29 +441,41 @@ fn a_pass_of_several_images_scores_each_image_as_alone() {
         let halves = [model.score_pass(&images[..2], answer, 3).unwrap(), model.score_pass(&images[2..], answer, 3).unwrap()].concat();
         assert_eq!(halves.iter().map(|s| bits(s)).collect::<Vec<_>>(), together.iter().map(|s| bits(s)).collect::<Vec<_>>());
         // The fused kernel keeps each image's bits whatever shares its pass too.
-        let fused = model.score_pass_with(&images, answer, 3, PrefixAttention::Fused, SuffixRows::Packed, &mut StageClock::off()).unwrap();
+        let fused =
+            model.score_pass_with(&images, answer, 3, PrefixAttention::Fused, SuffixRows::Deduplicated, &mut StageClock::off()).unwrap();
         for (k, image) in images.iter().enumerate() {
             let alone = model
-                .score_pass_with(std::slice::from_ref(image), answer, 3, PrefixAttention::Fused, SuffixRows::Packed, &mut StageClock::off())
+                .score_pass_with(
+                    std::slice::from_ref(image),
+                    answer,
+                    3,
+                    PrefixAttention::Fused,
+                    SuffixRows::Deduplicated,
+                    &mut StageClock::off(),
+                )
                 .unwrap()
                 .remove(0);
             assert_eq!(bits(&alone), bits(&fused[k]), "{}: fused, image {k} alone and in a pass of three", path.display());
         }
-        // The questions padded to the longest between the layers' attention, as before: the same
-        // bits as their real tokens alone, both ways of the prefix part.
+        // The questions padded to the longest between the layers' attention, as before, and
+        // their real tokens each their own: the same bits as the tokens they begin alike with
+        // held once, both ways of the prefix part.
         let lengths: Vec<usize> = prompts[0].iter().map(Vec::len).collect();
         assert!(lengths.iter().any(|&l| l != lengths[0]), "{}: questions of one length pad nothing: {lengths:?}", path.display());
-        for (method, packed) in [(PrefixAttention::Shared, &together), (PrefixAttention::Fused, &fused)] {
-            let padded = model.score_pass_with(&images, answer, 3, method, SuffixRows::Padded, &mut StageClock::off()).unwrap();
-            assert_eq!(
-                padded.iter().map(|s| bits(s)).collect::<Vec<_>>(),
-                packed.iter().map(|s| bits(s)).collect::<Vec<_>>(),
-                "{}: {}, padded rows against packed",
-                path.display(),
-                method.name()
-            );
+        for (method, deduplicated) in [(PrefixAttention::Shared, &together), (PrefixAttention::Fused, &fused)] {
+            for rows in [SuffixRows::Padded, SuffixRows::Packed] {
+                let other = model.score_pass_with(&images, answer, 3, method, rows, &mut StageClock::off()).unwrap();
+                assert_eq!(
+                    other.iter().map(|s| bits(s)).collect::<Vec<_>>(),
+                    deduplicated.iter().map(|s| bits(s)).collect::<Vec<_>>(),
+                    "{}: {}, {} rows against deduplicated",
+                    path.display(),
+                    method.name(),
+                    rows.name()
+                );
+            }
         }
-        eprintln!("{}: 4 images x 3 questions, the same bits alone, in a pass of three and in halves", path.display());
+        eprintln!("{}: 4 images x 4 questions, the same bits alone, in a pass of three and in halves", path.display());
     }
 }
 
@@ -514,8 +531,13 @@ fn parity_at(path: &std::path::Path) {
         assert_eq!(truncated, !expected.last().is_some_and(|t| dir.stop_token_ids().contains(t)), "{name}: truncation");
 
         // Many questions over one image prefix equal separate single-question runs.
-        let questions =
-            ["Is there a pleural effusion in this chest X-ray?", "Does this radiograph show cardiomegaly?", "Is a chest tube visible?"];
+        // Two begin alike ("Is there a"), and so share their first tokens' work.
+        let questions = [
+            "Is there a pleural effusion in this chest X-ray?",
+            "Does this radiograph show cardiomegaly?",
+            "Is a chest tube visible?",
+            "Is there a pneumothorax?",
+        ];
         let prompts: Vec<Vec<u32>> = questions.iter().map(|q| dir.prompt(q, grid, Thinking::Off).unwrap().input_ids).collect();
         let shared = model.score(&prompts, &features, grid, answer).unwrap();
         // Attention sums the same terms either way. Linear attention's chunks start where each

@@ -21,8 +21,10 @@ pub const CPU: u32 = 1;
 /// their real tokens only (`vlm::real_tokens`), products of other row counts, for which cuBLAS
 /// may choose other kernels (the CPU keeps every bit). 4: from the last layer whose keys, values
 /// or state a later token reads, the questions' projections and MLPs run on each question's last
-/// token alone, again products of other row counts (the CPU keeps every bit).
-pub const CUDA: u32 = 4;
+/// token alone, again products of other row counts (the CPU keeps every bit). 5: the tokens an
+/// image's questions begin alike with go through the token-wise parts once, products of fewer
+/// rows (the CPU keeps every bit).
+pub const CUDA: u32 = 5;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
 /// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
@@ -42,7 +44,7 @@ pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
     std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
-/// The revision as the identity records it: `cpu-1`, `cuda-4`, `cuda-4+kernels-6`.
+/// The revision as the identity records it: `cpu-1`, `cuda-5`, `cuda-5+kernels-6`.
 pub fn revision(cuda: bool) -> String {
     revision_of(cuda, cuda_kernels_folder().is_some())
 }

@@ -9,7 +9,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
-use super::real_tokens::{LastTokens, QuestionRows, SuffixRows};
+use super::real_tokens::{LastTokens, QuestionRows, RowIds, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -206,7 +206,7 @@ impl VlModel {
         }
         if method != PrefixAttention::Copied {
             let one = [PassImage { prompts, features: image, grid }];
-            let mut scores = self.score_pass_with(&one, answer, 1, method, SuffixRows::Packed, clock)?;
+            let mut scores = self.score_pass_with(&one, answer, 1, method, SuffixRows::Deduplicated, clock)?;
             return Ok(scores.pop().unwrap_or_default());
         }
         tch::no_grad(|| {
@@ -244,7 +244,7 @@ impl VlModel {
             answer,
             pass_images,
             PrefixAttention::for_device(self.device),
-            SuffixRows::Packed,
+            SuffixRows::Deduplicated,
             &mut StageClock::off(),
         )
     }
@@ -305,7 +305,8 @@ impl VlModel {
         clock.mark(Stage::Prefix);
         let images: Vec<PassImage<'_>> = images.iter().map(|&&i| i).collect();
         let suffixes = self.suffixes(&images, common)?;
-        let rows = QuestionRows::new(&suffixes.lengths, suffixes.longest, rows, self.device);
+        let ids = RowIds { ids: &suffixes.ids, lengths: &suffixes.lengths, longest: suffixes.longest, per_image: &suffixes.per_image };
+        let rows = QuestionRows::new(&ids, rows, self.device);
         let hidden = self.text.forward_shared_prefix(&suffixes.embedded, &suffixes.positions, &mut cache.shared(), fused, &rows);
         clock.mark(Stage::Questions);
         let scores = self.answers(&hidden, &suffixes, answer)?;
@@ -370,10 +371,10 @@ impl VlModel {
             }
         }
         let rows = (ids.len() / longest) as i64;
-        let ids = Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]);
+        let embedded = self.text.embed(&Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]));
         let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest as i64]);
         let per_image = images.iter().map(|i| i.prompts.len()).collect();
-        Ok(Suffixes { embedded: self.text.embed(&ids), positions, rows, longest: longest as i64, lengths, per_image })
+        Ok(Suffixes { embedded, positions, rows, ids, longest: longest as i64, lengths, per_image })
     }
 
     /// Each prompt's yes/no logits from the final hidden state of its last token (prompts,
@@ -402,6 +403,8 @@ struct Suffixes {
     embedded: Embedded,
     positions: Tensor,
     rows: i64,
+    /// The rows' token ids (rows x longest), padding zeros.
+    ids: Vec<i64>,
     longest: i64,
     /// Each row's real tokens (the rest, up to `longest`, padding).
     lengths: Vec<i64>,

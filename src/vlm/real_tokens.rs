@@ -14,23 +14,34 @@
 //! attention hides it, and the linear layers' state runs forward. Zeros there give the same bits
 //! for every real token as anything finite would.
 //!
+//! The questions of one image often begin alike ("Does this radiograph show ..." starts 20 of
+//! `specs/s1a.yaml`'s 57). A token's hidden state depends on the tokens before it alone, so where
+//! questions of one image share their first tokens, those tokens' states are the same in each:
+//! the stream then holds each such token once ([`SuffixRows::Deduplicated`]), and laying out in
+//! rows copies it into every row that has it. Attention and the linear layers still read every
+//! row whole; the token-wise parts see each shared token once.
+//!
 //! The answers read one token a row, its last. Once no later layer reads the other tokens' keys,
 //! values or states (after the last layer, or in Gemma 4 E2B/E4B after the last layer with keys
 //! and values of its own), the stream narrows to those ([`LastTokens`]): that layer makes its keys
 //! and values from every token and the rest of it from the last ones; the layers after it run on
 //! the last ones alone.
 
+use std::collections::HashMap;
+
 use tch::{Device, Tensor};
 
 /// How a pass's question rows go through the layers' token-wise parts: padded to the longest
-/// through every layer (the old way, kept to measure against), or only their real tokens, and in
-/// the last layers only the tokens the answers read (how releases are scored). The two give each
+/// through every layer (the old way, kept to measure against); only their real tokens, and in
+/// the last layers only the tokens the answers read; or that, with the tokens an image's
+/// questions share from their start held once (how releases are scored). The three give each
 /// score the same bits on the CPU (tested); on a GPU the products have other row counts, which
 /// may choose other kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SuffixRows {
     Padded,
     Packed,
+    Deduplicated,
 }
 
 impl SuffixRows {
@@ -38,6 +49,7 @@ impl SuffixRows {
         match self {
             SuffixRows::Padded => "padded",
             SuffixRows::Packed => "packed",
+            SuffixRows::Deduplicated => "deduplicated",
         }
     }
 }
@@ -49,9 +61,15 @@ impl SuffixRows {
 const SPARE: i64 = 16;
 
 pub struct RealTokens {
-    /// Each real token's place in the flattened (rows x longest) layout, in order, then
-    /// [`SPARE`] places of padding.
+    /// Each token the stream holds: its place in the flattened (rows x longest) layout (the
+    /// first of its places, where rows share it), in order, then [`SPARE`] copies of one place
+    /// (the first padding place, or the first token's where no row is padded).
     index: Tensor,
+    /// Each place of the flattened layout: the stream's token there, or `real` (a row of zeros)
+    /// where the place is padding.
+    source: Tensor,
+    /// [`Self::source`] on the host.
+    source_host: Vec<i64>,
     real: i64,
     rows: i64,
     longest: i64,
@@ -61,30 +79,83 @@ impl RealTokens {
     /// The real tokens of rows of `lengths` tokens each, padded to `longest`; `None` when no row
     /// is padded (the packed layout would be the padded one).
     pub fn new(lengths: &[i64], longest: i64, device: Device) -> Option<RealTokens> {
-        assert!(lengths.iter().all(|&len| (1..=longest).contains(&len)), "a row holds 1 to {longest} real tokens");
-        let padding = lengths.iter().position(|&len| len < longest)?;
-        let mut index: Vec<i64> =
-            lengths.iter().enumerate().flat_map(|(row, &len)| (0..len).map(move |t| row as i64 * longest + t)).collect();
-        let real = index.len() as i64;
-        index.extend(std::iter::repeat_n(padding as i64 * longest + lengths[padding], SPARE as usize));
-        Some(RealTokens { index: Tensor::from_slice(&index).to_device(device), real, rows: lengths.len() as i64, longest })
+        check_lengths(lengths, longest);
+        lengths.iter().any(|&len| len < longest).then(|| RealTokens::holding(lengths, longest, |_, _, new| new, device))
     }
 
-    /// (rows, longest, ...) -> (1, real tokens + spare, ...): the real tokens, row by row, then
-    /// [`SPARE`] copies of a padding token.
+    /// The real tokens of `rows`, those an image's rows share from their start held once: a
+    /// token is shared where rows of one image have the same ids up to it. `None` when no row is
+    /// padded and none shares a token (the stream would be the rows).
+    pub fn deduplicated(rows: &RowIds<'_>, device: Device) -> Option<RealTokens> {
+        check_lengths(rows.lengths, rows.longest);
+        let longest = rows.longest as usize;
+        let image_of: Vec<usize> = rows.per_image.iter().enumerate().flat_map(|(image, &n)| std::iter::repeat_n(image, n)).collect();
+        assert_eq!(image_of.len(), rows.lengths.len(), "rows.per_image counts every row");
+        // A token is its image, the stream token before it in its row, and its id: a trie of
+        // each image's rows.
+        let mut known: HashMap<(usize, i64, i64), i64> = HashMap::new();
+        let (mut before, mut shared) = (-1, false);
+        let real = RealTokens::holding(
+            rows.lengths,
+            rows.longest,
+            |row, t, new| {
+                if t == 0 {
+                    before = -1;
+                }
+                let token = *known.entry((image_of[row], before, rows.ids[row * longest + t])).or_insert(new);
+                shared |= token != new;
+                before = token;
+                token
+            },
+            device,
+        );
+        (shared || rows.lengths.iter().any(|&len| len < rows.longest)).then_some(real)
+    }
+
+    /// The stream of `lengths` rows' real tokens, row by row: `token_of(row, t, new)` says which
+    /// stream token a place holds, `new` where it is a token of its own (the next in the stream).
+    fn holding(lengths: &[i64], longest: i64, mut token_of: impl FnMut(usize, usize, i64) -> i64, device: Device) -> RealTokens {
+        let rows = lengths.len() as i64;
+        let mut index: Vec<i64> = Vec::new();
+        let mut source_host = vec![-1; (rows * longest) as usize];
+        for (row, &len) in lengths.iter().enumerate() {
+            for t in 0..len as usize {
+                let place = row * longest as usize + t;
+                let new = index.len() as i64;
+                source_host[place] = token_of(row, t, new);
+                if source_host[place] == new {
+                    index.push(place as i64);
+                }
+            }
+        }
+        let real = index.len() as i64;
+        // The spare tokens copy the first padding place, or the first token where none is.
+        let spare = source_host.iter().position(|&s| s < 0).unwrap_or(0) as i64;
+        index.extend(std::iter::repeat_n(spare, SPARE as usize));
+        for s in &mut source_host {
+            if *s < 0 {
+                *s = real;
+            }
+        }
+        let tensor = |v: &[i64]| Tensor::from_slice(v).to_device(device);
+        RealTokens { index: tensor(&index), source: tensor(&source_host), source_host, real, rows, longest }
+    }
+
+    /// (rows, longest, ...) -> (1, real tokens + spare, ...): the real tokens, row by row (a
+    /// shared token where it first comes), then the [`SPARE`] copies.
     pub fn pack(&self, x: &Tensor) -> Tensor {
         x.flatten(0, 1).index_select(0, &self.index).unsqueeze(0)
     }
 
-    /// (1, real tokens + spare, ...) -> (rows, longest, ...), zeros where padding is.
+    /// (1, real tokens + spare, ...) -> (rows, longest, ...): each token in every place it takes,
+    /// zeros where padding is.
     pub fn unpack(&self, x: &Tensor) -> Tensor {
-        let mut size = x.size();
-        size[1] = self.rows * self.longest;
         let real = x.squeeze_dim(0).narrow(0, 0, self.real);
-        let flat = Tensor::zeros(&size[1..], (x.kind(), x.device())).index_copy(0, &self.index.narrow(0, 0, self.real), &real);
-        size[0] = self.rows;
-        size[1] = self.longest;
-        flat.view(size.as_slice())
+        let zero = real.narrow(0, 0, 1).zeros_like();
+        let mut size = real.size();
+        size[0] = self.longest;
+        size.insert(0, self.rows);
+        Tensor::cat(&[real, zero], 0).index_select(0, &self.source).view(size.as_slice())
     }
 
     /// How many rows they come from.
@@ -92,12 +163,31 @@ impl RealTokens {
         self.rows
     }
 
+    /// Where the token at `place` of the flattened (rows x longest) layout is in the stream.
+    fn in_stream(&self, place: i64) -> i64 {
+        self.source_host[place as usize]
+    }
+
     /// One token a row, each real (rows of length one): the layout of a stream narrowed to its
     /// rows' last tokens, then [`SPARE`] copies of the first.
     fn one_a_row(rows: i64, device: Device) -> RealTokens {
-        let index: Vec<i64> = (0..rows).chain(std::iter::repeat_n(0, SPARE as usize)).collect();
-        RealTokens { index: Tensor::from_slice(&index).to_device(device), real: rows, rows, longest: 1 }
+        RealTokens::holding(&vec![1; rows as usize], 1, |_, _, new| new, device)
     }
+}
+
+fn check_lengths(lengths: &[i64], longest: i64) {
+    assert!(lengths.iter().all(|&len| (1..=longest).contains(&len)), "a row holds 1 to {longest} real tokens");
+}
+
+/// A pass's question rows as the host laid them out.
+pub struct RowIds<'a> {
+    /// Each row's token ids after the prefix, right-padded to `longest` (rows x longest).
+    pub ids: &'a [i64],
+    /// Each row's real tokens.
+    pub lengths: &'a [i64],
+    pub longest: i64,
+    /// How many rows each image has, image by image.
+    pub per_image: &'a [usize],
 }
 
 /// The question rows of a scoring pass as the decoder runs them.
@@ -111,14 +201,15 @@ pub struct QuestionRows {
 }
 
 impl QuestionRows {
-    /// Rows of `lengths` real tokens, right-padded to `longest`, run the way `way` says.
-    pub fn new(lengths: &[i64], longest: i64, way: SuffixRows, device: Device) -> QuestionRows {
+    /// The rows of `ids`, run the way `way` says.
+    pub fn new(ids: &RowIds<'_>, way: SuffixRows, device: Device) -> QuestionRows {
         let real = match way {
-            SuffixRows::Packed => RealTokens::new(lengths, longest, device),
+            SuffixRows::Deduplicated => RealTokens::deduplicated(ids, device),
+            SuffixRows::Packed => RealTokens::new(ids.lengths, ids.longest, device),
             SuffixRows::Padded => None,
         };
-        let last = LastTokens::new(lengths, longest, real.as_ref(), device);
-        QuestionRows { real, last, narrows: way == SuffixRows::Packed }
+        let last = LastTokens::new(ids.lengths, ids.longest, real.as_ref(), device);
+        QuestionRows { real, last, narrows: way != SuffixRows::Padded }
     }
 }
 
@@ -144,14 +235,7 @@ impl LastTokens {
         let in_row: Vec<i64> = lengths.iter().map(|&len| len - 1).collect();
         let in_rows: Vec<i64> = in_row.iter().enumerate().map(|(row, &at)| row as i64 * longest + at).collect();
         let mut in_stream: Vec<i64> = match real {
-            // Packed: row by row, each row's real tokens.
-            Some(_) => lengths
-                .iter()
-                .scan(0, |end, &len| {
-                    *end += len;
-                    Some(*end - 1)
-                })
-                .collect(),
+            Some(real) => in_rows.iter().map(|&place| real.in_stream(place)).collect(),
             None => in_rows.clone(),
         };
         in_stream.extend(std::iter::repeat_n(in_stream[0], SPARE as usize));
@@ -262,6 +346,37 @@ mod tests {
         assert!(back.equal(&(&x * &kept)), "real tokens back in place, zeros in the padding");
     }
 
+    /// Rows of one image that begin alike share those tokens in the stream; rows of another
+    /// image with the same ids do not (their states differ). Unpacking puts a shared token in
+    /// every row that has it, and each row's last token is found in the stream.
+    #[test]
+    fn an_images_rows_share_the_tokens_they_begin_with() {
+        // Image 0: rows [7 8 9], [7 8 5 6], [7 3]; image 1: [7 8 9].
+        let ids = [7, 8, 9, 0, 7, 8, 5, 6, 7, 3, 0, 0, 7, 8, 9, 0];
+        let lengths = [3, 4, 2, 3];
+        let rows = RowIds { ids: &ids, lengths: &lengths, longest: 4, per_image: &[3, 1] };
+        let real = RealTokens::deduplicated(&rows, Device::Cpu).expect("tokens are shared");
+        // Image 0: 7 8 9 | 5 6 | 3; image 1: 7 8 9.
+        assert_eq!(real.real, 9);
+        let x = ramp(&[4, 4, 1]);
+        let packed = real.pack(&x);
+        let held = Vec::<f32>::try_from(packed.flatten(0, -1)).unwrap();
+        assert_eq!(held[..9], [0.0, 1.0, 2.0, 6.0, 7.0, 9.0, 12.0, 13.0, 14.0]);
+        let back = Vec::<f32>::try_from(real.unpack(&packed).flatten(0, -1)).unwrap();
+        assert_eq!(back, [0.0, 1.0, 2.0, 0.0, 0.0, 1.0, 6.0, 7.0, 0.0, 9.0, 0.0, 0.0, 12.0, 13.0, 14.0, 0.0]);
+        let last = LastTokens::new(&lengths, 4, Some(&real), Device::Cpu);
+        let picked = Vec::<f32>::try_from(last.rows_alone(&last.pick(&packed)).flatten(0, -1)).unwrap();
+        assert_eq!(picked, [2.0, 7.0, 9.0, 14.0]);
+        // Rows alike but for their length: the shorter one's tokens are all shared, and no row is
+        // padded past what the stream holds.
+        let rows = RowIds { ids: &[4, 5, 4, 0], lengths: &[2, 1], longest: 2, per_image: &[2] };
+        let real = RealTokens::deduplicated(&rows, Device::Cpu).expect("a row is padded");
+        assert_eq!(real.real, 2);
+        // Distinct rows of one length: nothing to pack.
+        let rows = RowIds { ids: &[4, 5, 6, 7], lengths: &[2, 2], longest: 2, per_image: &[2] };
+        assert!(RealTokens::deduplicated(&rows, Device::Cpu).is_none());
+    }
+
     #[test]
     fn rows_without_padding_need_no_packing() {
         assert!(RealTokens::new(&[4, 4], 4, Device::Cpu).is_none());
@@ -286,12 +401,13 @@ mod tests {
     }
 
     /// Question rows narrowed to their last tokens where no later layer reads the others give
-    /// each row's final hidden state, to the bit, as their real tokens through every layer: on
-    /// every kind of decoder of benches/configs (made small, as `vlm::cache`'s tests make them):
-    /// Qwen's last layer full attention or linear, dense or experts, and Gemma 4's, with and
-    /// without KV-shared layers after the last with keys and values of its own.
+    /// each row's final hidden state, to the bit, as their real tokens through every layer; and
+    /// so do they with the tokens an image's rows share from their start held once: on every
+    /// kind of decoder of benches/configs (made small, as `vlm::cache`'s tests make them): Qwen's
+    /// last layer full attention or linear, dense or experts, and Gemma 4's, with and without
+    /// KV-shared layers after the last with keys and values of its own.
     #[test]
-    fn rows_narrowed_to_their_last_tokens_give_every_rows_answer_as_whole_layers_do() {
+    fn rows_narrowed_or_sharing_their_first_tokens_give_every_rows_answer_as_whole_layers_do() {
         // One thread, as the engine scores: a product split between threads splits its rows by
         // their count.
         tch::set_num_threads(1);
@@ -304,18 +420,32 @@ mod tests {
             let mut cache = DecoderCache::default();
             let prefix = Tensor::arange(12, cpu).view([1, 1, 12]).expand([3, 2, 12], false);
             text.fill_cache(&text.embed(&Tensor::randint(512, [2, 12], cpu)), &prefix, &mut cache, None);
-            let input = text.embed(&Tensor::randint(512, [6, 6], cpu));
             let positions = Tensor::arange_start(12, 18, cpu).view([1, 1, 6]).expand([3, 6, 6], false);
-            // Rows of several lengths (a packed stream), and of one (the rows as they are).
-            for lengths in [[5, 2, 6, 6, 3, 1], [6; 6]] {
-                let [whole, narrowed] = [false, true].map(|narrows| {
-                    let rows = QuestionRows { narrows, ..QuestionRows::new(&lengths, 6, SuffixRows::Packed, Device::Cpu) };
-                    assert_eq!(rows.real.is_some(), lengths[1] == 2);
-                    text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows)
-                });
+            // Rows of several lengths (a packed stream), and of one (the rows as they are); and
+            // rows whose first tokens repeat within an image (and across images, where they are
+            // not shared): each image's first two rows begin with the same three tokens.
+            let distinct: Vec<i64> = (1..=36).collect();
+            let mut stems = distinct.clone();
+            stems.copy_within(0..3, 6);
+            stems.copy_within(0..18, 18);
+            // The stems' rows hold 30 tokens, 24 of them in the stream: each image's first two
+            // rows share 3.
+            for (lengths, ids, held) in
+                [([5, 2, 6, 6, 3, 1], &distinct, Some(23)), ([6; 6], &distinct, None), ([5, 4, 6, 5, 4, 6], &stems, Some(24))]
+            {
+                let input = text.embed(&Tensor::from_slice(ids).view([6, 6]));
+                let rows = RowIds { ids, lengths: &lengths, longest: 6, per_image: &[3, 3] };
+                let deduplicated = QuestionRows::new(&rows, SuffixRows::Deduplicated, Device::Cpu);
+                assert_eq!(deduplicated.real.as_ref().map(|r| r.real), held, "{name}, rows of {lengths:?}");
+                let whole = QuestionRows { narrows: false, ..QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu) };
+                let narrowed = QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu);
+                let [whole, narrowed, deduplicated] = [whole, narrowed, deduplicated]
+                    .map(|rows| text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows));
                 assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
-                let diff = (&whole - &narrowed).abs().max().double_value(&[]);
-                assert!(whole.equal(&narrowed), "{name}, {layers} layers, rows of {lengths:?}: {diff}");
+                for (way, out) in [("narrowed", narrowed), ("deduplicated", deduplicated)] {
+                    let diff = (&whole - &out).abs().max().double_value(&[]);
+                    assert!(whole.equal(&out), "{name}, {layers} layers, rows of {lengths:?}, {way}: {diff}");
+                }
             }
         }
     }
