@@ -7,12 +7,14 @@
 # release's vary). For each: the best of BENCH_ROUNDS (default 2) device times per path, the
 # rounds alternating the paths, their ratio to the first path, the questions' stage alone, and
 # each path's peak resident memory (GNU time's maximum RSS of the process). A path PATH/ROWS also
-# says how the questions' rows go between the layers (`--suffix-rows padded` or `packed`).
+# says how the questions' rows go between the layers (`--suffix-rows padded`, `packed` or
+# `deduplicated`, the default).
 #
 #   benches/prefix-attention.sh                       # four Qwen models
 #   BENCH_MODELS="gemma4_31b gemma4_26b_a4b" benches/prefix-attention.sh
 #   BENCH_MODELS="qwen2_5_vl_7b" BENCH_SIZE=448 benches/prefix-attention.sh
 #   BENCH_PATHS="shared/padded shared/packed" BENCH_QUESTION_TOKENS=16-28 benches/prefix-attention.sh
+#   BENCH_PATHS="shared/packed shared/deduplicated" BENCH_QUESTION_TOKENS=16-28 benches/prefix-attention.sh
 #
 # BENCH_BIN=PATH times a binary already built (the test build left in the cargo target dir).
 set -euo pipefail

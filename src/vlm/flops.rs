@@ -47,7 +47,7 @@ pub fn flops_per_image(config: &ModelConfig, patches: usize, prefix: usize, ques
 
 /// [`flops_per_image`], stage by stage.
 pub fn flops_by_stage(config: &ModelConfig, patches: usize, prefix: usize, questions: usize, suffix: usize) -> ImageFlops {
-    flops_as_run(config, patches, prefix, questions, suffix, QuestionLayers::LastTokens)
+    flops_as_run(config, patches, prefix, questions, suffix, QuestionLayers::LastTokens, 0)
 }
 
 /// How a question's tokens go through the layers after the last one whose keys, values or state
@@ -60,7 +60,10 @@ pub enum QuestionLayers {
     LastTokens,
 }
 
-/// [`flops_by_stage`], the questions' last layers as `layers` says.
+/// [`flops_by_stage`], the questions' last layers as `layers` says, and `shared` of the
+/// questions' tokens held once for several questions that begin alike (their token-wise parts
+/// as far as the cache go once; attention and a linear layer's convolution and state still read
+/// them in every row).
 pub fn flops_as_run(
     config: &ModelConfig,
     patches: usize,
@@ -68,9 +71,10 @@ pub fn flops_as_run(
     questions: usize,
     suffix: usize,
     layers: QuestionLayers,
+    shared: usize,
 ) -> ImageFlops {
     if config.family == Family::Gemma4 {
-        return gemma4_flops_per_image(config, patches, prefix, questions, suffix, layers);
+        return gemma4_flops_per_image(config, patches, prefix, questions, suffix, layers, shared);
     }
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
@@ -108,14 +112,17 @@ pub fn flops_as_run(
     let full = 2.0 * (gate * h * q + 2.0 * h * kv + q * h);
     // A Gated DeltaNet layer per token: its projections (qkv, z, b, a, out), the convolution, and
     // the delta rule's reads and writes of each value head's state as the recurrent form does them.
-    let linear = t.linear.map_or(0.0, |l| {
+    // What of it reads the row (the convolution and the rule), and the rest.
+    let (linear_rows, linear_tokens) = t.linear.map_or((0.0, 0.0), |l| {
         let (kd, vd, heads) = (l.key_dim() as f64, l.value_dim() as f64, l.num_value_heads as f64);
         let projections = 2.0 * h * (2.0 * kd + vd + vd + 2.0 * heads) + 2.0 * vd * h;
         let conv = 2.0 * l.conv_dim() as f64 * l.conv_kernel_dim as f64;
         // Per value head: decay the state, read k^T S, write k delta^T, read q^T S (1 + 2 + 2 + 2).
         let rule = 7.0 * heads * (l.key_head_dim * l.value_head_dim) as f64;
-        projections + conv + rule
+        (conv + rule, projections)
     });
+    let linear = linear_rows + linear_tokens;
+    let linear_layers = t.layer_types.iter().filter(|&&k| k == LayerKind::LinearAttention).count() as f64;
     // The MLP a token goes through: a dense layer's, or in a sparse layer the router, its top-k
     // experts and the shared expert (the active parameters, not all the experts).
     let dense_mlp = 2.0 * 3.0 * h * t.intermediate_size as f64;
@@ -140,8 +147,11 @@ pub fn flops_as_run(
     let prefix_flops = p * prefix_per_token + 4.0 * prefix_full_layers * q * p * (p + 1.0) / 2.0;
     let suffix_flops =
         n * (question_linear(s, per_token, prefix_per_token, layers) + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0));
+    // A shared token's parts as far as the cache, but those that read its row (every linear
+    // layer's, which all come before the cache ends).
+    let saved = shared as f64 * (prefix_per_token - linear_layers * linear_rows);
     let logits = n * 2.0 * h * t.vocab_size as f64;
-    ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
+    ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops - saved + logits }
 }
 
 /// [`flops_per_image`] for Gemma 4: its tower (q/k/v/o and a gated MLP per block, no merger but
@@ -155,6 +165,7 @@ fn gemma4_flops_per_image(
     questions: usize,
     suffix: usize,
     layers: QuestionLayers,
+    shared: usize,
 ) -> ImageFlops {
     let v = &config.vision;
     let gv = v.gemma4.as_ref().expect("a Gemma 4 vision config");
@@ -225,8 +236,10 @@ fn gemma4_flops_per_image(
         |widths: (f64, f64), from: f64, to: f64| 4.0 * (widths.0 * seen(from, to, window) + widths.1 * seen(from, to, f64::INFINITY));
     let prefix_flops = pf * prefix_per_token + attention(prefix_pair_width, 0.0, pf);
     let suffix_flops = n * (question_linear(s, per_token, prefix_per_token, layers) + attention(pair_width, pf, pf + s));
+    // A shared token's parts as far as the cache (its attention is counted by the pair).
+    let saved = shared as f64 * prefix_per_token;
     let logits = n * 2.0 * h * t.vocab_size as f64;
-    ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops + logits }
+    ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops - saved + logits }
 }
 
 /// A question's linear FLOPs (attention's products aside) for its `s` tokens: every token
@@ -372,7 +385,7 @@ pub(super) mod tests {
     /// Gemma 4 E4B, the 24th layer's of 42); only its last token goes the rest of the way.
     #[test]
     fn only_a_questions_last_token_runs_the_last_layers() {
-        let question = |c: &ModelConfig, s: usize, layers| flops_as_run(c, 0, 0, 1, s, layers).questions;
+        let question = |c: &ModelConfig, s: usize, layers| flops_as_run(c, 0, 0, 1, s, layers, 0).questions;
         let (c, _) = bench_config("qwen3_vl_8b");
         // The last layer's query and output projections (4,096 x 4,096 each) and MLP.
         let rest = 2.0 * 2.0 * 4096.0 * 4096.0 + 2.0 * 3.0 * 4096.0 * 12288.0;
@@ -386,7 +399,7 @@ pub(super) mod tests {
         let [whole, last] = [QuestionLayers::Whole, QuestionLayers::LastTokens].map(|l| question(&e4b, 24, l) - logits);
         let share = 1.0 - last / whole;
         assert!((0.38..0.44).contains(&share), "{share}");
-        assert_eq!(flops_as_run(&e4b, 0, 1000, 0, 0, QuestionLayers::Whole).prefix, flops_by_stage(&e4b, 0, 1000, 0, 0).prefix);
+        assert_eq!(flops_as_run(&e4b, 0, 1000, 0, 0, QuestionLayers::Whole, 0).prefix, flops_by_stage(&e4b, 0, 1000, 0, 0).prefix);
     }
 
     /// benches/configs holds the 7B's real architecture: about 7.6B parameters, 6.5B of them in

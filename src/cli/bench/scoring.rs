@@ -61,10 +61,12 @@ pub struct BenchScoringArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub images_per_pass: u64,
     /// How the questions' rows go between the layers' attention (with `shared` or `fused`):
-    /// `packed`, their real tokens only, and in the last layers each question's last token only
-    /// (how releases are scored), or `padded` to the longest question through every layer (the
-    /// old way, to measure against).
-    #[arg(long, value_enum, default_value_t = SuffixRowsArg::Packed)]
+    /// `deduplicated`, their real tokens only, the tokens an image's questions share from their
+    /// start once, and in the last layers each question's last token only (how releases are
+    /// scored); `packed`, the same but every question's tokens its own; or `padded` to the
+    /// longest question through every layer (the old way). The last two are kept to measure
+    /// against.
+    #[arg(long, value_enum, default_value_t = SuffixRowsArg::Deduplicated)]
     pub suffix_rows: SuffixRowsArg,
     /// After timing, score the first pass's images each alone and compare the bits with the
     /// pass's (reported under `invariance`).
@@ -81,6 +83,7 @@ pub struct BenchScoringArgs {
 pub enum SuffixRowsArg {
     Padded,
     Packed,
+    Deduplicated,
 }
 
 /// `N` or `MIN-MAX`, each at least 1.
@@ -135,6 +138,7 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             suffix_rows: match args.suffix_rows {
                 SuffixRowsArg::Padded => bpals_release::vlm::real_tokens::SuffixRows::Padded,
                 SuffixRowsArg::Packed => bpals_release::vlm::real_tokens::SuffixRows::Packed,
+                SuffixRowsArg::Deduplicated => bpals_release::vlm::real_tokens::SuffixRows::Deduplicated,
             },
             check_invariance: args.check_invariance,
             parts: args.parts,

@@ -93,8 +93,10 @@ fn synthetic_image(size: u32, seed: u32) -> DynamicImage {
 }
 
 /// Prompt ids in the layout the chat template gives: a fixed prefix, the image run, then each
-/// question's own tokens, `lengths` of them (its first token differs, so the shared prefix ends
-/// at the image).
+/// question's own tokens, `lengths` of them. The questions begin alike as a release's do (in
+/// `specs/s1a.yaml`, 20 of 57 with "Does this radiograph show", 13 with "Is there", most others
+/// with "Is"): a third of them each with the same 5, 2 and 1 tokens ([`STEMS`]), never a whole
+/// question; the three stems' first tokens differ, so the prefix all share ends at the image.
 fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
     let vocab = config.text.vocab_size as u32;
     let filler = |i: usize| 10 + (i as u32 * 7919) % (vocab - 20);
@@ -107,18 +109,46 @@ fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<
         .iter()
         .enumerate()
         .map(|(q, &len)| {
+            let (stem, own) = stem_of(q, len);
             let mut ids = prefix.clone();
-            ids.extend((0..len).map(|t| filler(1000 + q * longest + t)));
+            ids.extend((0..stem).map(|t| filler(100 + (q % STEMS.len()) * 8 + t)));
+            ids.extend((stem..len).map(|t| filler(1000 + q * longest + t)));
+            debug_assert_eq!(ids.len() - prefix.len(), stem + own);
             ids
         })
         .collect()
 }
 
+/// How many first tokens the bench's questions share, by question number modulo 3.
+const STEMS: [usize; 3] = [5, 2, 1];
+
+/// Question `q` of `len` tokens: its stem's tokens and its own (at least one).
+fn stem_of(q: usize, len: usize) -> (usize, usize) {
+    let stem = STEMS[q % STEMS.len()].min(len - 1);
+    (stem, len - stem)
+}
+
+/// Question tokens the stream holds once for several questions: each stem but its first
+/// question's. A stem cut short by a short question shares only what it keeps.
+fn shared_tokens(lengths: &[usize]) -> usize {
+    let mut held = [0; STEMS.len()];
+    let mut shared = 0;
+    for (q, &len) in lengths.iter().enumerate() {
+        let (stem, _) = stem_of(q, len);
+        let group = q % STEMS.len();
+        shared += stem.min(held[group]);
+        held[group] = held[group].max(stem);
+    }
+    shared
+}
+
 /// The FLOPs of scoring an image whose questions add `lengths` tokens each: their real tokens,
-/// never their padding, through the last layers as `layers` says.
-fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize], layers: QuestionLayers) -> ImageFlops {
-    let mut flops = flops_as_run(config, patches, prefix, 0, 0, layers);
-    flops.questions = lengths.iter().map(|&len| flops_as_run(config, patches, prefix, 1, len, layers).questions).sum();
+/// never their padding, through the last layers as `layers` says, `shared` of them held once.
+fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize], layers: QuestionLayers, shared: usize) -> ImageFlops {
+    let mut flops = flops_as_run(config, patches, prefix, 0, 0, layers, 0);
+    flops.questions = lengths.iter().map(|&len| flops_as_run(config, patches, prefix, 1, len, layers, 0).questions).sum();
+    // With no question the count is what the shared tokens take off, a negative number.
+    flops.questions += flops_as_run(config, patches, prefix, 0, 0, layers, shared).questions;
     flops
 }
 
@@ -185,7 +215,12 @@ pub fn run(
         (PrefixAttention::Copied, _) | (_, SuffixRows::Padded) => QuestionLayers::Whole,
         _ => QuestionLayers::LastTokens,
     };
-    let by_stage = flops_of(config, patches, prefix, &lengths, question_layers);
+    let shared = if bench.suffix_rows == SuffixRows::Deduplicated && question_layers == QuestionLayers::LastTokens {
+        shared_tokens(&lengths)
+    } else {
+        0
+    };
+    let by_stage = flops_of(config, patches, prefix, &lengths, question_layers, shared);
     let flops = by_stage.total();
     let stages = clock
         .seconds()
@@ -226,6 +261,7 @@ pub fn run(
         questions: bench.questions,
         question_tokens: (bench.question_tokens.shortest, bench.question_tokens.longest),
         prefill_tokens_per_image: prefill_tokens,
+        question_tokens_shared: shared,
         tflop_per_image: flops / 1e12,
         images_timed: images,
         preprocess_ms_per_image: preprocess_ms,
@@ -376,7 +412,7 @@ mod tests {
             peak_tflops: None,
             prefix_attention,
             images_per_pass,
-            suffix_rows: SuffixRows::Packed,
+            suffix_rows: SuffixRows::Deduplicated,
             check_invariance: false,
             parts: false,
             project_images: 10,
@@ -458,7 +494,7 @@ mod tests {
     #[test]
     fn questions_of_several_lengths_count_their_real_tokens_either_way() {
         let (c, pre) = (config("qwen3_5"), preprocessor("qwen3_5"));
-        let mut reports = [SuffixRows::Padded, SuffixRows::Packed].map(|suffix_rows| {
+        let mut reports = [SuffixRows::Padded, SuffixRows::Packed, SuffixRows::Deduplicated].map(|suffix_rows| {
             let bench = ScoringBench {
                 questions: 4,
                 question_tokens: QuestionTokens { shortest: 2, longest: 8 },
@@ -467,15 +503,22 @@ mod tests {
             };
             run(&c, &pre, Device::Cpu, Kind::Float, &bench).unwrap()
         });
-        let [padded, packed] = &mut reports;
+        let [padded, packed, deduplicated] = &mut reports;
         assert_eq!((padded.suffix_rows, packed.suffix_rows), ("padded", "packed"));
         assert_eq!(packed.question_tokens, (2, 8));
         assert_eq!(packed.prefill_tokens_per_image, 16 + packed.image_tokens + (2 + 4 + 6 + 8));
         assert_eq!(padded.prefill_tokens_per_image, packed.prefill_tokens_per_image);
         // Padded rows run every token through the last layer; packed ones, each question's last.
-        let rest = [QuestionLayers::Whole, QuestionLayers::LastTokens].map(|l| flops_as_run(&c, 0, 0, 1, 2, l).questions);
+        let rest = [QuestionLayers::Whole, QuestionLayers::LastTokens].map(|l| flops_as_run(&c, 0, 0, 1, 2, l, 0).questions);
         let saved = (padded.tflop_per_image - packed.tflop_per_image) * 1e12;
         assert!((saved - (1 + 3 + 5 + 7) as f64 * (rest[0] - rest[1])).abs() < 1.0, "{saved}");
+        // The fourth question begins as the first, which its 2 tokens cut to 1 token: that one is
+        // held once, its token-wise parts counted once.
+        assert_eq!((packed.question_tokens_shared, deduplicated.question_tokens_shared), (0, 1));
+        let one_token = -flops_as_run(&c, 0, 0, 0, 0, QuestionLayers::LastTokens, 1).questions;
+        assert!(one_token > 0.0);
+        let saved = (packed.tflop_per_image - deduplicated.tflop_per_image) * 1e12;
+        assert!((saved - one_token).abs() < 1.0, "{saved} against {one_token}");
         let copied = run(
             &c,
             &pre,
@@ -484,6 +527,21 @@ mod tests {
             &ScoringBench { suffix_rows: SuffixRows::Packed, ..small_bench(PrefixAttention::Copied, 1) },
         );
         assert_eq!(copied.unwrap().suffix_rows, "padded", "the copied path pads its rows");
+    }
+
+    /// The bench's 57 questions of 16 to 28 tokens begin alike as a release's do: 18 of each
+    /// third share their stem with the first, 144 tokens of 1,256.
+    #[test]
+    fn the_bench_questions_begin_alike_by_thirds() {
+        let lengths = QuestionTokens { shortest: 16, longest: 28 }.lengths(57);
+        assert_eq!(lengths.iter().sum::<usize>(), 1256);
+        assert_eq!(shared_tokens(&lengths), 18 * (5 + 2 + 1));
+        let c = config("qwen2_vl");
+        let ids = prompts(&c, 4, &lengths);
+        let own = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count() - (14 + 1 + 4 + 1);
+        assert_eq!((own(&ids[0], &ids[3]), own(&ids[1], &ids[4]), own(&ids[2], &ids[5]), own(&ids[0], &ids[1])), (5, 2, 1, 0));
+        // A question too short for its stem keeps one token of its own.
+        assert_eq!((stem_of(0, 3), stem_of(0, 1)), ((2, 1), (0, 1)));
     }
 
     /// The fused kernel measured beside the products: its logits' distance from them reported.

@@ -34,6 +34,9 @@ pub struct ScoringBenchReport {
     pub question_tokens: (usize, usize),
     /// The questions' real tokens: each image's prefill counts these, not their padding.
     pub prefill_tokens_per_image: usize,
+    /// Of the questions' tokens, those the stream held once for several questions that begin
+    /// alike (`deduplicated`), which the FLOPs count once.
+    pub question_tokens_shared: usize,
     pub tflop_per_image: f64,
     pub images_timed: usize,
     /// Resizing and normalising one image on one CPU thread (the runner spreads it over --jobs
