@@ -9,8 +9,9 @@
 #      libtorch form it replaces, at passes of 8 and 16 images (PyTorch only);
 #   2. the bundle's runner, parity with the kernels (`run --kernels --steps parity`);
 #   3. the runner's throughput step, each model with the questions' rows padded (the old
-#      layout), then their real tokens only, by libtorch's forms, then with the kernels
-#      (`--ways fused/padded:8,fused:8,fused+kernels:8`): Qwen3.6-35B-A3B, Qwen3-VL-30B-A3B,
+#      layout), then their real tokens each question's own, then as releases score them (what
+#      the questions begin alike with once), by libtorch's forms, then with the kernels
+#      (`--ways fused/padded:8,fused/packed:8,fused:8,fused+kernels:8`): Qwen3.6-35B-A3B, Qwen3-VL-30B-A3B,
 #      Qwen3-VL-8B.
 #
 #   benches/gpu-call.sh BUNDLE.tar.gz OUT [--budget SECONDS] [--dry-run]
@@ -74,5 +75,5 @@ step kernels 60 "$python" "$root/benches/kernels_gpu.py" --images 8,16
 step delta_rule 60 "$python" "$root/benches/delta_rule_gpu.py" --images 8,16
 step parity 90 "$python" "$runner" --device cuda --kernels --steps parity --out "$out/parity"
 step throughput 600 "$python" "$runner" --device cuda --steps throughput --out "$out/throughput" \
-  --configs qwen3_6_35b_a3b,qwen3_vl_30b_a3b,qwen3_vl_8b --ways fused/padded:8,fused:8,fused+kernels:8
+  --configs qwen3_6_35b_a3b,qwen3_vl_30b_a3b,qwen3_vl_8b --ways fused/padded:8,fused/packed:8,fused:8,fused+kernels:8
 [ "$dry_run" = 1 ] || rm -rf "$node"

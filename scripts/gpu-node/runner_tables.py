@@ -5,15 +5,18 @@ judgement. Only formatting: nothing here runs the engine."""
 from collections import namedtuple
 
 # One way of scoring the throughput step measures: the prefix's attention (copied, shared or
-# fused), images a pass, the engine's own CUDA kernels or libtorch's forms, and the questions'
-# rows padded through the token-wise parts (the old layout) or their real tokens only.
-Way = namedtuple("Way", "path n kernels padded", defaults=(False, False))
+# fused), images a pass, the engine's own CUDA kernels or libtorch's forms, and how the questions'
+# rows go through the token-wise parts: `deduplicated` (their real tokens, what an image's
+# questions begin alike with once: how releases are scored), `packed` (every question's tokens
+# its own) or `padded` (the old layout).
+Way = namedtuple("Way", "path n kernels rows", defaults=(False, "deduplicated"))
 
 
 def way_of(r):
-    """The way a bench scoring report ran (the copied path always pads, and is named without it)."""
-    padded = r.get("suffix_rows") == "padded" and r["prefix_attention"] != "copied"
-    return Way(r["prefix_attention"], r["images_per_pass"], r.get("kernels", False), padded)
+    """The way a bench scoring report ran (the copied path always pads, and is named without it;
+    a report from before the rows were deduplicated says `packed`)."""
+    rows = "deduplicated" if r["prefix_attention"] == "copied" else r.get("suffix_rows", "packed")
+    return Way(r["prefix_attention"], r["images_per_pass"], r.get("kernels", False), rows)
 
 
 def describe_run(r, targets):
@@ -55,7 +58,8 @@ def describe_parts(r):
 
 
 def way_name(way):
-    return f"{way.path}{' + own kernels' if way.kernels else ''}{', rows padded' if way.padded else ''}, {way.n} a pass"
+    rows = {"deduplicated": "", "packed": ", each question's tokens its own", "padded": ", rows padded"}[way.rows]
+    return f"{way.path}{' + own kernels' if way.kernels else ''}{rows}, {way.n} a pass"
 
 
 def throughput_tables(results):

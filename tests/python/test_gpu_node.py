@@ -185,25 +185,29 @@ def test_nothing_to_run_is_refused_before_anything_is_written(bundle, tmp_path):
 
 
 def test_ways_pick_the_throughput_runs_and_a_malformed_one_is_refused(bundle, tmp_path):
-    for bad in ("shared", "fast:8", "fused:0", "shared:8,", "fused+fast:8", "fused+:8", "fused/pad:8", "fused/:8"):
+    for bad in ("shared", "fast:8", "fused:0", "shared:8,", "fused+fast:8", "fused+:8", "fused/pad:8", "fused/:8", "fused/deduplicated:8"):
         run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", bad, "--out", tmp_path / "bad")
-        assert run.returncode == 2 and "--ways" in run.stderr and "PATH[+kernels][/padded]:N" in run.stderr, (bad, run.stderr)
+        assert run.returncode == 2 and "--ways" in run.stderr and "PATH[+kernels][/padded|/packed]:N" in run.stderr, (bad, run.stderr)
     run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "copied/padded:1", "--out", tmp_path / "bad")
     assert run.returncode == 2 and "the copied path always pads" in run.stderr, run.stderr
     assert not (tmp_path / "bad").exists()
     # One image a pass: the ways asked for alone (the invariance check, which a pass of several
-    # adds, is the test above's), the questions' rows padded (the old layout) beside their real
-    # tokens only, which says its time against the padded way's.
+    # adds, is the test above's), the questions' rows padded (the old layout) and each question's
+    # tokens its own beside how releases score them, which says its time against the others'.
     out = tmp_path / "out"
-    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", "shared/padded:1,shared:1", "--out", out)
+    ways = "shared/padded:1,shared/packed:1,shared:1"
+    run = runner(bundle, "--device", "cpu", "--quick", "--steps", "throughput", "--ways", ways, "--out", out)
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads((out / "report.json").read_text())["steps"]["throughput"]["results"]
     assert [(r["prefix_attention"], r["images_per_pass"], r["suffix_rows"]) for r in results] == [
-        ("shared", 1, "padded"), ("shared", 1, "packed")]
+        ("shared", 1, "padded"), ("shared", 1, "packed"), ("shared", 1, "deduplicated")]
     assert all(r.get("invariance") is None and r["images_per_second"] > 0 and r["question_tokens"] == [4, 8] for r in results)
-    assert results[1]["time_ratio_to_padded"] > 0 and "time_ratio_to_padded" not in results[0]
+    assert results[2]["time_ratio_to_padded"] > 0 and "time_ratio_to_padded" not in results[0]
+    assert results[2]["time_ratio_to_packed"] > 0 and "time_ratio_to_packed" not in results[1]
     assert "of the padded rows' time (shared, rows padded, 1 a pass)" in run.stdout
-    assert "| model | shared, rows padded, 1 a pass | shared, 1 a pass |" in (out / "throughput.md").read_text()
+    assert "of the time with each question's tokens its own (shared, each question's tokens its own, 1 a pass)" in run.stdout
+    table = "| model | shared, rows padded, 1 a pass | shared, each question's tokens its own, 1 a pass | shared, 1 a pass |"
+    assert table in (out / "throughput.md").read_text()
 
 
 def test_the_out_folder_is_the_runners_own(bundle, tmp_path):
