@@ -428,10 +428,12 @@ mod tests {
             let mut stems = distinct.clone();
             stems.copy_within(0..3, 6);
             stems.copy_within(0..18, 18);
-            // The stems' rows hold 30 tokens, 24 of them in the stream: each image's first two
-            // rows share 3.
+            // The stems' rows hold 30 tokens, 23 of them in the stream: the first image's first
+            // two rows share 3; the second image's second row is its first's first 4 tokens,
+            // its last token in the middle of another row.
+            stems.copy_within(18..22, 24);
             for (lengths, ids, held) in
-                [([5, 2, 6, 6, 3, 1], &distinct, Some(23)), ([6; 6], &distinct, None), ([5, 4, 6, 5, 4, 6], &stems, Some(24))]
+                [([5, 2, 6, 6, 3, 1], &distinct, Some(23)), ([6; 6], &distinct, None), ([5, 4, 6, 5, 4, 6], &stems, Some(23))]
             {
                 let input = text.embed(&Tensor::from_slice(ids).view([6, 6]));
                 let rows = RowIds { ids, lengths: &lengths, longest: 6, per_image: &[3, 3] };
