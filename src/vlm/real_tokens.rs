@@ -65,11 +65,12 @@ pub struct RealTokens {
     /// first of its places, where rows share it), in order, then [`SPARE`] copies of one place
     /// (the first padding place, or the first token's where no row is padded).
     index: Tensor,
-    /// Each place of the flattened layout: the stream's token there, or `real` (a row of zeros)
-    /// where the place is padding.
-    source: Tensor,
-    /// [`Self::source`] on the host.
-    source_host: Vec<i64>,
+    /// The places a token takes after its first (where rows share it), and that token in the
+    /// stream: unpacking copies it there too. `None` where no row shares a token.
+    repeats: Option<(Tensor, Tensor)>,
+    /// Each place of the flattened layout: the stream's token there, -1 where the place is
+    /// padding.
+    source: Vec<i64>,
     real: i64,
     rows: i64,
     longest: i64,
@@ -117,28 +118,28 @@ impl RealTokens {
     fn holding(lengths: &[i64], longest: i64, mut token_of: impl FnMut(usize, usize, i64) -> i64, device: Device) -> RealTokens {
         let rows = lengths.len() as i64;
         let mut index: Vec<i64> = Vec::new();
-        let mut source_host = vec![-1; (rows * longest) as usize];
+        let (mut repeat_places, mut repeated) = (Vec::new(), Vec::new());
+        let mut source = vec![-1; (rows * longest) as usize];
         for (row, &len) in lengths.iter().enumerate() {
             for t in 0..len as usize {
                 let place = row * longest as usize + t;
                 let new = index.len() as i64;
-                source_host[place] = token_of(row, t, new);
-                if source_host[place] == new {
+                source[place] = token_of(row, t, new);
+                if source[place] == new {
                     index.push(place as i64);
+                } else {
+                    repeat_places.push(place as i64);
+                    repeated.push(source[place]);
                 }
             }
         }
         let real = index.len() as i64;
         // The spare tokens copy the first padding place, or the first token where none is.
-        let spare = source_host.iter().position(|&s| s < 0).unwrap_or(0) as i64;
+        let spare = source.iter().position(|&s| s < 0).unwrap_or(0) as i64;
         index.extend(std::iter::repeat_n(spare, SPARE as usize));
-        for s in &mut source_host {
-            if *s < 0 {
-                *s = real;
-            }
-        }
         let tensor = |v: &[i64]| Tensor::from_slice(v).to_device(device);
-        RealTokens { index: tensor(&index), source: tensor(&source_host), source_host, real, rows, longest }
+        let repeats = (!repeated.is_empty()).then(|| (tensor(&repeat_places), tensor(&repeated)));
+        RealTokens { index: tensor(&index), repeats, source, real, rows, longest }
     }
 
     /// (rows, longest, ...) -> (1, real tokens + spare, ...): the real tokens, row by row (a
@@ -150,12 +151,16 @@ impl RealTokens {
     /// (1, real tokens + spare, ...) -> (rows, longest, ...): each token in every place it takes,
     /// zeros where padding is.
     pub fn unpack(&self, x: &Tensor) -> Tensor {
+        let mut size = x.size();
+        size[1] = self.rows * self.longest;
         let real = x.squeeze_dim(0).narrow(0, 0, self.real);
-        let zero = real.narrow(0, 0, 1).zeros_like();
-        let mut size = real.size();
-        size[0] = self.longest;
-        size.insert(0, self.rows);
-        Tensor::cat(&[real, zero], 0).index_select(0, &self.source).view(size.as_slice())
+        let mut flat = Tensor::zeros(&size[1..], (x.kind(), x.device())).index_copy(0, &self.index.narrow(0, 0, self.real), &real);
+        if let Some((places, tokens)) = &self.repeats {
+            flat = flat.index_copy(0, places, &real.index_select(0, tokens));
+        }
+        size[0] = self.rows;
+        size[1] = self.longest;
+        flat.view(size.as_slice())
     }
 
     /// How many rows they come from.
@@ -165,7 +170,7 @@ impl RealTokens {
 
     /// Where the token at `place` of the flattened (rows x longest) layout is in the stream.
     fn in_stream(&self, place: i64) -> i64 {
-        self.source_host[place as usize]
+        self.source[place as usize]
     }
 
     /// One token a row, each real (rows of length one): the layout of a stream narrowed to its
