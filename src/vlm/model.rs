@@ -127,30 +127,40 @@ impl VlModel {
         rope::position_ids(ids, self.image_token_id, &grids, self.merge)
     }
 
-    fn positions_tensor(&self, axes: &[Vec<i64>; 3], from: usize, to: usize) -> Tensor {
-        let flat: Vec<i64> = axes.iter().flat_map(|a| a[from..to].iter().copied()).collect();
-        Tensor::from_slice(&flat).to_device(self.device).view([3, 1, (to - from) as i64])
-    }
-
-    /// The first `len` tokens of `ids` (the image's among them) as the decoder takes them: their
-    /// embeddings, positions (3, 1, len) and DeepStack features, where the family has them.
-    fn prefix_input(
-        &self,
-        ids: &[u32],
-        len: usize,
-        image: &ImageFeatures,
-        grid: (usize, usize, usize),
-    ) -> Result<(Embedded, Tensor, Option<Deepstack>), VlmError> {
-        let chunk = &ids[..len];
-        let embeds = self.embed(chunk, Some(&image.embeds))?;
-        let (axes, _) = self.positions(ids, grid)?;
-        let deepstack = match chunk.iter().position(|&i| i == self.image_token_id) {
-            Some(start) if !image.deepstack.is_empty() => {
-                Some(Deepstack { start: start as i64, layers: image.deepstack.iter().map(Tensor::shallow_clone).collect() })
+    /// The first `len` tokens of each image's `ids` (its image's tokens among them) as the
+    /// decoder takes them, one batch row an image: their embeddings, positions (3, images, len)
+    /// and DeepStack features, where the family has them. The images' tokens must lie in the
+    /// same places, as prompts of one shape place them.
+    fn prefix_input(&self, images: &[PromptImage<'_>], len: usize) -> Result<PrefixInput, VlmError> {
+        let mut embedded = Vec::with_capacity(images.len());
+        let mut axes: [Vec<i64>; 3] = Default::default();
+        for image in images {
+            embedded.push(self.embed(&image.ids[..len], Some(&image.features.embeds))?);
+            let (all, _) = self.positions(image.ids, image.grid)?;
+            for (out, axis) in axes.iter_mut().zip(all) {
+                out.extend_from_slice(&axis[..len]);
+            }
+        }
+        let positions = Tensor::from_slice(&axes.concat()).to_device(self.device).view([3, images.len() as i64, len as i64]);
+        let first = &images[0];
+        let deepstack = match first.ids[..len].iter().position(|&i| i == self.image_token_id) {
+            Some(start) if !first.features.deepstack.is_empty() => {
+                let layers = (0..first.features.deepstack.len())
+                    .map(|l| Tensor::stack(&images.iter().map(|i| &i.features.deepstack[l]).collect::<Vec<_>>(), 0))
+                    .collect();
+                Some(Deepstack { start: start as i64, layers })
             }
             _ => None,
         };
-        Ok((embeds, self.positions_tensor(&axes, 0, len), deepstack))
+        // Gemma 4's per-layer embeddings stack too; its image attends both ways within the span,
+        // which prompts of one shape place alike.
+        let image_span = embedded[0].image_span;
+        if embedded.iter().any(|e| e.image_span != image_span) {
+            return Err(VlmError::Input("the images of a pass have their image tokens in different places".into()));
+        }
+        let per_layer = embedded.iter().map(|e| e.per_layer.as_ref()).collect::<Option<Vec<_>>>().map(|p| Tensor::cat(&p, 0));
+        let input = Embedded { embeds: Tensor::cat(&embedded.iter().map(|e| &e.embeds).collect::<Vec<_>>(), 0), per_layer, image_span };
+        Ok((input, positions, deepstack))
     }
 
     /// Runs the first `len` tokens of `ids` (the image's among them) into `cache`, only as far
@@ -163,7 +173,7 @@ impl VlModel {
         grid: (usize, usize, usize),
         cache: &mut DecoderCache,
     ) -> Result<(), VlmError> {
-        let (embeds, positions, deepstack) = self.prefix_input(ids, len, image, grid)?;
+        let (embeds, positions, deepstack) = self.prefix_input(&[PromptImage { ids, features: image, grid }], len)?;
         self.text.fill_cache(&embeds, &positions, cache, deepstack.as_ref());
         Ok(())
     }
@@ -171,7 +181,7 @@ impl VlModel {
     /// Logits (vocab) predicting the token after `ids`, from one full pass.
     pub fn last_logits(&self, ids: &[u32], image: &ImageFeatures, grid: (usize, usize, usize)) -> Result<Tensor, VlmError> {
         tch::no_grad(|| {
-            let (embeds, positions, deepstack) = self.prefix_input(ids, ids.len(), image, grid)?;
+            let (embeds, positions, deepstack) = self.prefix_input(&[PromptImage { ids, features: image, grid }], ids.len())?;
             let hidden = self.text.forward(&embeds, &positions, &mut DecoderCache::default(), deepstack.as_ref());
             Ok(self.text.logits(&hidden.narrow(1, ids.len() as i64 - 1, 1)).view([-1]).to_kind(Kind::Float))
         })
@@ -317,35 +327,8 @@ impl VlModel {
     /// Runs the first `len` tokens of each image's first prompt into `cache`, one batch row per
     /// image (their prefixes have one length).
     fn prefill_images(&self, images: &[&PassImage<'_>], len: usize, cache: &mut DecoderCache) -> Result<(), VlmError> {
-        let mut embedded = Vec::with_capacity(images.len());
-        let mut axes: [Vec<i64>; 3] = Default::default();
-        for image in images {
-            let ids = &image.prompts[0];
-            embedded.push(self.embed(&ids[..len], Some(&image.features.embeds))?);
-            let (all, _) = self.positions(ids, image.grid)?;
-            for (out, axis) in axes.iter_mut().zip(all) {
-                out.extend_from_slice(&axis[..len]);
-            }
-        }
-        let positions = Tensor::from_slice(&axes.concat()).to_device(self.device).view([3, images.len() as i64, len as i64]);
-        let first = &images[0];
-        let deepstack = match first.prompts[0][..len].iter().position(|&i| i == self.image_token_id) {
-            Some(start) if !first.features.deepstack.is_empty() => {
-                let layers = (0..first.features.deepstack.len())
-                    .map(|l| Tensor::stack(&images.iter().map(|i| &i.features.deepstack[l]).collect::<Vec<_>>(), 0))
-                    .collect();
-                Some(Deepstack { start: start as i64, layers })
-            }
-            _ => None,
-        };
-        // Gemma 4's per-layer embeddings stack too; its image attends both ways within the span,
-        // which prompts of one shape place alike.
-        let image_span = embedded[0].image_span;
-        if embedded.iter().any(|e| e.image_span != image_span) {
-            return Err(VlmError::Input("the images of a pass have their image tokens in different places".into()));
-        }
-        let per_layer = embedded.iter().map(|e| e.per_layer.as_ref()).collect::<Option<Vec<_>>>().map(|p| Tensor::cat(&p, 0));
-        let input = Embedded { embeds: Tensor::cat(&embedded.iter().map(|e| &e.embeds).collect::<Vec<_>>(), 0), per_layer, image_span };
+        let inputs: Vec<_> = images.iter().map(|i| PromptImage { ids: &i.prompts[0], features: i.features, grid: i.grid }).collect();
+        let (input, positions, deepstack) = self.prefix_input(&inputs, len)?;
         self.text.fill_cache(&input, &positions, cache, deepstack.as_ref());
         Ok(())
     }
@@ -387,6 +370,16 @@ impl VlModel {
         let mut scores = values.chunks_exact(2).map(|c| YesNo { logit_yes: c[0], logit_no: c[1] });
         Ok(suffixes.per_image.iter().map(|&n| scores.by_ref().take(n).collect()).collect())
     }
+}
+
+/// A prefix as the decoder takes it: embeddings, positions, DeepStack features.
+type PrefixInput = (Embedded, Tensor, Option<Deepstack>);
+
+/// A prompt about an image, as its prefix is run: its ids, and the image's features and grid.
+struct PromptImage<'a> {
+    ids: &'a [u32],
+    features: &'a ImageFeatures,
+    grid: (usize, usize, usize),
 }
 
 /// One image's part of a scoring pass: its prompts, its vision features, its patch grid.
