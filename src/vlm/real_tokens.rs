@@ -95,7 +95,7 @@ impl RealTokens {
         // A token is its image, the stream token before it in its row, and its id: a trie of
         // each image's rows.
         let mut known: HashMap<(usize, i64, i64), i64> = HashMap::new();
-        let (mut before, mut shared) = (-1, false);
+        let mut before = -1;
         let real = RealTokens::holding(
             rows.lengths,
             rows.longest,
@@ -103,14 +103,12 @@ impl RealTokens {
                 if t == 0 {
                     before = -1;
                 }
-                let token = *known.entry((image_of[row], before, rows.ids[row * longest + t])).or_insert(new);
-                shared |= token != new;
-                before = token;
-                token
+                before = *known.entry((image_of[row], before, rows.ids[row * longest + t])).or_insert(new);
+                before
             },
             device,
         );
-        (shared || rows.lengths.iter().any(|&len| len < rows.longest)).then_some(real)
+        (real.repeats.is_some() || rows.lengths.iter().any(|&len| len < rows.longest)).then_some(real)
     }
 
     /// The stream of `lengths` rows' real tokens, row by row: `token_of(row, t, new)` says which

@@ -109,11 +109,10 @@ fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<
         .iter()
         .enumerate()
         .map(|(q, &len)| {
-            let (stem, own) = stem_of(q, len);
+            let stem = stem_of(q, len);
             let mut ids = prefix.clone();
             ids.extend((0..stem).map(|t| filler(100 + (q % STEMS.len()) * 8 + t)));
             ids.extend((stem..len).map(|t| filler(1000 + q * longest + t)));
-            debug_assert_eq!(ids.len() - prefix.len(), stem + own);
             ids
         })
         .collect()
@@ -122,10 +121,9 @@ fn prompts(config: &ModelConfig, image_tokens: usize, lengths: &[usize]) -> Vec<
 /// How many first tokens the bench's questions share, by question number modulo 3.
 const STEMS: [usize; 3] = [5, 2, 1];
 
-/// Question `q` of `len` tokens: its stem's tokens and its own (at least one).
-fn stem_of(q: usize, len: usize) -> (usize, usize) {
-    let stem = STEMS[q % STEMS.len()].min(len - 1);
-    (stem, len - stem)
+/// Question `q` of `len` tokens: how many of them are its stem's (it keeps one of its own).
+fn stem_of(q: usize, len: usize) -> usize {
+    STEMS[q % STEMS.len()].min(len - 1)
 }
 
 /// Question tokens the stream holds once for several questions: each stem but its first
@@ -134,7 +132,7 @@ fn shared_tokens(lengths: &[usize]) -> usize {
     let mut held = [0; STEMS.len()];
     let mut shared = 0;
     for (q, &len) in lengths.iter().enumerate() {
-        let (stem, _) = stem_of(q, len);
+        let stem = stem_of(q, len);
         let group = q % STEMS.len();
         shared += stem.min(held[group]);
         held[group] = held[group].max(stem);
@@ -145,10 +143,9 @@ fn shared_tokens(lengths: &[usize]) -> usize {
 /// The FLOPs of scoring an image whose questions add `lengths` tokens each: their real tokens,
 /// never their padding, through the last layers as `layers` says, `shared` of them held once.
 fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize], layers: QuestionLayers, shared: usize) -> ImageFlops {
-    let mut flops = flops_as_run(config, patches, prefix, 0, 0, layers, 0);
-    flops.questions = lengths.iter().map(|&len| flops_as_run(config, patches, prefix, 1, len, layers, 0).questions).sum();
-    // With no question the count is what the shared tokens take off, a negative number.
-    flops.questions += flops_as_run(config, patches, prefix, 0, 0, layers, shared).questions;
+    // With no question of its own, the count's questions are what the shared tokens take off.
+    let mut flops = flops_as_run(config, patches, prefix, 0, 0, layers, shared);
+    flops.questions += lengths.iter().map(|&len| flops_as_run(config, patches, prefix, 1, len, layers, 0).questions).sum::<f64>();
     flops
 }
 
@@ -541,7 +538,7 @@ mod tests {
         let own = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count() - (14 + 1 + 4 + 1);
         assert_eq!((own(&ids[0], &ids[3]), own(&ids[1], &ids[4]), own(&ids[2], &ids[5]), own(&ids[0], &ids[1])), (5, 2, 1, 0));
         // A question too short for its stem keeps one token of its own.
-        assert_eq!((stem_of(0, 3), stem_of(0, 1)), ((2, 1), (0, 1)));
+        assert_eq!((stem_of(0, 3), stem_of(0, 1)), (2, 0));
     }
 
     /// The fused kernel measured beside the products: its logits' distance from them reported.

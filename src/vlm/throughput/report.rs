@@ -11,7 +11,7 @@ pub struct ScoringBenchReport {
     pub family: Family,
     /// `copied`, `shared` or `fused`.
     pub prefix_attention: &'static str,
-    /// `padded` or `packed` (the copied path: always padded).
+    /// `padded`, `packed` or `deduplicated` (the copied path: always padded).
     pub suffix_rows: &'static str,
     pub images_per_pass: usize,
     pub text_layers: usize,
