@@ -9,7 +9,7 @@ use super::error::VlmError;
 use super::families::Family;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
-use super::real_tokens::{LastTokens, QuestionRows, RowIds, SuffixRows};
+use super::real_tokens::{LastTokens, QuestionRows, RealTokens, RowIds, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
@@ -336,28 +336,24 @@ impl VlModel {
     /// Every prompt's tokens after the first `common`, image by image, right-padded to the
     /// longest, with their positions.
     fn suffixes(&self, images: &[PassImage<'_>], common: usize) -> Result<Suffixes, VlmError> {
-        let longest = images.iter().flat_map(|i| i.prompts.iter()).map(|p| p.len() - common).max().unwrap_or(1);
-        let mut ids = Vec::new();
+        let prompts: Vec<&[Vec<u32>]> = images.iter().map(|i| i.prompts).collect();
+        let (ids, lengths, longest) = question_ids(&prompts, common);
         let mut positions = [Vec::new(), Vec::new(), Vec::new()];
-        let mut lengths = Vec::new();
         for image in images {
             for p in image.prompts {
                 let (axes, _) = self.positions(p, image.grid)?;
-                let suffix = &p[common..];
-                let pad = longest - suffix.len();
-                lengths.push(suffix.len() as i64);
-                ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, pad)));
+                let pad = longest - (p.len() - common) as i64;
                 for (axis, out) in axes.iter().zip(positions.iter_mut()) {
                     let end = *axis.last().expect("non-empty");
-                    out.extend(axis[common..].iter().copied().chain((1..=pad as i64).map(|k| end + k)));
+                    out.extend(axis[common..].iter().copied().chain((1..=pad).map(|k| end + k)));
                 }
             }
         }
-        let rows = (ids.len() / longest) as i64;
-        let embedded = self.text.embed(&Tensor::from_slice(&ids).to_device(self.device).view([rows, longest as i64]));
-        let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest as i64]);
+        let rows = lengths.len() as i64;
+        let embedded = self.text.embed(&Tensor::from_slice(&ids).to_device(self.device).view([rows, longest]));
+        let positions = Tensor::from_slice(&positions.concat()).to_device(self.device).view([3, rows, longest]);
         let per_image = images.iter().map(|i| i.prompts.len()).collect();
-        Ok(Suffixes { embedded, positions, rows, ids, longest: longest as i64, lengths, per_image })
+        Ok(Suffixes { embedded, positions, rows, ids, longest, lengths, per_image })
     }
 
     /// Each prompt's yes/no logits from the final hidden state of its last token (prompts,
@@ -402,6 +398,31 @@ struct Suffixes {
     /// Each row's real tokens (the rest, up to `longest`, padding).
     lengths: Vec<i64>,
     per_image: Vec<usize>,
+}
+
+/// Each image's prompts' tokens after the first `common`, row by row, right-padded with zeros
+/// to the longest: the ids (rows x longest), each row's real tokens, and the longest.
+fn question_ids(images: &[&[Vec<u32>]], common: usize) -> (Vec<i64>, Vec<i64>, i64) {
+    let longest = images.iter().flat_map(|p| p.iter()).map(|p| p.len() - common).max().unwrap_or(1);
+    let mut ids = Vec::new();
+    let mut lengths = Vec::new();
+    for suffix in images.iter().flat_map(|p| p.iter()).map(|p| &p[common..]) {
+        lengths.push(suffix.len() as i64);
+        ids.extend(suffix.iter().map(|&i| i64::from(i)).chain(std::iter::repeat_n(0, longest - suffix.len())));
+    }
+    (ids, lengths, longest as i64)
+}
+
+/// How many of the question tokens of one image's `prompts` a scoring pass holds once (with
+/// [`SuffixRows::Deduplicated`], as releases score): those whose question has the same tokens up
+/// to them as an earlier question's. The bench's FLOP count takes them off the token-wise parts.
+pub fn question_tokens_held_once(prompts: &[Vec<u32>]) -> usize {
+    if prompts.is_empty() {
+        return 0;
+    }
+    let (ids, lengths, longest) = question_ids(&[prompts], common_prefix(prompts));
+    let rows = RowIds { ids: &ids, lengths: &lengths, longest, per_image: &[prompts.len()] };
+    RealTokens::deduplicated(&rows, Device::Cpu).map_or(0, |real| real.held_once())
 }
 
 /// Tokens every prompt shares from the start, leaving each at least one of its own.

@@ -161,6 +161,12 @@ impl RealTokens {
         flat.view(size.as_slice())
     }
 
+    /// How many places of the rows repeat a token the stream holds once (none but where rows
+    /// share their first tokens).
+    pub fn held_once(&self) -> usize {
+        self.repeats.as_ref().map_or(0, |(places, _)| places.size()[0] as usize)
+    }
+
     /// How many rows they come from.
     pub fn rows(&self) -> i64 {
         self.rows
@@ -360,7 +366,7 @@ mod tests {
         let rows = RowIds { ids: &ids, lengths: &lengths, longest: 4, per_image: &[3, 1] };
         let real = RealTokens::deduplicated(&rows, Device::Cpu).expect("tokens are shared");
         // Image 0: 7 8 9 | 5 6 | 3; image 1: 7 8 9.
-        assert_eq!(real.real, 9);
+        assert_eq!((real.real, real.held_once()), (9, 3));
         let x = ramp(&[4, 4, 1]);
         let packed = real.pack(&x);
         let held = Vec::<f32>::try_from(packed.flatten(0, -1)).unwrap();
@@ -374,7 +380,8 @@ mod tests {
         // padded past what the stream holds.
         let rows = RowIds { ids: &[4, 5, 4, 0], lengths: &[2, 1], longest: 2, per_image: &[2] };
         let real = RealTokens::deduplicated(&rows, Device::Cpu).expect("a row is padded");
-        assert_eq!(real.real, 2);
+        assert_eq!((real.real, real.held_once()), (2, 1));
+        assert_eq!(RealTokens::new(&[2, 1], 2, Device::Cpu).unwrap().held_once(), 0);
         // Distinct rows of one length: nothing to pack.
         let rows = RowIds { ids: &[4, 5, 6, 7], lengths: &[2, 2], longest: 2, per_image: &[2] };
         assert!(RealTokens::deduplicated(&rows, Device::Cpu).is_none());

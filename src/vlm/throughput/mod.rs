@@ -19,7 +19,7 @@ use super::error::VlmError;
 use super::families::ImageFeatures;
 use super::flops::ImageFlops;
 use super::flops::{active_parameters, flops_as_run, QuestionLayers};
-use super::model::{PassImage, VlModel};
+use super::model::{question_tokens_held_once, PassImage, VlModel};
 use super::part_clock;
 use super::pixels;
 use super::real_tokens::SuffixRows;
@@ -126,20 +126,6 @@ fn stem_of(q: usize, len: usize) -> usize {
     STEMS[q % STEMS.len()].min(len - 1)
 }
 
-/// Question tokens the stream holds once for several questions: each stem but its first
-/// question's. A stem cut short by a short question shares only what it keeps.
-fn shared_tokens(lengths: &[usize]) -> usize {
-    let mut held = [0; STEMS.len()];
-    let mut shared = 0;
-    for (q, &len) in lengths.iter().enumerate() {
-        let stem = stem_of(q, len);
-        let group = q % STEMS.len();
-        shared += stem.min(held[group]);
-        held[group] = held[group].max(stem);
-    }
-    shared
-}
-
 /// The FLOPs of scoring an image whose questions add `lengths` tokens each: their real tokens,
 /// never their padding, through the last layers as `layers` says, `shared` of them held once.
 fn flops_of(config: &ModelConfig, patches: usize, prefix: usize, lengths: &[usize], layers: QuestionLayers, shared: usize) -> ImageFlops {
@@ -212,8 +198,9 @@ pub fn run(
         (PrefixAttention::Copied, _) | (_, SuffixRows::Padded) => QuestionLayers::Whole,
         _ => QuestionLayers::LastTokens,
     };
+    // What the engine holds once, found as it finds it (from the prompts' ids).
     let shared = if bench.suffix_rows == SuffixRows::Deduplicated && question_layers == QuestionLayers::LastTokens {
-        shared_tokens(&lengths)
+        question_tokens_held_once(&ids)
     } else {
         0
     };
@@ -527,14 +514,15 @@ mod tests {
     }
 
     /// The bench's 57 questions of 16 to 28 tokens begin alike as a release's do: 18 of each
-    /// third share their stem with the first, 144 tokens of 1,256.
+    /// third share their stem with the first, 144 tokens of 1,256, which the engine holds once.
     #[test]
     fn the_bench_questions_begin_alike_by_thirds() {
         let lengths = QuestionTokens { shortest: 16, longest: 28 }.lengths(57);
         assert_eq!(lengths.iter().sum::<usize>(), 1256);
-        assert_eq!(shared_tokens(&lengths), 18 * (5 + 2 + 1));
         let c = config("qwen2_vl");
         let ids = prompts(&c, 4, &lengths);
+        assert_eq!(question_tokens_held_once(&ids), 18 * (5 + 2 + 1));
+        assert_eq!(question_tokens_held_once(&ids[..4]), 5);
         let own = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count() - (14 + 1 + 4 + 1);
         assert_eq!((own(&ids[0], &ids[3]), own(&ids[1], &ids[4]), own(&ids[2], &ids[5]), own(&ids[0], &ids[1])), (5, 2, 1, 0));
         // A question too short for its stem keeps one token of its own.
