@@ -94,6 +94,13 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
         nvrtc.compile_cubin(kernels / "delta_rule_within.cu", "sm_90", ["-DKEY_DIM=96"])
 
 
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """The stand-in CUDA driver (tests/kernels/), built once for this file's tests (a compile of
+    every kernel) and loaded; its tests run one after another, so they may share its state."""
+    return stand_in_driver(tmp_path_factory.mktemp("stand-in"))
+
+
 def stand_in_driver(folder):
     """The stand-in CUDA driver (tests/kernels/), built into `folder` and loaded."""
     path = folder / "libcuda-standin.so"
@@ -131,12 +138,11 @@ class StandInKernel:
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
-def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(tmp_path):
+def test_the_benchs_launches_of_the_engines_kernels_give_its_f32_form(driver):
     """The bench's operands, grids and shared memory for the two kernels (its own copies of the
     kernels' geometry), run on the CPU through the stand-in driver on a slice of the full-size
     shapes (2 heads, 3 chunks of 64): each kernel alone and both together give the f32 form's
     outputs within 1e-5."""
-    driver = stand_in_driver(tmp_path)
     bench = load()
     bench.HEADS, bench.CHUNKS = 2, 3
     within, across = StandInKernel(driver, "delta_rule_within"), StandInKernel(driver, "delta_rule_across")
@@ -193,12 +199,11 @@ def test_the_kernels_bench_groups_and_norms_as_the_engine_does():
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
-def test_the_kernels_benchs_launches_give_its_libtorch_forms(tmp_path):
+def test_the_kernels_benchs_launches_give_its_libtorch_forms(driver):
     """The bench's operands, grids and shared memory for the experts' and norms' kernels (its own
     copies of the launches in src/vlm/cuda_kernels/), run on the CPU through the stand-in driver at
     small widths: the grouping the same bytes as libtorch's form, the sums and norms within
     rounding. The norms' epsilon large enough to show, had a launch passed it as a double."""
-    driver = stand_in_driver(tmp_path)
     bench = load_kernels_bench()
     bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
     bench.MOE_INTERMEDIATE, bench.DENSE_INTERMEDIATE, bench.EPS = 40, 300, 0.5
@@ -267,12 +272,11 @@ def test_the_attention_benchs_libtorch_form_is_attention_over_prefix_and_questio
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
-def test_the_attention_benchs_launch_gives_its_libtorch_form(tmp_path):
+def test_the_attention_benchs_launch_gives_its_libtorch_form(driver):
     """The bench's operands, grid and shared memory for the suffix attention kernel (its own copy of
     the launch in src/vlm/cuda_kernels/suffix_attention.rs), through the stand-in driver: libtorch's
     form in bf16 within rounding, an image's questions alone the same bits; the scale passed as an
     f32 (as a double, a launch would scale by another number)."""
-    driver = stand_in_driver(tmp_path)
     bench = load_attention_bench()
     kernel = StandInKernel(driver, "suffix_attention_bf16")
     q, k, v, pk, pv, mask = small_attention(bench, torch.bfloat16)
