@@ -23,8 +23,10 @@ pub const CPU: u32 = 1;
 /// or state a later token reads, the questions' projections and MLPs run on each question's last
 /// token alone, again products of other row counts (the CPU keeps every bit). 5: the tokens an
 /// image's questions begin alike with go through the token-wise parts once, products of fewer
-/// rows (the CPU keeps every bit).
-pub const CUDA: u32 = 5;
+/// rows (the CPU keeps every bit). 6: the prefix part of the questions' attention runs on each
+/// real token once and, where the questions run their last tokens alone, on those alone
+/// (`vlm::prefix_queries`): the fused kernel over fewer queries (the CPU keeps every bit).
+pub const CUDA: u32 = 6;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
 /// them: their sums run in orders of their own, so they add to a CUDA revision. 2: the delta
@@ -44,7 +46,7 @@ pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
     std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
-/// The revision as the identity records it: `cpu-1`, `cuda-5`, `cuda-5+kernels-6`.
+/// The revision as the identity records it: `cpu-1`, `cuda-6`, `cuda-6+kernels-6`.
 pub fn revision(cuda: bool) -> String {
     revision_of(cuda, cuda_kernels_folder().is_some())
 }

@@ -48,6 +48,8 @@ pub mod part_clock;
 #[cfg(feature = "vlm")]
 pub mod pixels;
 #[cfg(feature = "vlm")]
+mod prefix_queries;
+#[cfg(feature = "vlm")]
 pub mod preparation;
 #[cfg(feature = "vlm")]
 pub mod real_tokens;

@@ -339,10 +339,11 @@ impl VlModel {
         let prompts: Vec<&[Vec<u32>]> = images.iter().map(|i| i.prompts).collect();
         let (ids, lengths, longest) = question_ids(&prompts, common);
         let mut positions = [Vec::new(), Vec::new(), Vec::new()];
+        let mut length = lengths.iter();
         for image in images {
             for p in image.prompts {
                 let (axes, _) = self.positions(p, image.grid)?;
-                let pad = longest - (p.len() - common) as i64;
+                let pad = longest - length.next().expect("a length per prompt");
                 for (axis, out) in axes.iter().zip(positions.iter_mut()) {
                     let end = *axis.last().expect("non-empty");
                     out.extend(axis[common..].iter().copied().chain((1..=pad).map(|k| end + k)));

@@ -31,6 +31,8 @@ use std::collections::HashMap;
 
 use tch::{Device, Tensor};
 
+use super::prefix_queries::{ImageQueries, PrefixQueries};
+
 /// How a pass's question rows go through the layers' token-wise parts: padded to the longest
 /// through every layer (the old way, kept to measure against); only their real tokens, and in
 /// the last layers only the tokens the answers read; or that, with the tokens an image's
@@ -58,7 +60,7 @@ impl SuffixRows {
 /// matrix product's rows past its last whole block) or last elements (a vector loop's tail) by
 /// another path, whose sums round otherwise. These take that path, so no real token's bits
 /// depend on how many tokens precede it.
-const SPARE: i64 = 16;
+pub(super) const SPARE: i64 = 16;
 
 pub struct RealTokens {
     /// Each token the stream holds: its place in the flattened (rows x longest) layout (the
@@ -74,6 +76,9 @@ pub struct RealTokens {
     real: i64,
     rows: i64,
     longest: i64,
+    /// Each real token once, image by image, for the prefix part of attention (set for a pass's
+    /// images by [`QuestionRows::new`]).
+    prefix_queries: Option<PrefixQueries>,
 }
 
 impl RealTokens {
@@ -137,7 +142,7 @@ impl RealTokens {
         index.extend(std::iter::repeat_n(spare, SPARE as usize));
         let tensor = |v: &[i64]| Tensor::from_slice(v).to_device(device);
         let repeats = (!repeated.is_empty()).then(|| (tensor(&repeat_places), tensor(&repeated)));
-        RealTokens { index: tensor(&index), repeats, source, real, rows, longest }
+        RealTokens { index: tensor(&index), repeats, source, real, rows, longest, prefix_queries: None }
     }
 
     /// (rows, longest, ...) -> (1, real tokens + spare, ...): the real tokens, row by row (a
@@ -170,6 +175,40 @@ impl RealTokens {
     /// How many rows they come from.
     pub fn rows(&self) -> i64 {
         self.rows
+    }
+
+    /// The queries whose prefix part attention computes: each token the stream holds, once.
+    pub fn prefix_queries(&self) -> Option<&PrefixQueries> {
+        self.prefix_queries.as_ref()
+    }
+
+    /// Each token the stream holds, chosen once, at its first place, for a pass of `images`
+    /// images of as many rows each: the stream holds an image's tokens one after another, and a
+    /// token only where it first comes.
+    fn choose_prefix_queries(&self, images: usize, device: Device) -> PrefixQueries {
+        let places = self.source.len() / images;
+        let chosen: Vec<ImageQueries> = self
+            .source
+            .chunks(places)
+            .map(|image| {
+                let first = image.iter().copied().find(|&token| token >= 0).expect("an image's rows have a real token");
+                let mut chosen = Vec::new();
+                let of_place = image
+                    .iter()
+                    .enumerate()
+                    .map(|(place, &token)| {
+                        (token >= 0).then(|| {
+                            if token - first == chosen.len() as i64 {
+                                chosen.push(place as i64);
+                            }
+                            token - first
+                        })
+                    })
+                    .collect();
+                ImageQueries { chosen, of_place }
+            })
+            .collect();
+        PrefixQueries::new(&chosen, device)
     }
 
     /// Where the token at `place` of the flattened (rows x longest) layout is in the stream.
@@ -212,12 +251,18 @@ pub struct QuestionRows {
 impl QuestionRows {
     /// The rows of `ids`, run the way `way` says.
     pub fn new(ids: &RowIds<'_>, way: SuffixRows, device: Device) -> QuestionRows {
-        let real = match way {
+        let mut real = match way {
             SuffixRows::Deduplicated => RealTokens::deduplicated(ids, device),
             SuffixRows::Packed => RealTokens::new(ids.lengths, ids.longest, device),
             SuffixRows::Padded => None,
         };
-        let last = LastTokens::new(ids.lengths, ids.longest, real.as_ref(), device);
+        let images = ids.per_image.len();
+        assert!(ids.per_image.iter().all(|&n| n == ids.per_image[0]), "every image of a pass has as many rows");
+        if let Some(real) = &mut real {
+            real.prefix_queries = Some(real.choose_prefix_queries(images, device));
+        }
+        let mut last = LastTokens::new(ids.lengths, ids.longest, real.as_ref(), device);
+        last.prefix_queries = Some(last.choose_prefix_queries(images, device));
         QuestionRows { real, last, narrows: way != SuffixRows::Padded }
     }
 }
@@ -235,6 +280,11 @@ pub struct LastTokens {
     in_row: Tensor,
     longest: i64,
     narrowed: RealTokens,
+    /// Each row's last token, for the prefix part of attention in the layers that run the last
+    /// tokens alone (set for a pass's images by [`QuestionRows::new`]).
+    prefix_queries: Option<PrefixQueries>,
+    /// [`Self::in_rows`] on the host.
+    in_rows_host: Vec<i64>,
 }
 
 impl LastTokens {
@@ -255,7 +305,35 @@ impl LastTokens {
             in_row: tensor(&in_row),
             longest,
             narrowed: RealTokens::one_a_row(lengths.len() as i64, device),
+            prefix_queries: None,
+            in_rows_host: in_rows,
         }
+    }
+
+    /// The queries whose prefix part attention computes in the layers that run the last tokens
+    /// alone: those tokens.
+    pub fn prefix_queries(&self) -> Option<&PrefixQueries> {
+        self.prefix_queries.as_ref()
+    }
+
+    /// Each row's last token, for a pass of `images` images of as many rows each.
+    fn choose_prefix_queries(&self, images: usize, device: Device) -> PrefixQueries {
+        let rows = self.in_rows_host.len() / images;
+        let places = rows * self.longest as usize;
+        let chosen: Vec<ImageQueries> = self
+            .in_rows_host
+            .chunks(rows)
+            .enumerate()
+            .map(|(image, last)| {
+                let chosen: Vec<i64> = last.iter().map(|&place| place - (image * places) as i64).collect();
+                let mut of_place = vec![None; places];
+                for (row, &place) in chosen.iter().enumerate() {
+                    of_place[place as usize] = Some(row as i64);
+                }
+                ImageQueries { chosen, of_place }
+            })
+            .collect();
+        PrefixQueries::new(&chosen, device)
     }
 
     /// The stream (1, tokens, ...) or (rows, longest, ...) narrowed to each row's last token:
@@ -410,9 +488,10 @@ mod tests {
         assert!(firsts[8..].iter().all(|&v| v == 9.0), "{firsts:?}");
     }
 
-    /// Question rows narrowed to their last tokens where no later layer reads the others give
-    /// each row's final hidden state, to the bit, as their real tokens through every layer; and
-    /// so do they with the tokens an image's rows share from their start held once: on every
+    /// Question rows as releases run them give each row's final hidden state, to the bit, as the
+    /// padded rows through every layer (every query meeting the prefix): with their real tokens
+    /// only, narrowed to their last tokens where no later layer reads the others, and with the
+    /// tokens an image's rows share from their start held once: on every
     /// kind of decoder of benches/configs (made small, as `vlm::cache`'s tests make them): Qwen's
     /// last layer full attention or linear, dense or experts, and Gemma 4's, with and without
     /// KV-shared layers after the last with keys and values of its own.
@@ -449,12 +528,13 @@ mod tests {
                 let rows = RowIds { ids, lengths: &lengths, longest: 6, per_image: &[3, 3] };
                 let deduplicated = QuestionRows::new(&rows, SuffixRows::Deduplicated, Device::Cpu);
                 assert_eq!(deduplicated.real.as_ref().map(|r| r.real), held, "{name}, rows of {lengths:?}");
-                let whole = QuestionRows { narrows: false, ..QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu) };
+                let whole = QuestionRows::new(&rows, SuffixRows::Padded, Device::Cpu);
+                let packed = QuestionRows { narrows: false, ..QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu) };
                 let narrowed = QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu);
-                let [whole, narrowed, deduplicated] = [whole, narrowed, deduplicated]
+                let [whole, packed, narrowed, deduplicated] = [whole, packed, narrowed, deduplicated]
                     .map(|rows| text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows));
                 assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
-                for (way, out) in [("narrowed", narrowed), ("deduplicated", deduplicated)] {
+                for (way, out) in [("packed", packed), ("narrowed", narrowed), ("deduplicated", deduplicated)] {
                     let diff = (&whole - &out).abs().max().double_value(&[]);
                     assert!(whole.equal(&out), "{name}, {layers} layers, rows of {lengths:?}, {way}: {diff}");
                 }

@@ -107,7 +107,8 @@ impl SelfAttention {
         let out = match (&*slot, path) {
             // The prefix stays in the slot, once; the suffixes' own keys are not kept.
             (LayerCache::Attention(pk, pv), AttentionPath::SharedPrefix { fused }) => {
-                shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None, fused }, &k, &v, mask, scale)
+                let queries = shared_prefix::chosen_queries(real, last);
+                shared_prefix::attention(&q, &shared_prefix::Prefix { k: pk, v: pv, mask: None, fused, queries }, &k, &v, mask, scale)
             }
             _ => timed("attention: over the cache", || self.attend_appended(q, k, v, mask, slot, path, scale)),
         };

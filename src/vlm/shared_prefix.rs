@@ -17,6 +17,8 @@ use tch::{Kind, Tensor};
 
 use super::cuda_kernels::{self, CudaKernels};
 use super::part_clock::timed;
+use super::prefix_queries::PrefixQueries;
+use super::real_tokens::{LastTokens, RealTokens};
 
 /// How the questions of one image meet the image's prefix when they are scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,6 +58,16 @@ impl PrefixAttention {
     }
 }
 
+/// The queries whose prefix part a layer computes ([`Prefix::queries`]): where it runs each
+/// row's last token alone (`last`), those; where the rows hold only their real tokens
+/// (`real`), each of those once; else every query.
+pub fn chosen_queries<'a>(real: Option<&'a RealTokens>, last: Option<&'a LastTokens>) -> Option<&'a PrefixQueries> {
+    match last {
+        Some(last) => last.prefix_queries(),
+        None => real.and_then(RealTokens::prefix_queries),
+    }
+}
+
 /// The prefix part's scores are computed this many elements at most at a time (1 GiB in f32):
 /// the images of a pass go through in groups, so a pass of many images does not need its whole
 /// score matrix at once.
@@ -64,12 +76,16 @@ const PREFIX_SCORES_AT_ONCE: i64 = 1 << 28;
 /// A prefix held once, one per image: keys and values (images, kv_heads, p, d), and where some
 /// queries may not see all of it (a sliding window), an additive mask (s, p) of what each of a
 /// row's s queries sees.
+#[derive(Clone, Copy)]
 pub struct Prefix<'a> {
     pub k: &'a Tensor,
     pub v: &'a Tensor,
     pub mask: Option<&'a Tensor>,
     /// The prefix part through the fused kernel ([`PrefixAttention::Fused`]).
     pub fused: bool,
+    /// Where given, the only queries whose prefix part is computed, each once; the other places
+    /// take a chosen one's (a shared token's) or a spare's (padding, or what nothing reads).
+    pub queries: Option<&'a PrefixQueries>,
 }
 
 /// Softmax attention of `q` (b, heads, s, d) over `prefix`, and the rows' own keys and values
@@ -97,25 +113,58 @@ fn attention_by(
         |_: &&CudaKernels| prefix.fused && suffix_mask.numel() as i64 == s * s && CudaKernels::takes_suffix_attention(s, d, q.kind());
     match kernels.filter(takes) {
         Some(kernels) => {
-            let (stacked, repeats) = stacked_queries(q, prefix.k);
-            let (out, lse) = fused_prefix(&stacked, prefix, repeats, scale);
+            let stacked = PrefixRows::of(q, prefix);
+            let (out, lse) = fused_prefix(&stacked.queries, prefix, stacked.mask.as_ref(), scale);
+            let (out, lse) = (stacked.every(&out), stacked.every(&lse.unsqueeze(-1)).squeeze_dim(-1));
             kernels.suffix_attention(q, k, v, &out, &lse.to_kind(Kind::Float), &suffix_mask.reshape([s, s]), scale)
         }
         None => attention_in_groups(q, prefix, k, v, suffix_mask, scale, PREFIX_SCORES_AT_ONCE),
     }
 }
 
-/// The queries `q` (b, heads, s, d) of an image's rows for a key/value head of `prefix_k`
-/// (images, kv_heads, p, d) as one matrix: (images, kv_heads, rows x groups x s, d), row by row,
-/// each row's query heads of that key/value head in turn. With how many rows of s queries each
-/// head of the prefix meets.
-fn stacked_queries(q: &Tensor, prefix_k: &Tensor) -> (Tensor, i64) {
-    let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
-    let (images, kv_heads) = (prefix_k.size()[0], prefix_k.size()[1]);
-    let (groups, rows) = (heads / kv_heads, b / images);
-    let stacked =
-        q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([images, kv_heads, rows * groups * s, d]);
-    (stacked, rows * groups)
+/// The queries of an image's rows that meet its prefix, for each key/value head as one matrix,
+/// the prefix's mask laid out for them, and the way back to every query.
+struct PrefixRows<'a> {
+    /// (images, kv_heads, n, d): every query (rows x groups x s, row by row, each row's query
+    /// heads of that key/value head in turn), or the chosen ones ([`PrefixQueries::stacked`]).
+    queries: Tensor,
+    /// The prefix's mask for those queries, (1 or images, 1, n, p).
+    mask: Option<Tensor>,
+    chosen: Option<&'a PrefixQueries>,
+    rows: i64,
+    s: i64,
+}
+
+impl<'a> PrefixRows<'a> {
+    /// The queries `q` (b, heads, s, d) that meet `prefix` (images, kv_heads, p, d).
+    fn of(q: &Tensor, prefix: &Prefix<'a>) -> PrefixRows<'a> {
+        let (b, heads, s, d) = (q.size()[0], q.size()[1], q.size()[2], q.size()[3]);
+        let (images, kv_heads, p) = (prefix.k.size()[0], prefix.k.size()[1], prefix.k.size()[2]);
+        let (groups, rows) = (heads / kv_heads, b / images);
+        let mask = |m: &Tensor| m.to_kind(Kind::Float);
+        let (queries, mask) = match prefix.queries {
+            Some(chosen) => (chosen.stacked(q, kv_heads), prefix.mask.map(|m| chosen.mask(&mask(m), groups))),
+            None => (
+                q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([
+                    images,
+                    kv_heads,
+                    rows * groups * s,
+                    d,
+                ]),
+                prefix.mask.map(|m| mask(m).repeat([rows * groups, 1]).view([1, 1, rows * groups * s, p])),
+            ),
+        };
+        PrefixRows { queries, mask, chosen: prefix.queries, rows, s }
+    }
+
+    /// Results `t` (images, kv_heads, n, x) of the queries at every query: (images, kv_heads,
+    /// rows x groups x s, x).
+    fn every(&self, t: &Tensor) -> Tensor {
+        match self.chosen {
+            Some(chosen) => chosen.spread(t, self.rows, self.s),
+            None => t.shallow_clone(),
+        }
+    }
 }
 
 /// [`attention`], the prefix part's scores `at_once` elements at most at a time.
@@ -127,30 +176,33 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
 
     // The prefix: the queries of an image's rows for a key/value head as one matrix, against one
     // copy of that image's keys (a batched product over the images, a group of them at a time).
-    let (stacked, _) = stacked_queries(q, prefix_k);
+    let stacked = PrefixRows::of(q, prefix);
     let q = q.view([b, kv_heads, groups, s, d]);
-    let per_group = (at_once / (kv_heads * rows * groups * s * p).max(1)).clamp(1, images);
+    let per_group = (at_once / (kv_heads * stacked.queries.size()[2] * p).max(1)).clamp(1, images);
     let parts: Vec<(Tensor, Tensor, Tensor)> = if prefix.fused {
         // The kernel keeps no score matrix: every image at once.
-        vec![fused(&stacked, prefix, rows * groups, scale)]
+        vec![fused(&stacked.queries, prefix, stacked.mask.as_ref(), scale)]
     } else {
         (0..images)
             .step_by(per_group as usize)
             .map(|first| {
                 let n = per_group.min(images - first);
                 let scores =
-                    stacked.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float) * scale;
-                let scores = match prefix.mask {
-                    // Each row's and head's s queries, in the order they were stacked.
-                    Some(mask) => (scores.view([n, kv_heads, rows * groups, s, p]) + mask.to_kind(Kind::Float).view([1, 1, 1, s, p]))
-                        .view([n, kv_heads, rows * groups * s, p]),
+                    stacked.queries.narrow(0, first, n).matmul(&prefix_k.narrow(0, first, n).transpose(-2, -1)).to_kind(Kind::Float)
+                        * scale;
+                let scores = match &stacked.mask {
+                    // Each query's mask, in the order they were stacked (one for every image, or
+                    // each image's own).
+                    Some(mask) if mask.size()[0] == 1 => scores + mask,
+                    Some(mask) => scores + mask.narrow(0, first, n),
                     None => scores,
                 };
                 partial(&scores, &prefix_v.narrow(0, first, n))
             })
             .collect()
     };
-    let joined = |pick: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| Tensor::cat(&parts.iter().map(pick).collect::<Vec<_>>(), 0);
+    let joined =
+        |pick: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| stacked.every(&Tensor::cat(&parts.iter().map(pick).collect::<Vec<_>>(), 0));
     let per_row = |t: Tensor| {
         let last = t.size()[3];
         t.view([images, kv_heads, rows, groups, s, last]).permute([0, 2, 1, 3, 4, 5]).reshape([b, kv_heads, groups, s, last])
@@ -172,37 +224,37 @@ fn attention_in_groups(q: &Tensor, prefix: &Prefix<'_>, k: &Tensor, v: &Tensor, 
 /// The prefix part of every stacked query (images, kv_heads, repeats x s, d) through libtorch's
 /// fused attention, in the form [`partial`] gives: its log-sum-exp stands for the maximum, a sum
 /// of one, and the normalised output.
-fn fused(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Tensor, Tensor, Tensor) {
-    let (out, lse) = fused_prefix(stacked, prefix, repeats, scale);
+fn fused(stacked: &Tensor, prefix: &Prefix<'_>, mask: Option<&Tensor>, scale: f64) -> (Tensor, Tensor, Tensor) {
+    let (out, lse) = fused_prefix(stacked, prefix, mask, scale);
     let lse = lse.to_kind(Kind::Float).unsqueeze(-1);
     (lse.shallow_clone(), lse.ones_like(), out.to_kind(Kind::Float))
 }
 
-/// libtorch's fused attention of the stacked queries over the prefix: the output (images,
-/// kv_heads, repeats x s, d) in the queries' dtype and its log-sum-exp (images, kv_heads, repeats
-/// x s). A prefix mask (s, p) repeats for each of a head's `repeats` rows and query heads.
-fn fused_prefix(stacked: &Tensor, prefix: &Prefix<'_>, repeats: i64, scale: f64) -> (Tensor, Tensor) {
+/// libtorch's fused attention of the stacked queries (images, kv_heads, l, d) over the prefix:
+/// the output (images, kv_heads, l, d) in the queries' dtype and its log-sum-exp (images,
+/// kv_heads, l). `mask` (1 or images, 1, l, p), f32, is the prefix's mask for each query.
+fn fused_prefix(stacked: &Tensor, prefix: &Prefix<'_>, mask: Option<&Tensor>, scale: f64) -> (Tensor, Tensor) {
     let (l, p, kind) = (stacked.size()[2], prefix.k.size()[2], stacked.kind());
     // The kernels take a mask in the queries' dtype: hidden keys at a large finite value, so a
     // query that sees none of the prefix gets a finite log-sum-exp (and zero weight in the merge).
     let hidden = if kind == Kind::Half { -65504.0 } else { -1e30 };
-    let mask = prefix.mask.map(|m| m.to_kind(Kind::Float).clamp_min(hidden).repeat([repeats, 1]).to_kind(kind));
+    let mask = mask.map(|m| m.clamp_min(hidden).to_kind(kind));
     if stacked.device().is_cuda() {
         // Memory-efficient attention wants the bias's rows 16-aligned (padded storage, narrowed)
         // and its size to be the queries' batch and heads exactly (libtorch's SDPA expands the
         // mask before it calls this kernel; called directly, the expansion is ours: no copy).
         let (images, kv_heads) = (stacked.size()[0], stacked.size()[1]);
         let bias = mask.map(|m| {
-            let padded = Tensor::zeros([l, (p + 15) / 16 * 16], (kind, stacked.device()));
-            padded.narrow(1, 0, p).copy_(&m);
-            padded.narrow(1, 0, p).view([1, 1, l, p]).expand([images, kv_heads, l, p], false)
+            let masks = m.size()[0];
+            let padded = Tensor::zeros([masks, 1, l, (p + 15) / 16 * 16], (kind, stacked.device()));
+            padded.narrow(3, 0, p).copy_(&m);
+            padded.narrow(3, 0, p).expand([images, kv_heads, l, p], false)
         });
         let (out, lse, _, _) =
             Tensor::internal_scaled_dot_product_efficient_attention(stacked, prefix.k, prefix.v, bias, true, 0.0, false, scale);
         (out, lse.narrow(2, 0, l))
     } else {
-        let mask = mask.map(|m| m.view([1, 1, l, p]));
-        Tensor::internal_scaled_dot_product_flash_attention_for_cpu(stacked, prefix.k, prefix.v, 0.0, false, mask, scale)
+        Tensor::internal_scaled_dot_product_flash_attention_for_cpu(stacked, prefix.k, prefix.v, 0.0, false, mask.as_ref(), scale)
     }
 }
 
@@ -232,8 +284,8 @@ mod tests {
         let (k, v) = (Tensor::randn([b, kv_heads, s, d], opts), Tensor::randn([b, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
         let scale = (d as f64).powf(-0.5);
-        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: false }, &k, &v, &causal, scale);
-        let fused = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: true }, &k, &v, &causal, scale);
+        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: false, queries: None }, &k, &v, &causal, scale);
+        let fused = attention(&q, &Prefix { k: &pk, v: &pv, mask: None, fused: true, queries: None }, &k, &v, &causal, scale);
 
         let groups = heads / kv_heads;
         let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
@@ -257,14 +309,14 @@ mod tests {
         let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], opts), Tensor::randn([images, kv_heads, p, d], opts));
         let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], opts), Tensor::randn([images * rows, kv_heads, s, d], opts));
         let causal = Tensor::ones([s, s], opts).triu(1) * f64::from(f32::MIN);
-        let prefix = Prefix { k: &pk, v: &pv, mask: None, fused: false };
+        let prefix = Prefix { k: &pk, v: &pv, mask: None, fused: false, queries: None };
         let together = attention(&q, &prefix, &k, &v, &causal, 0.3);
         // The images' prefix scores a group at a time: the same bits.
         let grouped = attention_in_groups(&q, &prefix, &k, &v, &causal, 0.3, 2 * kv_heads * rows * (heads / kv_heads) * s * p);
         assert!(grouped.equal(&together));
         for i in 0..images {
             let at = |t: &Tensor| t.narrow(0, i * rows, rows);
-            let own = Prefix { k: &pk.narrow(0, i, 1), v: &pv.narrow(0, i, 1), mask: None, fused: false };
+            let own = Prefix { k: &pk.narrow(0, i, 1), v: &pv.narrow(0, i, 1), mask: None, fused: false, queries: None };
             let alone = attention(&at(&q), &own, &at(&k), &at(&v), &causal, 0.3);
             let diff = (at(&together) - alone).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "image {i}: {diff}");
@@ -289,8 +341,10 @@ mod tests {
         let keys = Tensor::arange(p + s, (Kind::Int64, tch::Device::Cpu)).view([1, p + s]);
         let full_mask = hidden(&keys);
         let (prefix_mask, suffix_mask) = (full_mask.narrow(1, 0, p), full_mask.narrow(1, p, s));
-        let shared = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: false }, &k, &v, &suffix_mask, 0.5);
-        let fused = attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: true }, &k, &v, &suffix_mask, 0.5);
+        let shared =
+            attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: false, queries: None }, &k, &v, &suffix_mask, 0.5);
+        let fused =
+            attention(&q, &Prefix { k: &pk, v: &pv, mask: Some(&prefix_mask), fused: true, queries: None }, &k, &v, &suffix_mask, 0.5);
 
         let groups = heads / kv_heads;
         let full_k = Tensor::cat(&[pk.expand([b, kv_heads, p, d], false), k], 2).repeat_interleave_self_int(groups, 1, None);
@@ -300,6 +354,46 @@ mod tests {
         for (path, out) in [("products", shared), ("fused kernel", fused)] {
             let diff = (out - &copied).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "{path}: {diff}");
+        }
+    }
+
+    /// Where only some queries meet the prefix, each once, every real place gets what every
+    /// query meeting it gives: to the bit by products, within 1e-6 by the fused kernel (whose
+    /// blocks of queries follow their count), with a sliding window and rows of several images
+    /// (the second image's second row beginning as its first: the same queries there).
+    #[test]
+    fn the_chosen_queries_give_every_real_place_what_every_query_gives() {
+        use crate::vlm::prefix_queries::ImageQueries;
+        tch::manual_seed(23);
+        let (images, rows, heads, kv_heads, p, s, d) = (2, 2, 4, 2, 13, 4, 8);
+        let cpu = (Kind::Float, tch::Device::Cpu);
+        let q = Tensor::randn([images * rows, heads, s, d], cpu);
+        q.get(3).narrow(1, 0, 2).copy_(&q.get(2).narrow(1, 0, 2));
+        let (pk, pv) = (Tensor::randn([images, kv_heads, p, d], cpu), Tensor::randn([images, kv_heads, p, d], cpu));
+        let (k, v) = (Tensor::randn([images * rows, kv_heads, s, d], cpu), Tensor::randn([images * rows, kv_heads, s, d], cpu));
+        let causal = Tensor::ones([s, s], cpu).triu(1) * f64::from(f32::MIN);
+        let query = Tensor::arange(s, (Kind::Int64, tch::Device::Cpu)).view([s, 1]) + p;
+        let keys = Tensor::arange(p, (Kind::Int64, tch::Device::Cpu)).view([1, p]);
+        let window = Tensor::zeros([s, p], cpu).masked_fill(&(&query - keys).ge(10), f64::from(f32::MIN));
+        // Image 0: rows of 3 and 4 tokens; image 1: rows of 4 and 3, the second's first two its first's.
+        let first =
+            ImageQueries { chosen: vec![0, 1, 2, 4, 5, 6, 7], of_place: [0, 1, 2, -1, 3, 4, 5, 6].map(|c| (c >= 0).then_some(c)).to_vec() };
+        let second =
+            ImageQueries { chosen: vec![0, 1, 2, 3, 6], of_place: [0, 1, 2, 3, 0, 1, 4, -1].map(|c| (c >= 0).then_some(c)).to_vec() };
+        let chosen = PrefixQueries::new(&[first, second], tch::Device::Cpu);
+        let real = [(0, 0..3), (1, 0..4), (2, 0..4), (3, 0..3)];
+        for (fused, exact) in [(false, true), (true, false)] {
+            let every = Prefix { k: &pk, v: &pv, mask: Some(&window), fused, queries: None };
+            let by_every = attention(&q, &every, &k, &v, &causal, 0.3);
+            let by_chosen = attention(&q, &Prefix { queries: Some(&chosen), ..every }, &k, &v, &causal, 0.3);
+            for (row, places) in real.clone() {
+                let at = |t: &Tensor| t.get(row).narrow(1, places.start, places.end - places.start);
+                let diff = (at(&by_every) - at(&by_chosen)).abs().max().double_value(&[]);
+                match exact {
+                    true => assert!(at(&by_every).equal(&at(&by_chosen)), "products, row {row}: {diff}"),
+                    false => assert!(diff < 1e-6, "fused, row {row}: {diff}"),
+                }
+            }
         }
     }
 
@@ -326,10 +420,15 @@ mod tests {
         let query = Tensor::arange(s, (Kind::Int64, tch::Device::Cpu)).view([s, 1]) + p;
         let keys = Tensor::arange(p, (Kind::Int64, tch::Device::Cpu)).view([1, p]);
         let window = Tensor::zeros([s, p], cpu).masked_fill(&(&query - keys).ge(4), f64::from(f32::MIN));
+        let places: Vec<i64> = (0..rows * s).collect();
+        let first_five = crate::vlm::prefix_queries::ImageQueries {
+            chosen: places.iter().copied().filter(|place| place % s < 5).collect(),
+            of_place: places.iter().map(|place| (place % s < 5).then_some(place / s * 5 + place % s)).collect(),
+        };
         for (kind, prefix_mask, tolerance) in [(Kind::Float, None, 1e-5), (Kind::Float, Some(&window), 1e-5), (Kind::BFloat16, None, 0.02)]
         {
             let [q, pk, pv, k, v] = [&q, &pk, &pv, &k, &v].map(|t| t.to_kind(kind));
-            let prefix = Prefix { k: &pk, v: &pv, mask: prefix_mask, fused: true };
+            let prefix = Prefix { k: &pk, v: &pv, mask: prefix_mask, fused: true, queries: None };
             let before = cuda_kernels::stand_in::launches(&library);
             let by_kernel = attention_by(&q, &prefix, &k, &v, &causal, 0.4, Some(&kernels));
             let context = format!("{kind:?}, windowed {}", prefix_mask.is_some());
@@ -347,9 +446,17 @@ mod tests {
             }
 
             let at = |t: &Tensor| t.narrow(0, rows, rows);
-            let own = Prefix { k: &pk.narrow(0, 1, 1), v: &pv.narrow(0, 1, 1), mask: prefix_mask, fused: true };
+            let own = Prefix { k: &pk.narrow(0, 1, 1), v: &pv.narrow(0, 1, 1), mask: prefix_mask, fused: true, queries: None };
             let alone = attention_by(&at(&q), &own, &at(&k), &at(&v), &causal, 0.4, Some(&kernels));
             assert!(alone.equal(&at(&by_kernel)), "{context}: the second image's rows alone");
+
+            // The prefix part of chosen queries only (each row's first five) spread back before the kernel.
+            let chosen = PrefixQueries::new(&[first_five.clone(), first_five.clone()], tch::Device::Cpu);
+            let prefix = Prefix { queries: Some(&chosen), ..prefix };
+            let by_kernel = attention_by(&q, &prefix, &k, &v, &causal, 0.4, Some(&kernels));
+            let by_libtorch = attention_by(&q, &prefix, &k, &v, &causal, 0.4, None);
+            let diff = (by_kernel.to_kind(Kind::Float) - by_libtorch.to_kind(Kind::Float)).abs().max().double_value(&[]);
+            assert!(diff <= tolerance, "{context}, chosen queries: differs from libtorch's form by {diff}");
         }
     }
 }

@@ -105,7 +105,7 @@ def stand_in_driver(folder):
     """The stand-in CUDA driver (tests/kernels/), built into `folder` and loaded."""
     path = folder / "libcuda-standin.so"
     sources = sorted((ROOT / "tests" / "kernels").glob("*.cpp"))
-    built = subprocess.run(["c++", "-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o", path, *sources],
+    built = subprocess.run(["c++", "-std=c++20", "-O2", "-shared", "-fPIC", "-o", path, *sources],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     return ctypes.CDLL(str(path))

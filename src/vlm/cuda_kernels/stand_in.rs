@@ -14,7 +14,7 @@ pub fn driver(scratch: &Path) -> (PathBuf, PathBuf) {
         std::fs::read_dir(&sources_dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "cpp")).collect();
     sources.sort();
     let built = std::process::Command::new("c++")
-        .args(["-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-o"])
+        .args(["-std=c++20", "-O2", "-shared", "-fPIC", "-o"])
         .arg(&library)
         .args(&sources)
         .output()

@@ -391,7 +391,7 @@ impl Gemma4Decoder {
                 at = narrowed;
             }
             let (rotary, mask) = (at.rotary(layer.sliding), if layer.sliding { &window_suffix } else { suffix_mask });
-            let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused };
+            let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused, queries: None };
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
             let mut kept = None;
             x = layer.forward(&x, own.as_ref(), |attn, normed| {
