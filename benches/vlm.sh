@@ -14,7 +14,8 @@
 #       target <= 1.5.
 #   (f) each mid at 57 questions of 16 to 28 tokens (its architecture, random weights, a 448x448
 #       image), the questions as releases score them (the image prefix held once, their real
-#       tokens only, what they begin alike with once, the last layers on their last tokens)
+#       tokens only, what they begin alike with once, the last layers on their last tokens,
+#       each real token meeting the prefix once)
 #       against the old path (the prefix copied per question, every row padded through every
 #       layer: `bench scoring --prefix-attention copied`), the two alternating, best of two each:
 #       the scoring time's ratio, target <= 0.6.
