@@ -12,7 +12,9 @@
 #      layout), then their real tokens each question's own, then as releases score them (what
 #      the questions begin alike with once), by libtorch's forms, then with the kernels
 #      (`--ways fused/padded:8,fused/packed:8,fused:8,fused+kernels:8`): Qwen3.6-35B-A3B, Qwen3-VL-30B-A3B,
-#      Qwen3-VL-8B.
+#      Qwen3-VL-8B, then Gemma 4 31B (whose questions' attention to the prefix was the largest on
+#      the last H100 run; last, since the runner keeps each run's results as it goes, so a step
+#      stopped at its limit loses only what it had not reached).
 #
 #   benches/gpu-call.sh BUNDLE.tar.gz OUT [--budget SECONDS] [--dry-run]
 #
@@ -75,5 +77,5 @@ step kernels 60 "$python" "$root/benches/kernels_gpu.py" --images 8,16
 step delta_rule 60 "$python" "$root/benches/delta_rule_gpu.py" --images 8,16
 step parity 90 "$python" "$runner" --device cuda --kernels --steps parity --out "$out/parity"
 step throughput 600 "$python" "$runner" --device cuda --steps throughput --out "$out/throughput" \
-  --configs qwen3_6_35b_a3b,qwen3_vl_30b_a3b,qwen3_vl_8b --ways fused/padded:8,fused/packed:8,fused:8,fused+kernels:8
+  --configs qwen3_6_35b_a3b,qwen3_vl_30b_a3b,qwen3_vl_8b,gemma4_31b --ways fused/padded:8,fused/packed:8,fused:8,fused+kernels:8
 [ "$dry_run" = 1 ] || rm -rf "$node"
