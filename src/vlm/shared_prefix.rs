@@ -144,15 +144,11 @@ impl<'a> PrefixRows<'a> {
         let mask = |m: &Tensor| m.to_kind(Kind::Float);
         let (queries, mask) = match prefix.queries {
             Some(chosen) => (chosen.stacked(q, kv_heads), prefix.mask.map(|m| chosen.mask(&mask(m), groups))),
-            None => (
-                q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]).reshape([
-                    images,
-                    kv_heads,
-                    rows * groups * s,
-                    d,
-                ]),
-                prefix.mask.map(|m| mask(m).repeat([rows * groups, 1]).view([1, 1, rows * groups * s, p])),
-            ),
+            None => {
+                let by_head = q.view([images, rows, kv_heads, groups, s, d]).permute([0, 2, 1, 3, 4, 5]);
+                let n = rows * groups * s;
+                (by_head.reshape([images, kv_heads, n, d]), prefix.mask.map(|m| mask(m).repeat([rows * groups, 1]).view([1, 1, n, p])))
+            }
         };
         PrefixRows { queries, mask, chosen: prefix.queries, rows, s }
     }
