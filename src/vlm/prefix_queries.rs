@@ -10,10 +10,11 @@
 //! are spread back to every place that reads them. The questions' own part (a few dozen keys a
 //! row) keeps the rows.
 //!
-//! A query's prefix part is a row of a matrix product and row-wise sums, so it does not depend
-//! on which other queries share the product, except in a CPU product's last rows past its last
-//! whole block, which another path computes: each image's chosen queries are followed by
-//! [`SPARE`] copies of its first, which take that path (as the packed stream's spare tokens do).
+//! A query's prefix part is a row of a matrix product and row-wise sums, so at one thread (as
+//! the engine scores on a CPU) it does not depend on which other queries share the product,
+//! except in a CPU product's last rows past its last whole block, which another path computes:
+//! each image's chosen queries are followed by [`SPARE`] copies of its first, which take that
+//! path (as the packed stream's spare tokens do).
 
 use tch::Tensor;
 
