@@ -13,18 +13,16 @@
 //! A query's prefix part is a row of a matrix product and row-wise sums, so at one thread (as
 //! the engine scores on a CPU) it does not depend on which other queries share the product,
 //! except in a CPU product's last rows past its last whole block, which another path computes:
-//! each image's chosen queries are followed by [`SPARE`] copies of its first, which take that
-//! path (as the packed stream's spare tokens do).
+//! each image's chosen queries are followed by spare copies of its first, which take that path
+//! (as many as the packed stream keeps after its real tokens, for the same reason).
 
 use tch::Tensor;
-
-use super::real_tokens::SPARE;
 
 /// Each image's chosen query places, and where every place of its rows finds its query's prefix
 /// part.
 pub struct PrefixQueries {
     /// (images, chosen): each image's chosen places in its (rows x longest) layout, the same
-    /// count for every image (the fewest taking copies of their first), then [`SPARE`] copies.
+    /// count for every image (the fewest taking copies of their first), then the spare copies.
     pick: Tensor,
     /// (images, rows x longest): each place's chosen query; a spare one where its own is not
     /// chosen (padding, or a token whose prefix part nothing reads).
@@ -39,9 +37,10 @@ pub struct ImageQueries {
 }
 
 impl PrefixQueries {
-    /// From each image's choice; every image has the same number of places.
-    pub fn new(images: &[ImageQueries], device: tch::Device) -> PrefixQueries {
-        let count = images.iter().map(|i| i.chosen.len()).max().unwrap_or(0) + SPARE as usize;
+    /// From each image's choice, followed by `spare` copies of its first chosen query; every
+    /// image has the same number of places.
+    pub fn new(images: &[ImageQueries], spare: usize, device: tch::Device) -> PrefixQueries {
+        let count = images.iter().map(|i| i.chosen.len()).max().unwrap_or(0) + spare;
         let places = images.first().map_or(0, |i| i.of_place.len());
         let (mut pick, mut spread) = (Vec::with_capacity(images.len() * count), Vec::with_capacity(images.len() * places));
         for image in images {
@@ -110,10 +109,13 @@ mod tests {
 
     /// Two images of two rows of three places; the second image's first row shares its first
     /// token with its second, and some places are padding.
+    /// Spare copies after each image's chosen queries, fewer than a release keeps.
+    const SPARE: i64 = 3;
+
     fn choice() -> PrefixQueries {
         let first = ImageQueries { chosen: vec![0, 1, 3], of_place: vec![Some(0), Some(1), None, Some(2), None, None] };
         let second = ImageQueries { chosen: vec![0, 1, 2, 4], of_place: vec![Some(0), Some(1), Some(2), Some(0), Some(3), None] };
-        PrefixQueries::new(&[first, second], Device::Cpu)
+        PrefixQueries::new(&[first, second], SPARE as usize, Device::Cpu)
     }
 
     #[test]

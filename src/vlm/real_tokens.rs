@@ -208,7 +208,7 @@ impl RealTokens {
                 ImageQueries { chosen, of_place }
             })
             .collect();
-        PrefixQueries::new(&chosen, device)
+        PrefixQueries::new(&chosen, SPARE as usize, device)
     }
 
     /// Where the token at `place` of the flattened (rows x longest) layout is in the stream.
@@ -333,7 +333,7 @@ impl LastTokens {
                 ImageQueries { chosen, of_place }
             })
             .collect();
-        PrefixQueries::new(&chosen, device)
+        PrefixQueries::new(&chosen, SPARE as usize, device)
     }
 
     /// The stream (1, tokens, ...) or (rows, longest, ...) narrowed to each row's last token:

@@ -376,7 +376,7 @@ mod tests {
             ImageQueries { chosen: vec![0, 1, 2, 4, 5, 6, 7], of_place: [0, 1, 2, -1, 3, 4, 5, 6].map(|c| (c >= 0).then_some(c)).to_vec() };
         let second =
             ImageQueries { chosen: vec![0, 1, 2, 3, 6], of_place: [0, 1, 2, 3, 0, 1, 4, -1].map(|c| (c >= 0).then_some(c)).to_vec() };
-        let chosen = PrefixQueries::new(&[first, second], tch::Device::Cpu);
+        let chosen = PrefixQueries::new(&[first, second], crate::vlm::real_tokens::SPARE as usize, tch::Device::Cpu);
         let real = [(0, 0..3), (1, 0..4), (2, 0..4), (3, 0..3)];
         for (fused, exact) in [(false, true), (true, false)] {
             let every = Prefix { k: &pk, v: &pv, mask: Some(&window), fused, queries: None };
@@ -447,7 +447,8 @@ mod tests {
             assert!(alone.equal(&at(&by_kernel)), "{context}: the second image's rows alone");
 
             // The prefix part of chosen queries only (each row's first five) spread back before the kernel.
-            let chosen = PrefixQueries::new(&[first_five.clone(), first_five.clone()], tch::Device::Cpu);
+            let chosen =
+                PrefixQueries::new(&[first_five.clone(), first_five.clone()], crate::vlm::real_tokens::SPARE as usize, tch::Device::Cpu);
             let prefix = Prefix { queries: Some(&chosen), ..prefix };
             let by_kernel = attention_by(&q, &prefix, &k, &v, &causal, 0.4, Some(&kernels));
             let by_libtorch = attention_by(&q, &prefix, &k, &v, &causal, 0.4, None);
