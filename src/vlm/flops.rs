@@ -63,9 +63,9 @@ pub enum QuestionLayers {
 /// [`flops_by_stage`], the questions' last layers as `layers` says, and `shared` of the
 /// questions' tokens held once for several questions that begin alike (their token-wise parts
 /// as far as the cache go once; attention and a linear layer's convolution and state still read
-/// them in every row). Attention's prefix part is counted for every real token in every layer,
-/// though the engine runs it once for a shared token and, in the layers that run the last
-/// tokens alone, for those alone: under 1% of an image's FLOPs on every full-size model.
+/// them in every row). Attention's prefix part (a query's products with the prefix's keys and
+/// values) is counted as the engine runs it: once for a shared token, and in the layers that run
+/// the questions' last tokens alone, for those alone.
 pub fn flops_as_run(
     config: &ModelConfig,
     patches: usize,
@@ -147,11 +147,16 @@ pub fn flops_as_run(
     };
     let (p, s, n) = (prefix as f64, suffix as f64, questions as f64);
     let prefix_flops = p * prefix_per_token + 4.0 * prefix_full_layers * q * p * (p + 1.0) / 2.0;
-    let suffix_flops =
-        n * (question_linear(s, per_token, prefix_per_token, layers) + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0));
+    // One query's attention to the prefix in a full-attention layer; in the last layer, where the
+    // questions run their last tokens alone, only those meet it.
+    let prefix_part = 4.0 * q * p;
+    let narrowed_full = f64::from(layers == QuestionLayers::LastTokens && last_kind == Some(LayerKind::FullAttention));
+    let suffix_flops = n
+        * (question_linear(s, per_token, prefix_per_token, layers) + 4.0 * full_layers * q * (s * p + s * (s + 1.0) / 2.0)
+            - narrowed_full * (s - 1.0).max(0.0) * prefix_part);
     // A shared token's parts as far as the cache, but those that read its row (every linear
-    // layer's, which all come before the cache ends).
-    let saved = shared as f64 * (prefix_per_token - linear_layers * linear_rows);
+    // layer's, which all come before the cache ends), and its attention to the prefix.
+    let saved = shared as f64 * (prefix_per_token - linear_layers * linear_rows + (full_layers - narrowed_full) * prefix_part);
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops - saved + logits }
 }
@@ -192,6 +197,9 @@ fn gemma4_flops_per_image(
     let mut prefix_per_token = 0.0;
     let mut pair_width = (0.0, 0.0); // (sliding layers, full layers): summed query widths
     let mut prefix_pair_width = (0.0, 0.0);
+    // The layers where the questions run their last tokens alone: from the last with keys and
+    // values of its own.
+    let mut narrowed_pair_width = (0.0, 0.0);
     for (index, layer) in g.layers.iter().enumerate() {
         let q = heads * layer.head_dim as f64;
         let kv = (layer.kv_heads * layer.head_dim) as f64;
@@ -210,6 +218,10 @@ fn gemma4_flops_per_image(
         per_token += whole;
         let widths = if layer.sliding { &mut pair_width.0 } else { &mut pair_width.1 };
         *widths += q;
+        if layers == QuestionLayers::LastTokens && last_own.is_some_and(|last| index >= last) {
+            let widths = if layer.sliding { &mut narrowed_pair_width.0 } else { &mut narrowed_pair_width.1 };
+            *widths += q;
+        }
         match last_own {
             Some(last) if index < last => {
                 prefix_per_token += whole;
@@ -237,9 +249,16 @@ fn gemma4_flops_per_image(
     let attention =
         |widths: (f64, f64), from: f64, to: f64| 4.0 * (widths.0 * seen(from, to, window) + widths.1 * seen(from, to, f64::INFINITY));
     let prefix_flops = pf * prefix_per_token + attention(prefix_pair_width, 0.0, pf);
-    let suffix_flops = n * (question_linear(s, per_token, prefix_per_token, layers) + attention(pair_width, pf, pf + s));
-    // A shared token's parts as far as the cache (its attention is counted by the pair).
-    let saved = shared as f64 * prefix_per_token;
+    // One query's attention to the prefix at position k (past it) over the layers of `widths`:
+    // all of it on full layers, what the window reaches on sliding ones.
+    let prefix_part = |widths: (f64, f64), k: f64| 4.0 * (widths.0 * (pf + window - 1.0 - k).clamp(0.0, pf) + widths.1 * pf);
+    // Where the questions run their last tokens alone, the others do not meet the prefix.
+    let left_out: f64 = (0..(suffix.saturating_sub(1))).map(|i| prefix_part(narrowed_pair_width, pf + i as f64)).sum();
+    let suffix_flops = n * (question_linear(s, per_token, prefix_per_token, layers) + attention(pair_width, pf, pf + s) - left_out);
+    // A shared token's parts as far as the cache, and its attention to the prefix outside the
+    // narrowed layers (taken at a question's first place: a shared token is one of its first).
+    let shared_part = prefix_part((pair_width.0 - narrowed_pair_width.0, pair_width.1 - narrowed_pair_width.1), pf);
+    let saved = shared as f64 * (prefix_per_token + shared_part);
     let logits = n * 2.0 * h * t.vocab_size as f64;
     ImageFlops { vision, prefix: prefix_flops, questions: suffix_flops - saved + logits }
 }
@@ -344,7 +363,8 @@ pub(super) mod tests {
     /// over 4,096 patches, the merger and three DeepStack mergers), text 33.814 TFLOP (36 layers,
     /// 1,040 prefix tokens through 35 of them and the last one's keys and values, 57 x 24 suffix
     /// tokens likewise, then each question's last token through the rest of the last layer (its
-    /// query and output projections and MLP, 369.1 MFLOP), 57 answer rows of the LM head).
+    /// query and output projections and MLP, 369.1 MFLOP, and alone of its question's tokens
+    /// there, its attention to the prefix), 57 answer rows of the LM head).
     #[test]
     fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_vl_8b");
@@ -354,7 +374,7 @@ pub(super) mod tests {
         let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
         assert!((text_linear - 6.945767424e9).abs() < 1.0, "{text_linear}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 39611569143808.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 39589230542848.0).abs() / flops < 1e-12, "{flops}");
         // DeepStack's three mergers: 4 x 2 x 1,024 x (4,608² + 4,608 x 4,096) of the vision part.
         let mut no_deepstack = c.clone();
         no_deepstack.vision.deepstack_visual_indexes.clear();
@@ -367,7 +387,8 @@ pub(super) mod tests {
     /// at 117.4 MFLOP, 24 Gated DeltaNet layers at 138.5 MFLOP with their convolution and delta
     /// rule, 32 MLPs at 302.0 MFLOP); vision 5.551 TFLOP (no DeepStack); text 32.956 TFLOP (the
     /// prefix's 1,040 tokens and the questions' 57 x 24 through 31 layers and the last one's keys
-    /// and values; each question's last token through the rest of it, 402.7 MFLOP).
+    /// and values; each question's last token through the rest of it, 402.7 MFLOP, and alone of
+    /// its question's tokens there, its attention to the prefix).
     #[test]
     fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_5_9b");
@@ -380,7 +401,7 @@ pub(super) mod tests {
         let one = one_question_token(&c);
         assert!((one - (13926662144.0 + 4.0 * 8.0 * 4096.0)).abs() < 1.0, "{one}");
         let flops = flops_per_image(&c, 64 * 64, 16 + 1024, 57, 24);
-        assert!((flops - 38506999447552.0).abs() / flops < 1e-12, "{flops}");
+        assert!((flops - 38484660846592.0).abs() / flops < 1e-12, "{flops}");
     }
 
     /// A question's tokens all go as far as a prefix's (the last layer's keys and values; on

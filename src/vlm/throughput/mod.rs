@@ -497,9 +497,12 @@ mod tests {
         let saved = (padded.tflop_per_image - packed.tflop_per_image) * 1e12;
         assert!((saved - (1 + 3 + 5 + 7) as f64 * (rest[0] - rest[1])).abs() < 1.0, "{saved}");
         // The fourth question begins as the first, which its 2 tokens cut to 1 token: that one is
-        // held once, its token-wise parts counted once.
+        // held once, its token-wise parts and its attention to the prefix counted once.
         assert_eq!((packed.question_tokens_shared, deduplicated.question_tokens_shared), (0, 1));
-        let one_token = -flops_as_run(&c, 0, 0, 0, 0, QuestionLayers::LastTokens, 1).questions;
+        let prefix = 16 + packed.image_tokens;
+        let one_token = -flops_as_run(&c, 0, prefix, 0, 0, QuestionLayers::LastTokens, 1).questions;
+        let its_attention = one_token + flops_as_run(&c, 0, 0, 0, 0, QuestionLayers::LastTokens, 1).questions;
+        assert!(its_attention > 0.0, "a shared token's attention to the prefix is counted once");
         assert!(one_token > 0.0);
         let saved = (packed.tflop_per_image - deduplicated.tflop_per_image) * 1e12;
         assert!((saved - one_token).abs() < 1.0, "{saved} against {one_token}");
