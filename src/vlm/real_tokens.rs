@@ -488,10 +488,9 @@ mod tests {
         assert!(firsts[8..].iter().all(|&v| v == 9.0), "{firsts:?}");
     }
 
-    /// Question rows as releases run them give each row's final hidden state, to the bit, as the
-    /// padded rows through every layer (every query meeting the prefix): with their real tokens
-    /// only, narrowed to their last tokens where no later layer reads the others, and with the
-    /// tokens an image's rows share from their start held once: on every
+    /// Question rows narrowed to their last tokens where no later layer reads the others give
+    /// each row's final hidden state, to the bit, as their real tokens through every layer; and
+    /// so do they with the tokens an image's rows share from their start held once: on every
     /// kind of decoder of benches/configs (made small, as `vlm::cache`'s tests make them): Qwen's
     /// last layer full attention or linear, dense or experts, and Gemma 4's, with and without
     /// KV-shared layers after the last with keys and values of its own.
@@ -528,13 +527,12 @@ mod tests {
                 let rows = RowIds { ids, lengths: &lengths, longest: 6, per_image: &[3, 3] };
                 let deduplicated = QuestionRows::new(&rows, SuffixRows::Deduplicated, Device::Cpu);
                 assert_eq!(deduplicated.real.as_ref().map(|r| r.real), held, "{name}, rows of {lengths:?}");
-                let whole = QuestionRows::new(&rows, SuffixRows::Padded, Device::Cpu);
-                let packed = QuestionRows { narrows: false, ..QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu) };
+                let whole = QuestionRows { narrows: false, ..QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu) };
                 let narrowed = QuestionRows::new(&rows, SuffixRows::Packed, Device::Cpu);
-                let [whole, packed, narrowed, deduplicated] = [whole, packed, narrowed, deduplicated]
+                let [whole, narrowed, deduplicated] = [whole, narrowed, deduplicated]
                     .map(|rows| text.forward_shared_prefix(&input, &positions, &mut cache.shared(), false, &rows));
                 assert_eq!(narrowed.size(), [6, config.text.hidden_size as i64], "{name}");
-                for (way, out) in [("packed", packed), ("narrowed", narrowed), ("deduplicated", deduplicated)] {
+                for (way, out) in [("narrowed", narrowed), ("deduplicated", deduplicated)] {
                     let diff = (&whole - &out).abs().max().double_value(&[]);
                     assert!(whole.equal(&out), "{name}, {layers} layers, rows of {lengths:?}, {way}: {diff}");
                 }
