@@ -262,7 +262,7 @@ impl QuestionRows {
             real.prefix_queries = Some(real.choose_prefix_queries(images, device));
         }
         let mut last = LastTokens::new(ids.lengths, ids.longest, real.as_ref(), device);
-        last.prefix_queries = Some(last.choose_prefix_queries(images, device));
+        last.prefix_queries = Some(LastTokens::choose_prefix_queries(ids.lengths, ids.longest, images, device));
         QuestionRows { real, last, narrows: way != SuffixRows::Padded }
     }
 }
@@ -283,8 +283,6 @@ pub struct LastTokens {
     /// Each row's last token, for the prefix part of attention in the layers that run the last
     /// tokens alone (set for a pass's images by [`QuestionRows::new`]).
     prefix_queries: Option<PrefixQueries>,
-    /// [`Self::in_rows`] on the host.
-    in_rows_host: Vec<i64>,
 }
 
 impl LastTokens {
@@ -306,7 +304,6 @@ impl LastTokens {
             longest,
             narrowed: RealTokens::one_a_row(lengths.len() as i64, device),
             prefix_queries: None,
-            in_rows_host: in_rows,
         }
     }
 
@@ -316,17 +313,15 @@ impl LastTokens {
         self.prefix_queries.as_ref()
     }
 
-    /// Each row's last token, for a pass of `images` images of as many rows each.
-    fn choose_prefix_queries(&self, images: usize, device: Device) -> PrefixQueries {
-        let rows = self.in_rows_host.len() / images;
-        let places = rows * self.longest as usize;
-        let chosen: Vec<ImageQueries> = self
-            .in_rows_host
+    /// The last token of each of rows of `lengths`, padded to `longest`, for a pass of `images`
+    /// images of as many rows each.
+    fn choose_prefix_queries(lengths: &[i64], longest: i64, images: usize, device: Device) -> PrefixQueries {
+        let rows = lengths.len() / images;
+        let chosen: Vec<ImageQueries> = lengths
             .chunks(rows)
-            .enumerate()
-            .map(|(image, last)| {
-                let chosen: Vec<i64> = last.iter().map(|&place| place - (image * places) as i64).collect();
-                let mut of_place = vec![None; places];
+            .map(|image| {
+                let chosen: Vec<i64> = image.iter().enumerate().map(|(row, &len)| row as i64 * longest + len - 1).collect();
+                let mut of_place = vec![None; rows * longest as usize];
                 for (row, &place) in chosen.iter().enumerate() {
                     of_place[place as usize] = Some(row as i64);
                 }

@@ -119,7 +119,6 @@ impl Attention {
             (Some(own), None) => self.keys_values(own, x, rotary, real),
             (None, None) => unreachable!("a KV-shared layer is always given its source's keys and values"),
         };
-        let prefix = &Prefix { queries: shared_prefix::chosen_queries(real, last), ..*prefix };
         let out = match last {
             // The attention's shapes as for every token (a CPU's bits kept), its output at the last.
             Some(last) => last.gather(&shared_prefix::attention(&last.spread(&q), prefix, &k, &v, suffix_mask, 1.0)),

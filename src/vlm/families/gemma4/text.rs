@@ -22,7 +22,7 @@ use crate::vlm::layers::{self, GatedMlp, Linear, Turn};
 use crate::vlm::moe::Experts;
 use crate::vlm::part_clock::timed;
 use crate::vlm::real_tokens::{tokens_of, LastTokens, QuestionRows, RealTokens};
-use crate::vlm::shared_prefix::Prefix;
+use crate::vlm::shared_prefix::{self, Prefix};
 use crate::vlm::weights::Weights;
 
 /// One layer type's rotary angles, (batch, 1, seq, head_dim), f32.
@@ -391,7 +391,8 @@ impl Gemma4Decoder {
                 at = narrowed;
             }
             let (rotary, mask) = (at.rotary(layer.sliding), if layer.sliding { &window_suffix } else { suffix_mask });
-            let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused, queries: None };
+            let queries = shared_prefix::chosen_queries(at.real, at.last);
+            let prefix = Prefix { k, v, mask: layer.sliding.then_some(&window_prefix), fused, queries };
             let own = per_layer.as_ref().map(|p| p.select(2, index as i64));
             let mut kept = None;
             x = layer.forward(&x, own.as_ref(), |attn, normed| {
