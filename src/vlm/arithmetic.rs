@@ -25,7 +25,9 @@ pub const CPU: u32 = 1;
 /// image's questions begin alike with go through the token-wise parts once, products of fewer
 /// rows (the CPU keeps every bit). 6: the prefix part of the questions' attention runs on each
 /// real token once and, where the questions run their last tokens alone, on those alone
-/// (`vlm::prefix_queries`): the fused kernel over fewer queries (the CPU keeps every bit).
+/// (`vlm::prefix_queries`): the fused kernel over fewer queries. (On the CPU the recorded
+/// fixtures keep their bits, but a query the old layout put in a product's last rows may not:
+/// [`CPU`] should rise for it.)
 pub const CUDA: u32 = 6;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
