@@ -111,7 +111,7 @@ fn images_scored_three_a_pass_are_the_same_bytes_however_the_passes_fall() {
     let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(whole.join("build.lock")).unwrap()).unwrap();
     assert_eq!(
         lock["scorer"]["preprocessing"]["scoring"],
-        serde_json::json!({"prefix": "shared", "images_per_pass": 3, "arithmetic": "cpu-1"})
+        serde_json::json!({"prefix": "shared", "images_per_pass": 3, "arithmetic": "cpu-2"})
     );
     let single = s.path("single");
     build(&spec, &single, &s.path("cache-single"), &["--jobs", "1"]).success();

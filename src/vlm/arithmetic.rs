@@ -12,8 +12,11 @@
 //!
 //! Needs no libtorch: an audit compares a lock's revision with this tool's.
 
-/// The CPU's arithmetic (f32 and half precision, under the kernel pins of `cpu_kernels`).
-pub const CPU: u32 = 1;
+/// The CPU's arithmetic (f32 and half precision, under the kernel pins of `cpu_kernels`). 2: the
+/// prefix part of the questions' attention runs on each real token once (`vlm::prefix_queries`);
+/// a query the old padded layout put in a product's last rows (computed by another path) may move
+/// in its last bits. The recorded fixtures and the demo release keep theirs.
+pub const CPU: u32 = 2;
 
 /// A CUDA device's arithmetic (libtorch's kernels there, the fused prefix kernel included). 2:
 /// the delta rule's prefix outputs are two products over all its chunks, whose batch cuBLAS may
@@ -25,9 +28,7 @@ pub const CPU: u32 = 1;
 /// image's questions begin alike with go through the token-wise parts once, products of fewer
 /// rows (the CPU keeps every bit). 6: the prefix part of the questions' attention runs on each
 /// real token once and, where the questions run their last tokens alone, on those alone
-/// (`vlm::prefix_queries`): the fused kernel over fewer queries. (On the CPU the recorded
-/// fixtures keep their bits, but a query the old layout put in a product's last rows may not:
-/// [`CPU`] should rise for it.)
+/// (`vlm::prefix_queries`): the fused kernel over fewer queries (on the CPU, [`CPU`] 2).
 pub const CUDA: u32 = 6;
 
 /// The engine's own CUDA kernels (`vlm::cuda_kernels`), where [`CUDA_KERNELS_ENV`] asks for
@@ -48,7 +49,7 @@ pub fn cuda_kernels_folder() -> Option<std::path::PathBuf> {
     std::env::var_os(CUDA_KERNELS_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
-/// The revision as the identity records it: `cpu-1`, `cuda-6`, `cuda-6+kernels-6`.
+/// The revision as the identity records it: `cpu-2`, `cuda-6`, `cuda-6+kernels-6`.
 pub fn revision(cuda: bool) -> String {
     revision_of(cuda, cuda_kernels_folder().is_some())
 }
