@@ -107,11 +107,11 @@ mod tests {
     use super::*;
     use tch::{Device, Kind};
 
-    /// Two images of two rows of three places; the second image's first row shares its first
-    /// token with its second, and some places are padding.
     /// Spare copies after each image's chosen queries, fewer than a release keeps.
     const SPARE: i64 = 3;
 
+    /// Two images of two rows of three places; the second image's first row shares its first
+    /// token with its second, and some places are padding.
     fn choice() -> PrefixQueries {
         let first = ImageQueries { chosen: vec![0, 1, 3], of_place: vec![Some(0), Some(1), None, Some(2), None, None] };
         let second = ImageQueries { chosen: vec![0, 1, 2, 4], of_place: vec![Some(0), Some(1), Some(2), Some(0), Some(3), None] };
