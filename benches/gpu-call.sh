@@ -16,12 +16,12 @@
 #      the last H100 run; last, since the runner keeps each run's results as it goes, so a step
 #      stopped at its limit loses only what it had not reached).
 #
-#   benches/gpu-call.sh BUNDLE.tar.gz OUT [--budget SECONDS] [--dry-run]
+#   benches/gpu-call.sh BUNDLE.tar.xz OUT [--budget SECONDS] [--dry-run]
 #
 # --dry-run prints each step's command and time limit and runs none (no GPU needed).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage="usage: benches/gpu-call.sh BUNDLE.tar.gz OUT [--budget SECONDS] [--dry-run]"
+usage="usage: benches/gpu-call.sh BUNDLE.tar.xz OUT [--budget SECONDS] [--dry-run]"
 [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
 archive="$1" out="$2"
 shift 2
@@ -41,7 +41,10 @@ python="${PYTHON:-python3}"
 node="$out/node"
 runner='RUNNER'
 if [ "$dry_run" = 0 ]; then
-  rm -rf "$node" && mkdir -p "$node" && tar -xzf "$archive" -C "$node" || { echo "error: $archive: not a bundle archive" >&2; exit 2; }
+  # Python's tarfile unpacks it, so the machine needs no xz of its own.
+  rm -rf "$node" && mkdir -p "$node" &&
+    "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$archive" "$node" ||
+    { echo "error: $archive: not a bundle archive" >&2; exit 2; }
   runner="$(ls -d "$node"/bpals-release-gpu-torch*/run 2>/dev/null | head -n 1)"
   [ -n "$runner" ] || { echo "error: $archive holds no runner (bpals-release-gpu-torch*/run)" >&2; exit 2; }
 fi

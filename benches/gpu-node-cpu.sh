@@ -28,7 +28,7 @@ echo "$archive: $(stat -c %s "$archive") bytes ($(( $(date +%s) - start )) s)"
 step "2. unpacked in a fresh folder"
 node="$work/node"
 mkdir -p "$node"
-tar -xzf "$archive" -C "$node"
+tar -xJf "$archive" -C "$node"
 bundle="$node/bpals-release-gpu-torch$torch"
 du -sh "$bundle" "$bundle"/*
 

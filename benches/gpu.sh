@@ -22,7 +22,7 @@ out="${GPU_BENCH_DIR:-$PWD/gpu-bench}"
 mkdir -p "$out"
 archive="$("$root/scripts/gpu-bundle" --torch "$torch" --out "$out/bundle")"
 rm -rf "$out/node" && mkdir -p "$out/node"
-tar -xzf "$archive" -C "$out/node"
+tar -xJf "$archive" -C "$out/node"
 if [ "$torch" = 2.13.0 ]; then
   source "$root/scripts/torch-env.sh"
   python="$venv/bin/python"
