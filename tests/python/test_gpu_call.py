@@ -15,15 +15,22 @@ import tarfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CALL = os.path.join(ROOT, "benches", "gpu-call.sh")
 
-def stand_in_bundle(tmp_path):
-    """A tar.xz laid out as scripts/gpu-bundle's, with a runner the stand-in Python never runs."""
-    folder = tmp_path / "stage" / "bpals-release-gpu-torch2.11.0"
+def archive_of(tmp_path, name, files):
+    """TMP/NAME.tar.xz holding one folder NAME of `files` (name -> text), packed as
+    scripts/gpu-bundle packs a bundle."""
+    folder = tmp_path / "stage" / name
     folder.mkdir(parents=True)
-    (folder / "run").write_text("#!/usr/bin/env python3\n")
-    archive = tmp_path / "bpals-release-gpu-torch2.11.0.tar.xz"
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    archive = tmp_path / f"{name}.tar.xz"
     with tarfile.open(archive, "w:xz") as tar:
-        tar.add(folder, arcname=folder.name)
+        tar.add(folder, arcname=name)
     return archive
+
+
+def stand_in_bundle(tmp_path):
+    """A bundle laid out as scripts/gpu-bundle's, with a runner the stand-in Python never runs."""
+    return archive_of(tmp_path, "bpals-release-gpu-torch2.11.0", {"run": "#!/usr/bin/env python3\n"})
 
 
 def stand_in_python(tmp_path):
@@ -81,12 +88,7 @@ def test_a_file_that_is_not_a_bundle_is_refused_in_one_line(tmp_path):
 
 
 def test_an_archive_without_a_runner_is_refused(tmp_path):
-    folder = tmp_path / "stage" / "something-else"
-    folder.mkdir(parents=True)
-    (folder / "README").write_text("no runner here\n")
-    archive = tmp_path / "other.tar.xz"
-    with tarfile.open(archive, "w:xz") as tar:
-        tar.add(folder, arcname=folder.name)
+    archive = archive_of(tmp_path, "something-else", {"README": "no runner here\n"})
     done = call(archive, tmp_path / "out", sys.executable)
     assert done.returncode == 2
     assert "holds no runner (bpals-release-gpu-torch*/run)" in done.stderr
