@@ -1,5 +1,10 @@
 """The benchmark scripts that run without the tool: each runs, and measures what it says it does.
 
+Each script's sizes are its module's constants (the full-size models'); the tests set them to the
+smallest shapes that still take every code path (2 heads, a few chunks, a handful of tokens) and
+run the script's own `main()` in this process, so a CPU proves the plumbing in seconds. The
+full-size runs are the benchmarks themselves, on a GPU (benches/gpu-call.sh).
+
 benches/delta_rule_gpu.py replays the engine's delta rule on a GPU; here, on the CPU, its f32
 form is held to the delta rule token by token (the recurrence as transformers' reference writes
 it), so its timings are of the right arithmetic, and its table is printed for every chunk size.
@@ -9,12 +14,15 @@ executes their source on the CPU (tests/kernels/), as the engine's own test of t
 (src/vlm/families/qwen3_5/delta_rule.rs).
 """
 
+import contextlib
 import ctypes
 import importlib.util
+import io
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -31,12 +39,29 @@ def load_script(path):
     return module
 
 
+def run_main(bench, *argv):
+    """The script's command line (`main()` under `argv`) in this process, at the sizes set on its
+    module: what it prints."""
+    printed = io.StringIO()
+    with mock.patch.object(sys, "argv", [bench.__file__, *map(str, argv)]), contextlib.redirect_stdout(printed):
+        bench.main()
+    return printed.getvalue()
+
+
 def load():
     return load_script(SCRIPT)
 
 
+def small_delta_rule():
+    """benches/delta_rule_gpu.py at 2 heads and a prefix of 200 tokens: 4 chunks of 64, 2 of 128."""
+    bench = load()
+    bench.HEADS, bench.PREFIX, bench.CHUNKS = 2, 200, 4
+    return bench
+
+
 def test_the_delta_rule_bench_computes_the_delta_rule():
     bench = load()
+    bench.HEADS = 2  # of 32: each head's recurrence is its own; every token of the full-size prefix
     q, k, v, log_decay, beta = bench.inputs(1, "cpu", seed=3)
     first = torch.randn(1, bench.HEADS, bench.DK, bench.DV) * 0.1
     out = bench.across(bench.prepare(q, k, v, log_decay, beta), first)
@@ -59,12 +84,10 @@ def test_the_delta_rule_bench_computes_the_delta_rule():
 
 
 def test_the_delta_rule_bench_prints_a_row_per_chunk_size_and_way():
-    run = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--images", "1", "--chunks", "64,128"],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    rows = [line for line in run.stdout.splitlines() if line.startswith("| 64 |") or line.startswith("| 128 |")]
-    assert len(rows) == 4, run.stdout
-    assert all(row.endswith("0.00e+00 |") for row in rows if "across" in row), run.stdout
+    printed = run_main(small_delta_rule(), "--device", "cpu", "--images", "1", "--chunks", "64,128")
+    rows = [line for line in printed.splitlines() if line.startswith("| 64 |") or line.startswith("| 128 |")]
+    assert len(rows) == 4, printed
+    assert all(row.endswith("0.00e+00 |") for row in rows if "across" in row), printed
 
 
 def load_nvrtc():
@@ -169,6 +192,15 @@ def load_kernels_bench():
     return load_script(ROOT / "benches" / "kernels_gpu.py")
 
 
+def small_kernels_bench():
+    """benches/kernels_gpu.py at small widths: 300 experts (more than a tile's worth of
+    assignments), 3 questions of a few tokens after a prefix of 40."""
+    bench = load_kernels_bench()
+    bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
+    bench.MOE_INTERMEDIATE, bench.DENSE_INTERMEDIATE, bench.EPS = 40, 300, 0.5
+    return bench
+
+
 def test_the_kernels_bench_groups_and_norms_as_the_engine_does():
     """benches/kernels_gpu.py's copies of the engine's libtorch forms, held to what they mean: each
     expert's assignments in (token, slot) order, padded with zero rows to whole groups of 8, zero
@@ -204,9 +236,7 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(driver):
     copies of the launches in src/vlm/cuda_kernels/), run on the CPU through the stand-in driver at
     small widths: the grouping the same bytes as libtorch's form, the sums and norms within
     rounding. The norms' epsilon large enough to show, had a launch passed it as a double."""
-    bench = load_kernels_bench()
-    bench.HIDDEN, bench.EXPERTS, bench.HEADS, bench.DV, bench.PREFIX, bench.QUESTIONS = 64, 300, 2, 64, 40, 3
-    bench.MOE_INTERMEDIATE, bench.DENSE_INTERMEDIATE, bench.EPS = 40, 300, 0.5
+    bench = small_kernels_bench()
     kernel = lambda name: StandInKernel(driver, name)  # noqa: E731
     grouping_kernels = tuple(kernel(f"experts_{n}") for n in ("count", "offsets", "place"))
     weight = torch.rand(bench.DV).to(torch.bfloat16) + 0.5
@@ -233,13 +263,11 @@ def test_the_kernels_benchs_launches_give_its_libtorch_forms(driver):
 
 
 def test_the_kernels_bench_prints_a_row_per_part():
-    run = subprocess.run([sys.executable, ROOT / "benches" / "kernels_gpu.py", "--device", "cpu", "--images", "1"],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
+    printed = run_main(small_kernels_bench(), "--device", "cpu", "--images", "1")
+    rows = [line for line in printed.splitlines() if line.startswith("| ") and "| 1 | libtorch |" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| experts: router", "| experts: grouping", "| experts: weighted sum",
                                                      "| experts: activation", "| MLP: activation", "| gated norm", "| rms norm"]
-    assert "not run (no GPU)" in run.stdout, run.stdout
+    assert "not run (no GPU)" in printed, printed
 
 
 def load_attention_bench():
@@ -292,8 +320,8 @@ def test_the_attention_benchs_launch_gives_its_libtorch_form(driver):
 
 
 def test_the_attention_bench_prints_a_row_per_way():
-    run = subprocess.run([sys.executable, ROOT / "benches" / "attention_gpu.py", "--device", "cpu", "--images", "1",
-                          "--models", "Qwen3-VL-30B-A3B"], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    rows = [line.split(" | ")[2] for line in run.stdout.splitlines() if line.startswith("| Qwen3-VL-30B-A3B | 1 |")]
-    assert rows == ["prefix part alone (fused kernel)", "libtorch", "kernel not run (no GPU)"], run.stdout
+    bench = load_attention_bench()
+    bench.PREFIX, bench.QUESTIONS = 40, 3
+    printed = run_main(bench, "--device", "cpu", "--images", "1", "--models", "Qwen3-VL-30B-A3B")
+    rows = [line.split(" | ")[2] for line in printed.splitlines() if line.startswith("| Qwen3-VL-30B-A3B | 1 |")]
+    assert rows == ["prefix part alone (fused kernel)", "libtorch", "kernel not run (no GPU)"], printed
