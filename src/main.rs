@@ -80,6 +80,13 @@ enum Command {
 fn main() -> ExitCode {
     // Before anything can start libtorch or a second thread.
     bpals_release::vlm::cpu_kernels::pin();
+    // A reader that stops early (`bpals-release eval ... | head`) ends the command quietly, as
+    // for any Unix tool, instead of a panic at the next line printed. Sockets are unaffected:
+    // the standard library sends with MSG_NOSIGNAL.
+    // SAFETY: setting a signal's disposition to the default, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let result = match Cli::parse().command {
         Command::Build(a) => cli::build::run(a),
         Command::FetchNih(a) => cli::fetch_nih::run(a),

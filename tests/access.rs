@@ -231,6 +231,44 @@ fn two_syncs_at_once_lose_no_sale() {
     assert!(report.contains("chain verified"), "{report}");
 }
 
+/// A link planted at the ledger's lock file (to the ledger itself, or to any other file), or at
+/// the ledger's path: the sync is refused naming the link, and no file changes. The lock used to
+/// be opened through the link and truncated: the ledger became the syncing process's pid.
+#[test]
+fn links_at_the_ledger_or_its_lock_are_refused_and_change_nothing() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+    sync(&hub, &s, &payments, &[]).success();
+    let ledger = std::fs::read_to_string(s.path("ledger.jsonl")).unwrap();
+    let canary = s.write("canary.txt", "not the tool's\n");
+    let header = PAYMENTS.lines().next().unwrap();
+    let more = s.write("more.csv", &format!("{header}\nA-1099,zoe,standard,900.00,USD,2026-11-01\n"));
+    let lock = s.path(".ledger.jsonl.lock");
+    for target in [s.path("ledger.jsonl"), canary.clone()] {
+        std::os::unix::fs::symlink(&target, &lock).unwrap();
+        let err = stderr(&sync(&hub, &s, &more, &[]).failure());
+        assert!(err.contains(".ledger.jsonl.lock is a symbolic link") && err.contains("remove it yourself"), "{err}");
+        std::fs::remove_file(&lock).unwrap();
+    }
+    std::fs::hard_link(&canary, &lock).unwrap();
+    let err = stderr(&sync(&hub, &s, &more, &[]).failure());
+    assert!(err.contains("has 2 names"), "{err}");
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(std::fs::read_to_string(s.path("ledger.jsonl")).unwrap(), ledger, "the ledger keeps every line");
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "not the tool's\n");
+
+    // The ledger's own path a link: refused, not replaced by a file of its own.
+    let elsewhere = s.path("elsewhere.jsonl");
+    std::fs::rename(s.path("ledger.jsonl"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s.path("ledger.jsonl")).unwrap();
+    let err = stderr(&sync(&hub, &s, &more, &[]).failure());
+    assert!(err.contains("is a symbolic link (to ") && err.contains("name the ledger file itself"), "{err}");
+    assert!(std::fs::symlink_metadata(s.path("ledger.jsonl")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), ledger);
+    assert!(!lock.exists());
+}
+
 #[test]
 fn faults_on_every_access_route_leave_the_same_access_as_a_clean_run() {
     let s = Scratch::new();

@@ -120,3 +120,22 @@ fn a_different_or_missing_spec_is_reported() {
         stderr(&a)
     );
 }
+
+/// A lock whose scorer records a pass size no build makes (here 2^62, which used to hang the
+/// padding loop, and 0): the audit fails naming the lock and the value, before any rebuild.
+#[test]
+fn a_lock_with_a_pass_size_no_build_makes_fails_the_audit() {
+    let s = Scratch::new();
+    let dir = sample(&s);
+    for value in [serde_json::json!(1u64 << 62), serde_json::json!(0), serde_json::json!("8")] {
+        let copy = s.path(&format!("pass-{value}"));
+        copy_tree(&dir, &copy);
+        let path = copy.join("build.lock");
+        let mut lock: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        lock["scorer"]["preprocessing"] = serde_json::json!({"scoring": {"images_per_pass": value}});
+        std::fs::write(&path, serde_json::to_string_pretty(&lock).unwrap()).unwrap();
+        let a = audit(&copy, &[]).failure();
+        let err = stderr(&a);
+        assert!(err.contains(&format!("build.lock records images_per_pass {value}, which no build makes")), "{err}");
+    }
+}

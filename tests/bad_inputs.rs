@@ -244,6 +244,21 @@ fn corrupt_cache_entries_are_recomputed_not_trusted() {
     assert_eq!(tree_digest(&s.path("ref")), tree_digest(&s.path("again")));
 }
 
+/// A link planted at the lock file beside `build --out` (to a file the build must not touch):
+/// the build is refused before any work, naming the lock, and the linked file keeps its bytes.
+/// The lock used to be opened through the link and truncated to the builder's pid.
+#[test]
+fn a_link_at_the_out_folders_lock_is_refused_and_followed_nowhere() {
+    let s = Scratch::new();
+    let canary = s.write("canary.txt", "not the tool's\n");
+    std::os::unix::fs::symlink(&canary, s.path(".release.lock")).unwrap();
+    let a = build(&fixture_s1a(), &s.path("release"), &s.cache(), &[]).failure();
+    let err = stderr(&a);
+    assert!(err.contains(".release.lock is a symbolic link") && err.contains("remove it yourself"), "{err}");
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "not the tool's\n");
+    assert!(!s.path("release").exists());
+}
+
 #[test]
 fn verify_rejects_a_folder_without_a_manifest() {
     let s = Scratch::new();

@@ -60,3 +60,43 @@ fn a_calibration_fitted_on_gold_flows_into_the_build_and_the_eval() {
     let a = build(&calibrated_spec, &s.path("bad"), &s.cache(), &[]).failure();
     assert!(stderr(&a).contains("key `signal.calibration`"), "{}", stderr(&a));
 }
+
+/// `calibrate --out` inside the release it reads is refused before any work (the file would make
+/// the release fail `verify`), and the release keeps its bytes.
+#[test]
+fn a_calibration_written_into_its_release_is_refused() {
+    let s = Scratch::new();
+    let release = s.path("s1b");
+    build(&fixture_s1b(), &release, &s.cache(), &[]).success();
+    let before = tree_digest(&release);
+    let gold = repo().join("fixtures/sample/truth.csv");
+    for joint in [false, true] {
+        let mut cmd = bin();
+        cmd.arg("calibrate").arg(&release).arg("--gold").arg(&gold).arg("--out").arg(release.join("rule.json"));
+        if joint {
+            cmd.arg("--joint");
+        }
+        let err = stderr(&cmd.assert().failure());
+        assert!(err.contains("is inside the release") && err.contains("write it beside the release"), "{err}");
+    }
+    assert_eq!(tree_digest(&release), before);
+    bin().arg("verify").arg(&release).assert().success();
+}
+
+/// A reader that closes early (`bpals-release ... | head`): the command ends on SIGPIPE, as Unix
+/// tools do, with no panic on stderr.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"))
+        .args(["completions", "bash"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
+}

@@ -201,6 +201,44 @@ fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["joint_rule"]["cross_fitted_rows"], 776);
     assert_eq!(report["families"]["joint"]["auroc"], eval["families"]["joint"]["auroc"], "eval reads the rule from build.lock");
+
+    // A rule that is not the fit of these reads (here its weights doubled: fitted on other
+    // scores, say) is not judged by a refit: the card's and eval.json's figures are those of the
+    // confidences the release ships. They used to be the refit's, whatever the rule shipped.
+    let mut foreign = table.clone();
+    let double = |entry: &mut serde_json::Value| {
+        if let Some(w) = entry["weights"].as_object_mut() {
+            for v in w.values_mut() {
+                *v = serde_json::json!(v.as_f64().unwrap() * 2.0);
+            }
+        }
+    };
+    double(&mut foreign["pooled"]);
+    foreign["labels"].as_object_mut().unwrap().values_mut().for_each(double);
+    let foreign_rule = s.write("foreign.json", &foreign.to_string());
+    let spec = s.write("foreign.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", second_opinion_spec().display(), foreign_rule.display()));
+    let shipped = s.path("foreign");
+    build(&spec, &shipped, &s.cache(), &[]).success();
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(shipped.join("eval.json")).unwrap()).unwrap();
+    assert_eq!((eval["joint_rule"]["cross_fitted_rows"].as_u64(), eval["joint_rule"]["held_out_rows"].as_u64()), (Some(0), Some(776)));
+    let truth: std::collections::HashMap<(String, String), bool> = std::fs::read_to_string(&gold)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            ((f[0].to_string(), f[1].to_string()), f[2] == "1")
+        })
+        .collect();
+    let (_, rows) = bpals_release::eval::read_release_rows(&shipped).unwrap();
+    let judged: Vec<(f64, bool)> =
+        rows.iter().filter_map(|r| truth.get(&(r.image_index.clone(), r.label.clone())).map(|&t| (r.confidence, t))).collect();
+    assert_eq!(judged.len(), 776);
+    let (pos, neg): (Vec<_>, Vec<_>) = judged.iter().partition(|(_, t)| *t);
+    let wins: f64 = pos.iter().flat_map(|(p, _)| neg.iter().map(move |(n, _)| if p > n { 1.0 } else if p == n { 0.5 } else { 0.0 })).sum();
+    let shipped_auroc = wins / (pos.len() * neg.len()) as f64;
+    let reported = eval["families"]["joint"]["auroc"].as_f64().unwrap();
+    assert!((reported - shipped_auroc).abs() < 1e-9, "eval.json says {reported}, the shipped confidences give {shipped_auroc}");
 }
 
 #[test]

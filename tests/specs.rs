@@ -197,6 +197,17 @@ fn images_per_pass_is_the_native_engines_and_stays_out_of_the_spec_hash() {
     assert_eq!(resolve(one).hash(), resolve(eight).hash());
     let a = bin().arg("build").arg(fixture_s1a()).args(["--images-per-pass", "2", "--out"]).arg(s.path("out")).assert().failure();
     assert!(stderr(&a).contains("--images-per-pass is for model.backend native only"), "{}", stderr(&a));
+    // Bounded: a pass of 2^64 - 1 images used to overflow its padding, 10^6 to ask for 470 GB.
+    let e = load("huge.yaml", &format!("{native}  images_per_pass: 257\n")).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("model.images_per_pass") && e.contains("at most 256 images fit a pass"), "{e}");
+    assert!(load("most.yaml", &format!("{native}  images_per_pass: 256\n")).is_ok());
+    let native_spec = derived_spec(&s, "native.yaml", &native);
+    for (n, says) in [("0", "--images-per-pass must be at least 1"), ("18446744073709551615", "--images-per-pass is 18446744073709551615; at most 256")] {
+        let a = bin().arg("build").arg(&native_spec).args(["--images-per-pass", n, "--out"]).arg(s.path("out")).assert().failure();
+        let err = stderr(&a);
+        assert!(err.contains(says) && !err.contains("model.backend"), "{n}: {err}");
+    }
+    assert!(!s.path("out").exists());
 }
 
 /// Every leaf key the committed S1b chain sets, as `key: null` in a child spec.

@@ -35,6 +35,8 @@ pub enum LedgerError {
     Payment { line: u64, message: String },
     #[error("ledger {}: another bpals-release (pid {pid}) is adding to it; run again when it has finished (its sales and yours are both kept)", path.display())]
     Busy { path: PathBuf, pid: String },
+    #[error("ledger {}: {why}", path.display())]
+    Refused { path: PathBuf, why: String },
     #[error("locking ledger {}", path.display())]
     Lock {
         path: PathBuf,
@@ -75,13 +77,29 @@ pub struct Entry {
 /// renaming the new one into place, so two syncs cannot each append to the same old ledger and
 /// keep only the last one's sales. A lock file beside it (`.NAME.lock`); a second writer is
 /// refused at once, naming the first's pid.
+///
+/// A ledger path that is a symbolic link is refused: the ledger is replaced whole by a rename,
+/// which would put a new file in the link's place, and two names for one ledger would take two
+/// locks. The lock file itself is never followed ([`FileLock`]).
 pub fn lock(path: &Path) -> Result<crate::files::lock::FileLock, LedgerError> {
     use crate::files::lock::{FileLock, LockError};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(path).map_or_else(|_| "?".into(), |t| t.display().to_string());
+            let why = format!("is a symbolic link (to {target}); name the ledger file itself with --ledger");
+            return Err(LedgerError::Refused { path: path.to_path_buf(), why });
+        }
+        if !meta.is_file() {
+            let why = format!("is {}, not a ledger file", crate::files::regular::kind_of(&meta));
+            return Err(LedgerError::Refused { path: path.to_path_buf(), why });
+        }
+    }
     let name = path.file_name().map_or_else(|| "ledger".into(), |n| n.to_string_lossy().into_owned());
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|source| LedgerError::Lock { path: path.to_path_buf(), source })?;
     FileLock::take(&dir.join(format!(".{name}.lock"))).map_err(|e| match e {
         LockError::Held(pid) => LedgerError::Busy { path: path.to_path_buf(), pid },
+        e @ LockError::NotALock { .. } => LedgerError::Refused { path: path.to_path_buf(), why: e.to_string() },
         LockError::Io(source) => LedgerError::Lock { path: path.to_path_buf(), source },
     })
 }

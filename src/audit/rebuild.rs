@@ -31,6 +31,8 @@ pub enum AuditError {
     Spec(Box<crate::inputs::InputsError>),
     #[error("rebuilding")]
     Build(#[from] pipeline::BuildError),
+    #[error("{} records {what} {value}, which no build makes: {problem}", LOCK_FILE)]
+    Lock { what: &'static str, value: String, problem: String },
 }
 
 impl From<crate::inputs::InputsError> for AuditError {
@@ -149,6 +151,10 @@ pub struct AuditReport {
     /// another backend. Where they differ, a rebuild's logits may differ in their last bits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arithmetic: Option<ArithmeticRevisions>,
+    /// The CPU kernel settings the release was scored under, where they differ from this run's
+    /// (absent where they agree, or for a GPU run or another backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_pins: Option<KernelPins>,
     /// "reused" (a given cache) or "rerun" (a fresh cache).
     pub inference: String,
     pub files: Vec<FileComparison>,
@@ -187,6 +193,54 @@ impl ArithmeticRevisions {
     }
 }
 
+/// The CPU kernel settings (`vlm::cpu_kernels`) a release's scorer recorded and this process's,
+/// where they differ: each `VARIABLE=value` ("unset" where it was), and how to repeat the
+/// release's.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct KernelPins {
+    pub locked: Vec<String>,
+    pub now: Vec<String>,
+    /// The command's environment that repeats the release's settings (`MKL_CBWR=AUTO`).
+    pub repeat: String,
+}
+
+impl KernelPins {
+    /// From a lock's scorer, against `now` (`cpu_kernels::identity()` of this process).
+    pub fn of(scorer: &serde_json::Value, now: &serde_json::Value) -> Option<KernelPins> {
+        let locked = scorer["preprocessing"]["cpu_kernels"].as_object()?;
+        let show = |variable: &str, value: &serde_json::Value| match value.as_str() {
+            Some(v) => format!("{variable}={v}"),
+            None => format!("{variable} unset"),
+        };
+        let mut pins = KernelPins { locked: Vec::new(), now: Vec::new(), repeat: String::new() };
+        let mut repeat = Vec::new();
+        for (variable, value) in locked {
+            let current = &now[variable.as_str()];
+            if value != current {
+                pins.locked.push(show(variable, value));
+                pins.now.push(show(variable, current));
+                repeat.push(match value.as_str() {
+                    Some(v) => format!("{variable}={v}"),
+                    None => format!("-u {variable}"),
+                });
+            }
+        }
+        pins.repeat = format!("env {}", repeat.join(" "));
+        (!pins.locked.is_empty()).then_some(pins)
+    }
+
+    /// What a reader is told.
+    fn explain(&self) -> String {
+        format!(
+            "the release was scored under CPU kernels {}; this run's are {}: its scores will differ in their last bits. Repeat \
+             the release's with `{} bpals-release rebuild ... --audit`",
+            self.locked.join(", "),
+            self.now.join(", "),
+            self.repeat
+        )
+    }
+}
+
 pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -> Result<AuditReport, AuditError> {
     let lock = BuildLock::read(dir)?;
     let original_manifest = manifest::Manifest::read(dir)?;
@@ -197,10 +251,21 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
     let mut spec = crate::inputs::load(&spec_path)?;
     // The images a pass the release was scored with (a build may set them on the command line):
     // the pass's shapes shape the last bits, so the rebuild repeats them.
-    let per_pass = |scorer: Option<&serde_json::Value>| {
-        scorer.and_then(|s| s["preprocessing"]["scoring"]["images_per_pass"].as_u64()).map(|n| n as usize)
+    // A lock is the release's word, not ours: a pass size no build makes is a FAIL, never a
+    // pass of that many images.
+    let per_pass = |scorer: Option<&serde_json::Value>| -> Result<Option<usize>, AuditError> {
+        let Some(value) = scorer.map(|s| &s["preprocessing"]["scoring"]["images_per_pass"]).filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let refuse = |problem: String| AuditError::Lock { what: "images_per_pass", value: value.to_string(), problem };
+        let n = value.as_u64().ok_or_else(|| refuse("not a whole number".into()))?;
+        let n = usize::try_from(n).map_err(|_| refuse("too large".into()))?;
+        match crate::release_spec::images_per_pass_problem(n) {
+            Some(problem) => Err(refuse(problem)),
+            None => Ok(Some(n)),
+        }
     };
-    spec.repeat_images_per_pass(per_pass(Some(&lock.scorer)), per_pass(lock.second_scorer.as_ref()));
+    spec.repeat_images_per_pass(per_pass(Some(&lock.scorer))?, per_pass(lock.second_scorer.as_ref())?);
     let now = spec.to_json();
     let mut spec_differences = Vec::new();
     json_differences("", &lock.spec, &now, &mut spec_differences);
@@ -214,6 +279,7 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         tool_locked: format!("{} {} ({})", lock.tool.name, lock.tool.version, lock.tool.commit),
         tool_now: format!("{} {} ({})", tool_now.name, tool_now.version, tool_now.commit),
         arithmetic: ArithmeticRevisions::of(&lock.scorer),
+        kernel_pins: KernelPins::of(&lock.scorer, &crate::vlm::cpu_kernels::identity()),
         inference: if options.cache_dir.is_some() { "reused".into() } else { "rerun".into() },
         files: Vec::new(),
         drift: None,
@@ -232,6 +298,9 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
 
     if let Some(arithmetic) = report.arithmetic.as_ref().filter(|a| a.differ()) {
         log(&arithmetic.explain());
+    }
+    if let Some(pins) = &report.kernel_pins {
+        log(&pins.explain());
     }
     let scratch = match &options.scratch {
         Some(s) => s.clone(),
@@ -276,6 +345,11 @@ fn judge(report: &mut AuditReport, drift: &Drift) {
             FileStatus::Identical => {}
             FileStatus::Missing => reasons.push(format!("{}: in the release, not produced by the rebuild", f.path)),
             FileStatus::Extra => reasons.push(format!("{}: produced by the rebuild, not in the release", f.path)),
+            // The lock records the scorer's kernel settings: under others it differs for that.
+            FileStatus::Differs if f.path == LOCK_FILE && report.kernel_pins.is_some() => {
+                let pins = report.kernel_pins.as_ref().expect("checked");
+                reasons.push(format!("{}: differs: {}", f.path, pins.explain()))
+            }
             FileStatus::Differs if f.score_free => reasons.push(format!("{}: differs, and it does not depend on scores", f.path)),
             FileStatus::Differs if drift.max_any() == 0.0 => {
                 reasons.push(format!("{}: differs although every raw score is identical", f.path))
@@ -422,6 +496,9 @@ impl std::fmt::Display for AuditReport {
         if let Some(arithmetic) = self.arithmetic.as_ref().filter(|a| a.differ()) {
             out.push_str(&format!("  {}\n", arithmetic.explain()));
         }
+        if let Some(pins) = &self.kernel_pins {
+            out.push_str(&format!("  {}\n", pins.explain()));
+        }
         if !self.files.is_empty() {
             out.push_str(&format!(
                 "  inference: {}\n  rebuilt into: {}\n",
@@ -525,6 +602,7 @@ mod tests {
             tool_locked: String::new(),
             tool_now: String::new(),
             arithmetic: None,
+            kernel_pins: None,
             inference: "rerun".into(),
             files: Vec::new(),
             drift: None,
@@ -538,6 +616,45 @@ mod tests {
         // A one-model release's drift says nothing of a second model.
         let one = |r: ReleaseRow| ReleaseRow { families: None, ..r };
         assert!(score_drift(&[one(row(2.0, 3.0))], &[one(row(2.0, 3.5))], 1e-3).0.second.is_none());
+    }
+
+    /// A lock scored under `MKL_CBWR=AUTO`, audited under the pins: the setting is named on both
+    /// sides with the command that repeats it, and build.lock's difference says so (it used to
+    /// say the lock "does not depend on scores"). A lock under the pins, or without CPU kernels
+    /// (a GPU run, another backend), names nothing.
+    #[test]
+    fn kernel_pins_that_differ_are_named_with_how_to_repeat_them() {
+        let pinned = serde_json::json!({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"});
+        let scorer = |kernels: serde_json::Value| serde_json::json!({"preprocessing": {"device": "cpu", "cpu_kernels": kernels}});
+        assert_eq!(KernelPins::of(&scorer(pinned.clone()), &pinned), None);
+        assert_eq!(KernelPins::of(&serde_json::json!({"preprocessing": {"device": "cuda"}}), &pinned), None);
+        let mut auto = pinned.clone();
+        auto["MKL_CBWR"] = "AUTO".into();
+        let pins = KernelPins::of(&scorer(auto), &pinned).unwrap();
+        assert_eq!((pins.locked.as_slice(), pins.now.as_slice()), (&["MKL_CBWR=AUTO".to_string()][..], &["MKL_CBWR=COMPATIBLE".to_string()][..]));
+        assert_eq!(pins.repeat, "env MKL_CBWR=AUTO");
+        let mut report = AuditReport {
+            release_id: "s1a".into(),
+            original: "a".into(),
+            rebuilt: "b".into(),
+            spec: "s.yaml".into(),
+            spec_differences: Vec::new(),
+            tool_locked: String::new(),
+            tool_now: String::new(),
+            arithmetic: None,
+            kernel_pins: Some(pins),
+            inference: "rerun".into(),
+            files: vec![FileComparison { path: LOCK_FILE.into(), status: FileStatus::Differs, score_free: true }],
+            drift: None,
+            class_changes: Vec::new(),
+            pass: true,
+            reasons: Vec::new(),
+        };
+        let (drift, _) = score_drift(&[row(2.0, 3.0)], &[row(2.0, 3.0)], 1e-3);
+        judge(&mut report, &drift);
+        assert_eq!(report.reasons.len(), 1, "{:?}", report.reasons);
+        assert!(report.reasons[0].contains("MKL_CBWR=AUTO") && report.reasons[0].contains("`env MKL_CBWR=AUTO bpals-release rebuild"));
+        assert!(!report.reasons[0].contains("does not depend on scores"));
     }
 
     /// A native scorer's lock names its arithmetic; an older lock's absence is told apart from

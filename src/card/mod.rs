@@ -271,6 +271,7 @@ pub fn render(input: &CardInput<'_>) -> Result<(String, String), CardError> {
         _ => minijinja::escape_formatter(out, state, value),
     });
     env.add_filter("code", |value: minijinja::Value| minijinja::Value::from_safe_string(markdown::code(&value.to_string())));
+    env.add_filter("unpinned_kernels", |scorer: minijinja::Value| minijinja::Value::from_safe_string(unpinned_kernels_note(&scorer)));
     let template_err = |name: &str, e: minijinja::Error| CardError::Template { path: dir.join(name), message: format!("{e:#}") };
     let pledge = PledgeCard::new(input.spec);
     let license_name = format!("licenses/{}.md", input.spec.release.tier.name());
@@ -332,4 +333,41 @@ pub fn check_templates(dir: &Path, template: &str) -> Result<(), CardError> {
         return Err(CardError::Template { path, message: "no such template".into() });
     }
     Ok(())
+}
+
+/// The sentence the card's reproducibility line adds where the model scored on the CPU under
+/// other kernels than the engine pins (`vlm::cpu_kernels`), or nothing.
+fn unpinned_kernels_note(scorer: &minijinja::Value) -> String {
+    let scorer = serde_json::to_value(scorer).unwrap_or_default();
+    let unpinned = crate::vlm::cpu_kernels::unpinned(&scorer["preprocessing"]["cpu_kernels"]);
+    if unpinned.is_empty() {
+        return String::new();
+    }
+    let settings: Vec<String> = unpinned.iter().map(|s| markdown::code(s)).collect();
+    format!(
+        " The model scored on the CPU under other kernels than the engine pins ({}): a rebuild repeats its scores only under \
+         the same settings, on a processor that takes the same branches.",
+        settings.join(", ")
+    )
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU scorer under `MKL_CBWR=AUTO` gets the sentence, naming the setting; a pinned one and
+    /// a scorer without CPU kernels (a GPU run, the fixture) get nothing, so their cards keep
+    /// their bytes.
+    #[test]
+    fn the_reproducibility_line_names_kernels_off_their_pins() {
+        let scorer = |kernels: serde_json::Value| minijinja::Value::from_serialize(serde_json::json!({"preprocessing": {"cpu_kernels": kernels}}));
+        let pinned = serde_json::json!({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"});
+        assert_eq!(unpinned_kernels_note(&scorer(pinned.clone())), "");
+        assert_eq!(unpinned_kernels_note(&minijinja::Value::from_serialize(serde_json::json!({"preprocessing": null}))), "");
+        let mut auto = pinned;
+        auto["MKL_CBWR"] = "AUTO".into();
+        let note = unpinned_kernels_note(&scorer(auto));
+        assert!(note.starts_with(" The model scored on the CPU under other kernels") && note.contains("(`MKL_CBWR=AUTO`)"), "{note}");
+    }
 }

@@ -35,6 +35,7 @@ enum MethodArg {
 }
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    refuse_inside(&args.out, &args.dir)?;
     if args.joint {
         return run_joint(args);
     }
@@ -81,4 +82,20 @@ fn run_joint(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         println!("  {count} labels {what}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--out` inside the release it fits from would add a file its manifest does not list, and the
+/// release would fail `verify`: refused before any work.
+fn refuse_inside(out: &std::path::Path, release: &std::path::Path) -> anyhow::Result<()> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if let (Ok(parent), Ok(release_dir)) = (parent.canonicalize(), release.canonicalize()) {
+        if parent.starts_with(&release_dir) {
+            anyhow::bail!(
+                "--out {}: is inside the release {} (a file its manifest does not list fails `verify`); write it beside the release",
+                out.display(),
+                release.display()
+            );
+        }
+    }
+    Ok(())
 }

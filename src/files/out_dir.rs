@@ -105,6 +105,7 @@ impl OutDir {
         let lock_path = parent.join(format!(".{name}.lock"));
         let lock = FileLock::take(&lock_path).map_err(|e| match e {
             LockError::Held(pid) => OutDirError::Busy { option, path: path.to_path_buf(), pid },
+            e @ LockError::NotALock { .. } => refuse(e.to_string()),
             LockError::Io(source) => io_err(source),
         })?;
         // Under the lock, once more: another writer may have finished in between.

@@ -85,7 +85,7 @@ impl NativeScorer {
         };
         let first = open_engine()?;
         let engine = &first.engine;
-        let (weights_sha256, notes) = weights_digest(&engine.dir.weights, digests)?;
+        let (weights_sha256, mut notes) = weights_digest(&engine.dir.weights, digests)?;
         let answer = engine.dir.answer_token_ids().map_err(engine_err("the answer tokens"))?;
         let p = &engine.dir.preprocessor;
         let digest = |name: &str| file_sha256(&engine.dir.path.join(name));
@@ -111,6 +111,14 @@ impl NativeScorer {
         // under other pins are another scorer's, and a rebuild must repeat these.
         if engine.model.device == tch::Device::Cpu {
             preprocessing["cpu_kernels"] = crate::vlm::cpu_kernels::identity();
+            let unpinned = crate::vlm::cpu_kernels::unpinned(&preprocessing["cpu_kernels"]);
+            if !unpinned.is_empty() {
+                notes.push(format!(
+                    "the CPU kernels are not the engine's pinned ones ({}): these scores repeat only under the same settings on a \
+                     processor that takes the same branches; unset them for scores every x86-64 machine repeats",
+                    unpinned.join(", ")
+                ));
+            }
         }
         // Gemma 4's processor sizes images its own way (the Qwen identities stay as they were).
         if p.sizing != crate::vlm::config::ImageSizing::SmartResize {

@@ -150,6 +150,9 @@ pub enum InputsError {
     },
     #[error("{at}: {message}")]
     Option { at: KeyLocation, message: String },
+    /// A command-line value wrong whatever the spec says: the flag names itself.
+    #[error("{0}")]
+    Flag(String),
     #[error("{at}: {} is not a directory (expected a Hugging Face model directory)", dir.display())]
     ModelDir { at: KeyLocation, dir: PathBuf },
 }
@@ -252,12 +255,12 @@ impl ResolvedSpec {
     /// `--images-per-pass N`: the model's images a pass (the native engine only), over the
     /// spec's `model.images_per_pass`.
     pub fn set_images_per_pass(&mut self, n: usize) -> Result<(), InputsError> {
+        if let Some(problem) = crate::release_spec::images_per_pass_problem(n) {
+            return Err(InputsError::Flag(format!("--images-per-pass {problem}")));
+        }
         let at = self.spec.locate("model.backend");
         if !self.spec.model.backend.is_native() {
             return Err(InputsError::Option { at, message: "--images-per-pass is for model.backend native only".into() });
-        }
-        if n == 0 {
-            return Err(InputsError::Option { at, message: "--images-per-pass must be at least 1".into() });
         }
         self.spec.model.images_per_pass = n;
         Ok(())

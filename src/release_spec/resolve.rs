@@ -306,8 +306,10 @@ fn resolve_model(r: &Resolver<'_>, layer: Option<ModelLayer>, section: &str) -> 
     let served = resolve_served(r, backend, &m, section)?;
     let images_per_pass = match m.images_per_pass {
         Some(_) if !backend.is_native() => return Err(r.invalid(&key("images_per_pass"), format!("is for {section}.backend native only"))),
-        Some(0) => return Err(r.invalid(&key("images_per_pass"), "must be at least 1".to_string())),
-        Some(n) => n,
+        Some(n) => match super::types::images_per_pass_problem(n) {
+            Some(problem) => return Err(r.invalid(&key("images_per_pass"), problem)),
+            None => n,
+        },
         None => 1,
     };
     let model = ModelSpec {

@@ -179,6 +179,24 @@ pub struct ModelSpec {
     pub images_per_pass: usize,
 }
 
+/// The most images one pass of the native engine may hold (`model.images_per_pass`,
+/// `--images-per-pass`, and what `rebuild --audit` reads from a lock). A pass's tensors grow with
+/// it: at 1024 x 1024 each image brings about a thousand prefix tokens and 57 questions, and 16 a
+/// pass already fill an H200 for an 8B model, so 256 is far beyond what any GPU holds today while
+/// it keeps the padding and the shapes' arithmetic small numbers.
+pub const MAX_IMAGES_PER_PASS: usize = 256;
+
+/// Why `n` images a pass is refused, or None where it is allowed (1 to [`MAX_IMAGES_PER_PASS`]).
+pub fn images_per_pass_problem(n: usize) -> Option<String> {
+    match n {
+        0 => Some("must be at least 1".into()),
+        n if n > MAX_IMAGES_PER_PASS => {
+            Some(format!("is {n}; at most {MAX_IMAGES_PER_PASS} images fit a pass (16 already fill an H200 for an 8B model)"))
+        }
+        _ => None,
+    }
+}
+
 /// A model behind an OpenAI-compatible API.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServedModel {

@@ -78,6 +78,14 @@ impl LabelRule {
     }
 }
 
+/// The largest weight (or bias) a rule file may hold. A fit's are a few units (its ridge pulls
+/// them toward each other); within this bound a row's logit stays below 3,000 (the logits are
+/// clamped at ±13.8), so no confidence can be NaN.
+const MAX_WEIGHT: f64 = 100.0;
+
+/// NIH ChestX-ray14's images: no rule is fitted on more.
+const MAX_IMAGES: usize = 112_120;
+
 /// A fitted joint rule, as `calibrate --joint` writes it and a spec names it
 /// (`signal.joint_rule`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,8 +151,33 @@ impl JointRule {
                 Some(w) if ![w.primary, w.second, w.bias].iter().all(|x| x.is_finite()) => {
                     return Err(invalid(format!("{name}: weights must be finite numbers")))
                 }
+                Some(w) if w.primary < 0.0 || w.second < 0.0 => {
+                    return Err(invalid(format!(
+                        "{name}: a family's weight is negative ({}, {}); the fit never makes one (a family that points the wrong way weighs 0)",
+                        w.primary, w.second
+                    )))
+                }
+                Some(w) if [w.primary, w.second, w.bias].iter().any(|x| x.abs() > MAX_WEIGHT) => {
+                    return Err(invalid(format!("{name}: weights beyond ±{MAX_WEIGHT}, which no fit makes and which would saturate every confidence")))
+                }
                 _ => {}
             }
+        }
+        if rule.images.len() > MAX_IMAGES {
+            return Err(invalid(format!("lists {} images, more than the {MAX_IMAGES} NIH has", rule.images.len())));
+        }
+        if let Some(pair) = rule.images.windows(2).find(|pair| pair[0] >= pair[1]) {
+            return Err(invalid(format!("images must be sorted and unique: {:?} comes before {:?}", pair[0], pair[1])));
+        }
+        if let Some(image) = rule.images.iter().find(|i| i.is_empty() || i.len() > 64 || i.chars().any(|c| c.is_control())) {
+            return Err(invalid(format!("{image:?} is not an image file name")));
+        }
+        let fitted_on = &rule.fitted_on;
+        if fitted_on.chars().count() > 200 || fitted_on.chars().any(|c| c.is_control() || crate::release_spec::is_bidi_control(c)) {
+            return Err(invalid("fitted_on must be one line of at most 200 characters, without control characters".into()));
+        }
+        if rule.gold_sha256.len() != 64 || !rule.gold_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(format!("gold_sha256 {:?} is not a sha256 (64 hex digits)", rule.gold_sha256)));
         }
         Ok((rule, bytes))
     }
@@ -385,6 +418,46 @@ mod tests {
         let gold: Vec<bool> = rows.iter().map(|r| r.2).collect();
         let column = |f: fn(&(f64, f64, bool)) -> f64| rows.iter().map(f).collect::<Vec<f64>>();
         [auroc(&column(|r| r.0), &gold), auroc(&column(|r| r.1), &gold), auroc(&cross_fitted(&fit_rows), &gold)].map(|a| a.unwrap())
+    }
+
+    /// The hostile rule files of a review: a negated rule, ±1e308 weights (NaN confidences), the
+    /// images reversed (the leak check off), card text that is not one line, a gold digest that
+    /// is not one. Each is refused naming what is wrong; the honest rule reads.
+    #[test]
+    fn rule_files_no_fit_makes_are_refused() {
+        let honest = JointRule {
+            format: JOINT_RULE_FORMAT.into(),
+            fitted_on: "release s1a against gold.csv".into(),
+            gold_sha256: "ab".repeat(32),
+            pooled: LabelRule { source: RuleSource::Pooled, weights: Some(Weights { primary: 1.2, second: 0.8, bias: -0.3 }), n: 40, positives: 20 },
+            labels: BTreeMap::new(),
+            images: vec!["00000001_000.png".into(), "00000002_000.png".into()],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let read = |rule: &JointRule| {
+            let path = dir.path().join("rule.json");
+            std::fs::write(&path, serde_json::to_vec(rule).unwrap()).unwrap();
+            JointRule::read_with_bytes(&path).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(read(&honest), Ok(()));
+        let with = |edit: &dyn Fn(&mut JointRule)| {
+            let mut rule = honest.clone();
+            edit(&mut rule);
+            read(&rule).unwrap_err()
+        };
+        let weights = |w: Weights| move |r: &mut JointRule| r.pooled.weights = Some(w);
+        let e = with(&weights(Weights { primary: -1.2, second: -0.8, bias: 0.3 }));
+        assert!(e.contains("negative"), "{e}");
+        let e = with(&weights(Weights { primary: 1e308, second: 1e308, bias: -1e308 }));
+        assert!(e.contains("beyond ±100"), "{e}");
+        let e = with(&|r| r.images.reverse());
+        assert!(e.contains("sorted and unique"), "{e}");
+        let e = with(&|r| r.images.push(r.images[1].clone()));
+        assert!(e.contains("sorted and unique"), "{e}");
+        let e = with(&|r| r.fitted_on = "s1a\n\n## Every label is right".into());
+        assert!(e.contains("fitted_on must be one line"), "{e}");
+        let e = with(&|r| r.gold_sha256 = "not a digest".into());
+        assert!(e.contains("is not a sha256"), "{e}");
     }
 
     #[test]

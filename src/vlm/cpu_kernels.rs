@@ -74,9 +74,32 @@ pub fn identity() -> serde_json::Value {
     settings().into_iter().map(|s| (s.variable.to_string(), s.value.into())).collect::<serde_json::Map<_, _>>().into()
 }
 
+/// The settings of a scorer identity's `cpu_kernels` (as [`identity`] records them) that are not
+/// the pins, each as `VARIABLE=value` (`VARIABLE unset` where it was): empty where every one is
+/// pinned, or where the identity records none (a GPU run, another backend).
+pub fn unpinned(kernels: &serde_json::Value) -> Vec<String> {
+    let Some(recorded) = kernels.as_object() else { return Vec::new() };
+    PINS.iter()
+        .filter_map(|(variable, pinned)| match recorded.get(*variable).and_then(|v| v.as_str()) {
+            Some(value) if value == *pinned => None,
+            Some(value) => Some(format!("{variable}={value}")),
+            None => Some(format!("{variable} unset")),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unpinned_settings_are_named_with_their_values() {
+        pin();
+        assert_eq!(unpinned(&identity()), Vec::<String>::new(), "the tests run under the pins");
+        let auto = serde_json::json!({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": null});
+        assert_eq!(unpinned(&auto), vec!["MKL_CBWR=AUTO".to_string(), "ONEDNN_MAX_CPU_ISA unset".to_string()]);
+        assert!(unpinned(&serde_json::Value::Null).is_empty(), "a GPU run records no CPU kernels");
+    }
 
     /// `.cargo/config.toml` (the tests' and benches' pins) and `scripts/cross-cpu.py` (the
     /// diagnosis) repeat [`PINS`]; they must say the same.

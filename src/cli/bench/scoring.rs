@@ -58,7 +58,7 @@ pub struct BenchScoringArgs {
     /// Images scored in one pass, their suffixes in one batch (with `--prefix-attention shared` or
     /// `fused`).
     /// Timed and warm-up images are rounded up to whole passes.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=bpals_release::release_spec::MAX_IMAGES_PER_PASS as u64))]
     pub images_per_pass: u64,
     /// How the questions' rows go between the layers' attention (with `shared` or `fused`):
     /// `deduplicated`, their real tokens only, the tokens an image's questions share from their
