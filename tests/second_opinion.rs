@@ -216,7 +216,10 @@ fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
     double(&mut foreign["pooled"]);
     foreign["labels"].as_object_mut().unwrap().values_mut().for_each(double);
     let foreign_rule = s.write("foreign.json", &foreign.to_string());
-    let spec = s.write("foreign.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", second_opinion_spec().display(), foreign_rule.display()));
+    let spec = s.write(
+        "foreign.yaml",
+        &format!("extends: {}\nsignal:\n  joint_rule: {}\n", second_opinion_spec().display(), foreign_rule.display()),
+    );
     let shipped = s.path("foreign");
     build(&spec, &shipped, &s.cache(), &[]).success();
     let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(shipped.join("eval.json")).unwrap()).unwrap();
@@ -235,7 +238,20 @@ fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
         rows.iter().filter_map(|r| truth.get(&(r.image_index.clone(), r.label.clone())).map(|&t| (r.confidence, t))).collect();
     assert_eq!(judged.len(), 776);
     let (pos, neg): (Vec<_>, Vec<_>) = judged.iter().partition(|(_, t)| *t);
-    let wins: f64 = pos.iter().flat_map(|(p, _)| neg.iter().map(move |(n, _)| if p > n { 1.0 } else if p == n { 0.5 } else { 0.0 })).sum();
+    let wins: f64 = pos
+        .iter()
+        .flat_map(|(p, _)| {
+            neg.iter().map(move |(n, _)| {
+                if p > n {
+                    1.0
+                } else if p == n {
+                    0.5
+                } else {
+                    0.0
+                }
+            })
+        })
+        .sum();
     let shipped_auroc = wins / (pos.len() * neg.len()) as f64;
     let reported = eval["families"]["joint"]["auroc"].as_f64().unwrap();
     assert!((reported - shipped_auroc).abs() < 1e-9, "eval.json says {reported}, the shipped confidences give {shipped_auroc}");

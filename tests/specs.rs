@@ -202,7 +202,9 @@ fn images_per_pass_is_the_native_engines_and_stays_out_of_the_spec_hash() {
     assert!(e.contains("model.images_per_pass") && e.contains("at most 256 images fit a pass"), "{e}");
     assert!(load("most.yaml", &format!("{native}  images_per_pass: 256\n")).is_ok());
     let native_spec = derived_spec(&s, "native.yaml", &native);
-    for (n, says) in [("0", "--images-per-pass must be at least 1"), ("18446744073709551615", "--images-per-pass is 18446744073709551615; at most 256")] {
+    for (n, says) in
+        [("0", "--images-per-pass must be at least 1"), ("18446744073709551615", "--images-per-pass is 18446744073709551615; at most 256")]
+    {
         let a = bin().arg("build").arg(&native_spec).args(["--images-per-pass", n, "--out"]).arg(s.path("out")).assert().failure();
         let err = stderr(&a);
         assert!(err.contains(says) && !err.contains("model.backend"), "{n}: {err}");

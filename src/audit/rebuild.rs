@@ -584,16 +584,9 @@ mod tests {
         }
     }
 
-    /// A two-model release whose second model's scores moved: the primary's logits are equal,
-    /// and the audit still sees the drift and names the second model (it used to say max 0).
-    #[test]
-    fn the_second_models_logits_are_compared_too() {
-        let (drift, changes) = score_drift(&[row(2.0, 3.0)], &[row(2.0, 3.5)], 1e-3);
-        assert!(changes.is_empty());
-        assert_eq!(drift.max_abs, 0.0);
-        let second = drift.second.as_ref().expect("a two-model release");
-        assert_eq!((second.logits_compared, second.max_abs), (4, 0.5));
-        let mut report = AuditReport {
+    /// A report of release s1a before `judge`: nothing compared, nothing said.
+    fn unjudged() -> AuditReport {
+        AuditReport {
             release_id: "s1a".into(),
             original: "a".into(),
             rebuilt: "b".into(),
@@ -606,10 +599,22 @@ mod tests {
             inference: "rerun".into(),
             files: Vec::new(),
             drift: None,
-            class_changes: changes,
+            class_changes: Vec::new(),
             pass: true,
             reasons: Vec::new(),
-        };
+        }
+    }
+
+    /// A two-model release whose second model's scores moved: the primary's logits are equal,
+    /// and the audit still sees the drift and names the second model (it used to say max 0).
+    #[test]
+    fn the_second_models_logits_are_compared_too() {
+        let (drift, changes) = score_drift(&[row(2.0, 3.0)], &[row(2.0, 3.5)], 1e-3);
+        assert!(changes.is_empty());
+        assert_eq!(drift.max_abs, 0.0);
+        let second = drift.second.as_ref().expect("a two-model release");
+        assert_eq!((second.logits_compared, second.max_abs), (4, 0.5));
+        let mut report = AuditReport { class_changes: changes, ..unjudged() };
         judge(&mut report, &drift);
         assert!(!report.pass);
         assert_eq!(report.reasons, ["the second model's raw logits drift by up to 5.000e-1, above the tolerance 1.000e-3"]);
@@ -631,25 +636,13 @@ mod tests {
         let mut auto = pinned.clone();
         auto["MKL_CBWR"] = "AUTO".into();
         let pins = KernelPins::of(&scorer(auto), &pinned).unwrap();
-        assert_eq!((pins.locked.as_slice(), pins.now.as_slice()), (&["MKL_CBWR=AUTO".to_string()][..], &["MKL_CBWR=COMPATIBLE".to_string()][..]));
+        assert_eq!(
+            (pins.locked.as_slice(), pins.now.as_slice()),
+            (&["MKL_CBWR=AUTO".to_string()][..], &["MKL_CBWR=COMPATIBLE".to_string()][..])
+        );
         assert_eq!(pins.repeat, "env MKL_CBWR=AUTO");
-        let mut report = AuditReport {
-            release_id: "s1a".into(),
-            original: "a".into(),
-            rebuilt: "b".into(),
-            spec: "s.yaml".into(),
-            spec_differences: Vec::new(),
-            tool_locked: String::new(),
-            tool_now: String::new(),
-            arithmetic: None,
-            kernel_pins: Some(pins),
-            inference: "rerun".into(),
-            files: vec![FileComparison { path: LOCK_FILE.into(), status: FileStatus::Differs, score_free: true }],
-            drift: None,
-            class_changes: Vec::new(),
-            pass: true,
-            reasons: Vec::new(),
-        };
+        let files = vec![FileComparison { path: LOCK_FILE.into(), status: FileStatus::Differs, score_free: true }];
+        let mut report = AuditReport { kernel_pins: Some(pins), files, ..unjudged() };
         let (drift, _) = score_drift(&[row(2.0, 3.0)], &[row(2.0, 3.0)], 1e-3);
         judge(&mut report, &drift);
         assert_eq!(report.reasons.len(), 1, "{:?}", report.reasons);

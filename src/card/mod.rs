@@ -351,7 +351,6 @@ fn unpinned_kernels_note(scorer: &minijinja::Value) -> String {
     )
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,7 +360,8 @@ mod tests {
     /// their bytes.
     #[test]
     fn the_reproducibility_line_names_kernels_off_their_pins() {
-        let scorer = |kernels: serde_json::Value| minijinja::Value::from_serialize(serde_json::json!({"preprocessing": {"cpu_kernels": kernels}}));
+        let scorer =
+            |kernels: serde_json::Value| minijinja::Value::from_serialize(serde_json::json!({"preprocessing": {"cpu_kernels": kernels}}));
         let pinned = serde_json::json!({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"});
         assert_eq!(unpinned_kernels_note(&scorer(pinned.clone())), "");
         assert_eq!(unpinned_kernels_note(&minijinja::Value::from_serialize(serde_json::json!({"preprocessing": null}))), "");

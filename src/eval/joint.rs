@@ -141,7 +141,9 @@ fn is_the_fit_of(rule: &JointRule, reads: &[FitRow<'_>]) -> bool {
                 _ => false,
             }
     };
-    same(&pooled, &rule.pooled) && labels.len() == rule.labels.len() && labels.iter().all(|(l, r)| rule.labels.get(l).is_some_and(|s| same(r, s)))
+    same(&pooled, &rule.pooled)
+        && labels.len() == rule.labels.len()
+        && labels.iter().all(|(l, r)| rule.labels.get(l).is_some_and(|s| same(r, s)))
 }
 
 /// Label errors where the families disagree and where they agree (judged NIH-label rows).

@@ -18,7 +18,10 @@ pub enum LockError {
     /// Another process holds it: its pid, or "unknown".
     Held(String),
     /// Something that is not a lock file this tool left is at the lock's path: what it is.
-    NotALock { path: PathBuf, what: String },
+    NotALock {
+        path: PathBuf,
+        what: String,
+    },
     Io(io::Error),
 }
 

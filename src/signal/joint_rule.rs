@@ -151,14 +151,14 @@ impl JointRule {
                 Some(w) if ![w.primary, w.second, w.bias].iter().all(|x| x.is_finite()) => {
                     return Err(invalid(format!("{name}: weights must be finite numbers")))
                 }
-                Some(w) if w.primary < 0.0 || w.second < 0.0 => {
-                    return Err(invalid(format!(
-                        "{name}: a family's weight is negative ({}, {}); the fit never makes one (a family that points the wrong way weighs 0)",
-                        w.primary, w.second
-                    )))
-                }
+                Some(w) if w.primary < 0.0 || w.second < 0.0 => return Err(invalid(format!(
+                    "{name}: a family's weight is negative ({}, {}); the fit never makes one (a family that points the wrong way weighs 0)",
+                    w.primary, w.second
+                ))),
                 Some(w) if [w.primary, w.second, w.bias].iter().any(|x| x.abs() > MAX_WEIGHT) => {
-                    return Err(invalid(format!("{name}: weights beyond ±{MAX_WEIGHT}, which no fit makes and which would saturate every confidence")))
+                    return Err(invalid(format!(
+                        "{name}: weights beyond ±{MAX_WEIGHT}, which no fit makes and which would saturate every confidence"
+                    )))
                 }
                 _ => {}
             }
@@ -429,7 +429,12 @@ mod tests {
             format: JOINT_RULE_FORMAT.into(),
             fitted_on: "release s1a against gold.csv".into(),
             gold_sha256: "ab".repeat(32),
-            pooled: LabelRule { source: RuleSource::Pooled, weights: Some(Weights { primary: 1.2, second: 0.8, bias: -0.3 }), n: 40, positives: 20 },
+            pooled: LabelRule {
+                source: RuleSource::Pooled,
+                weights: Some(Weights { primary: 1.2, second: 0.8, bias: -0.3 }),
+                n: 40,
+                positives: 20,
+            },
             labels: BTreeMap::new(),
             images: vec!["00000001_000.png".into(), "00000002_000.png".into()],
         };
