@@ -33,6 +33,9 @@ PYTHON = os.environ.get("BPALS_VLLM_PYTHON")
 MODEL = os.path.join(ROOT, "fixtures", "vlm", "trained", "qwen2_vl")
 SERVED_NAME = "bpals/trained-tiny-qwen2-vl"
 IMAGES = 48
+# The tests whose claim does not grow with the build's size (two builds agree, two logprob modes
+# agree) build this many: every vLLM request is a core's second or more here.
+FEW = 12
 
 # Agreement with the native engine. vLLM runs the same f32 weights through its own kernels and
 # image processor. Measured here on 150 rows (120 images, every question, before the test took
@@ -197,11 +200,15 @@ def test_s1a_through_vllm_verifies_and_agrees_with_the_native_engine(served_rele
     assert agree == len(a)
 
 
-def test_two_builds_against_one_server_are_byte_identical(served_release, scratch):
-    _, served, spec = served_release
-    again = scratch / "served-again"
-    build(spec, again, scratch / "cache-again")
-    assert digests(again) == digests(served)
+def test_two_builds_against_one_server_are_byte_identical(server, scratch):
+    """Two builds of the same spec through one server, each with a fresh cache (on FEW images:
+    whether two builds agree does not grow with their size)."""
+    path = scratch / "twice"
+    path.mkdir()
+    _, spec = write_specs(path, server.url, images=FEW)
+    build(spec, path / "first", path / "cache-first")
+    build(spec, path / "again", path / "cache-again")
+    assert digests(path / "again") == digests(path / "first")
 
 
 def test_processed_logprobs_give_the_same_p_yes_as_raw(served_release, scratch):
@@ -210,12 +217,14 @@ def test_processed_logprobs_give_the_same_p_yes_as_raw(served_release, scratch):
     path.mkdir()
     processed = Server(scratch, "processed_logprobs")
     try:
-        _, spec = write_specs(path, processed.url)
+        _, spec = write_specs(path, processed.url, images=FEW)
         build(spec, path / "out", path / "cache")
     finally:
         processed.stop()
+    # FEW images, the first of the module's build's (a seeded order, cut): compared on them.
     a, b = p_yes(served), p_yes(path / "out")
-    worst = max(abs(x - y) for k in a for x, y in zip(a[k][0], b[k][0]))
+    assert b and b.keys() <= a.keys(), sorted(b.keys() - a.keys())[:3]
+    worst = max(abs(x - y) for k in b for x, y in zip(a[k][0], b[k][0]))
     print(f"processed_logprobs against raw_logprobs: largest p_yes difference {worst:.3g}")
     # The two modes normalise over different sets (every token, or the two allowed ones), so the
     # stored logprobs differ; their difference, and so p_yes, does not.
