@@ -207,22 +207,17 @@ pub struct KernelPins {
 impl KernelPins {
     /// From a lock's scorer, against `now` (`cpu_kernels::identity()` of this process).
     pub fn of(scorer: &serde_json::Value, now: &serde_json::Value) -> Option<KernelPins> {
+        use crate::vlm::cpu_kernels::shown;
         let locked = scorer["preprocessing"]["cpu_kernels"].as_object()?;
-        let show = |variable: &str, value: &serde_json::Value| match value.as_str() {
-            Some(v) => format!("{variable}={v}"),
-            None => format!("{variable} unset"),
-        };
         let mut pins = KernelPins { locked: Vec::new(), now: Vec::new(), repeat: String::new() };
         let mut repeat = Vec::new();
         for (variable, value) in locked {
             let current = &now[variable.as_str()];
             if value != current {
-                pins.locked.push(show(variable, value));
-                pins.now.push(show(variable, current));
-                repeat.push(match value.as_str() {
-                    Some(v) => format!("{variable}={v}"),
-                    None => format!("-u {variable}"),
-                });
+                pins.locked.push(shown(variable, value.as_str()));
+                pins.now.push(shown(variable, current.as_str()));
+                // `env` repeats a value as it is shown, and an unset variable with -u.
+                repeat.push(if value.is_string() { shown(variable, value.as_str()) } else { format!("-u {variable}") });
             }
         }
         pins.repeat = format!("env {}", repeat.join(" "));

@@ -151,10 +151,12 @@ impl JointRule {
                 Some(w) if ![w.primary, w.second, w.bias].iter().all(|x| x.is_finite()) => {
                     return Err(invalid(format!("{name}: weights must be finite numbers")))
                 }
-                Some(w) if w.primary < 0.0 || w.second < 0.0 => return Err(invalid(format!(
+                Some(w) if w.primary < 0.0 || w.second < 0.0 => {
+                    return Err(invalid(format!(
                     "{name}: a family's weight is negative ({}, {}); the fit never makes one (a family that points the wrong way weighs 0)",
                     w.primary, w.second
-                ))),
+                )))
+                }
                 Some(w) if [w.primary, w.second, w.bias].iter().any(|x| x.abs() > MAX_WEIGHT) => {
                     return Err(invalid(format!(
                         "{name}: weights beyond ±{MAX_WEIGHT}, which no fit makes and which would saturate every confidence"

@@ -74,6 +74,14 @@ pub fn identity() -> serde_json::Value {
     settings().into_iter().map(|s| (s.variable.to_string(), s.value.into())).collect::<serde_json::Map<_, _>>().into()
 }
 
+/// One setting as the tool names it to a reader: `VARIABLE=value`, or `VARIABLE unset`.
+pub fn shown(variable: &str, value: Option<&str>) -> String {
+    match value {
+        Some(value) => format!("{variable}={value}"),
+        None => format!("{variable} unset"),
+    }
+}
+
 /// The settings of a scorer identity's `cpu_kernels` (as [`identity`] records them) that are not
 /// the pins, each as `VARIABLE=value` (`VARIABLE unset` where it was): empty where every one is
 /// pinned, or where the identity records none (a GPU run, another backend).
@@ -82,8 +90,7 @@ pub fn unpinned(kernels: &serde_json::Value) -> Vec<String> {
     PINS.iter()
         .filter_map(|(variable, pinned)| match recorded.get(*variable).and_then(|v| v.as_str()) {
             Some(value) if value == *pinned => None,
-            Some(value) => Some(format!("{variable}={value}")),
-            None => Some(format!("{variable} unset")),
+            value => Some(shown(variable, value)),
         })
         .collect()
 }
