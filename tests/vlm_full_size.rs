@@ -2,7 +2,7 @@
 //! experts Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B, and Gemma 4 E4B, 26B-A4B and 31B) on the CPU, cut to two text layers and two
 //! vision blocks with every width kept (`bench scoring --layers 2`): the real shapes
 //! (151,936-token vocabulary, 4,096-wide decoder, DeepStack mergers, 128 and 256 experts) run on
-//! every machine, not only where a GPU is lent. About 25 s and 7 GB per dense model, up to 11 GB
+//! every machine, not only where a GPU is lent. About 10 s and 7 GB per dense model, up to 11 GB
 //! for the widest MoE slice; one at a time.
 #![cfg(feature = "vlm")]
 

@@ -32,6 +32,35 @@ struct RandomWeights {
     parameters: std::cell::Cell<i64>,
 }
 
+/// Draws per random tensor beyond which the draws repeat (4 MiB of f32).
+const RANDOM_POOL: i64 = 1 << 20;
+
+impl RandomWeights {
+    /// A tensor of N(0, 0.02^2) draws. Up to [`RANDOM_POOL`] elements they are all drawn; a
+    /// larger tensor repeats its first `RANDOM_POOL` draws. libtorch draws on one thread, and a
+    /// full-size slice asks for about 2e9 (the 8B's embedding alone is 2.5 GB in f32): drawn, they
+    /// took 26 s of the 29 s a CPU run of one slice took; repeated, the copy runs on every thread.
+    /// What a benchmark measures does not depend on the values, and every router's weights (at
+    /// most 128 x 2,816) fit in one pool, so the experts' choice stays random.
+    fn normal(&self, shape: &[i64]) -> Tensor {
+        let options = (Kind::Float, self.device);
+        let numel: i64 = shape.iter().product();
+        if numel <= RANDOM_POOL {
+            return Tensor::empty(shape, options).normal_(0.0, 0.02);
+        }
+        let pool = Tensor::empty([1, RANDOM_POOL], options).normal_(0.0, 0.02);
+        // In place: no second full-size temporary.
+        let tensor = Tensor::empty([numel], options);
+        let whole = numel / RANDOM_POOL;
+        let mut repeats = tensor.narrow(0, 0, whole * RANDOM_POOL).view([whole, RANDOM_POOL]);
+        repeats.copy_(&pool.expand([whole, RANDOM_POOL], false));
+        let rest = numel - whole * RANDOM_POOL;
+        let mut tail = tensor.narrow(0, whole * RANDOM_POOL, rest);
+        tail.copy_(&pool.view([-1]).narrow(0, 0, rest));
+        tensor.view(shape)
+    }
+}
+
 /// One naming for both checkpoint layouts: the hub's (`visual.*`, `model.*`, `lm_head.*`) and
 /// transformers 5's in-memory one (`model.visual.*`, `model.language_model.*`).
 fn normalize(name: &str) -> String {
@@ -63,8 +92,8 @@ impl Weights {
         Ok(Weights { tensors: RefCell::new(tensors), taken: Cell::new(0), sources, random: None })
     }
 
-    /// Weights drawn from N(0, 0.02^2) (norm scales 1, biases 0) as the model asks for them,
-    /// seeded, on `device` in `kind`. Their outputs mean nothing; their cost is the real model's.
+    /// Weights drawn from N(0, 0.02^2) (norm scales 1, biases 0; see [`RandomWeights::normal`]
+    /// for the largest) as the model asks for them, seeded, on `device` in `kind`. Their outputs mean nothing; their cost is the real model's.
     pub fn random(device: Device, kind: Kind, lm_head: bool, seed: i64) -> Weights {
         tch::manual_seed(seed);
         let random = RandomWeights { device, kind, lm_head, parameters: std::cell::Cell::new(0) };
@@ -109,8 +138,7 @@ impl Weights {
             } else if name.contains("norm") || name.ends_with("ln_q.weight") || name.contains("scale") || name.ends_with("layer_scalar") {
                 Tensor::ones(shape, options)
             } else {
-                // In place: no second full-size temporary (the 8B's embedding is 2.5 GB in f32).
-                Tensor::empty(shape, options).normal_(0.0, 0.02)
+                r.normal(shape)
             };
             r.parameters.set(r.parameters.get() + tensor.numel() as i64);
             return Ok(tensor.to_kind(r.kind));
