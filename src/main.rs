@@ -55,6 +55,9 @@ enum Command {
     /// Fit per-label calibration of a release's confidence on expert labels, or with --joint a
     /// two-family release's joint rule; a spec can name the file.
     Calibrate(cli::calibrate::CalibrateArgs),
+    /// Confident learning over NIH's labels: a probe per finding on image features, out of fold
+    /// (folds split by patient), and the labels its probabilities confidently contradict.
+    LabelIssues(cli::label_issues::LabelIssuesArgs),
     /// Benchmarks: the pipeline, batched decoding, full-size scoring, the report labeler.
     Bench(cli::bench::BenchArgs),
     /// `bench generation`'s older name.
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cli::eval::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Review(a) => cli::review::run(a),
+        Command::LabelIssues(a) => cli::label_issues::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::BenchGeneration(a) => {
             cli::bench::renamed("bench-generation");

@@ -15,6 +15,7 @@ pub mod eval;
 pub mod fetch_nih;
 pub mod infer;
 pub mod install;
+pub mod label_issues;
 pub mod label_report;
 pub mod probe;
 pub mod publish;

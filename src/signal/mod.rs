@@ -2,6 +2,7 @@
 //! holding the shipped scores can re-derive every column exactly.
 
 pub mod calibration;
+pub mod confident_learning;
 pub mod joint;
 pub mod joint_rule;
 pub mod text_trace;
