@@ -55,6 +55,9 @@ enum Command {
     /// Fit per-label calibration of a release's confidence on expert labels, or with --joint a
     /// two-family release's joint rule; a spec can name the file.
     Calibrate(cli::calibrate::CalibrateArgs),
+    /// Every selected image's feature vector from the spec's model: the features file
+    /// `label-issues` reads.
+    Features(cli::features::FeaturesArgs),
     /// Confident learning over NIH's labels: a probe per finding on image features, out of fold
     /// (folds split by patient), and the labels its probabilities confidently contradict.
     LabelIssues(cli::label_issues::LabelIssuesArgs),
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cli::eval::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Review(a) => cli::review::run(a),
+        Command::Features(a) => cli::features::run(a),
         Command::LabelIssues(a) => cli::label_issues::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::BenchGeneration(a) => {

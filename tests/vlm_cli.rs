@@ -351,3 +351,32 @@ fn bench_prep_reads_a_processor_config_as_its_preprocessor() {
     let err = stderr(&prep(&nested).failure());
     assert!(err.contains("processor_config.json: key image_processor.min_pixels"), "{err}");
 }
+
+/// `features` on the sample with the engine: the mean of the vision tower's merged tokens, one
+/// vector per selected image as wide as the decoder, finite, the same bytes whatever `--jobs`.
+#[test]
+fn features_are_the_vision_towers_mean_and_repeat_to_the_byte() {
+    let s = Scratch::new();
+    let run = |out: &str, jobs: &str| {
+        let a = bin()
+            .arg("features")
+            .arg(spec("s1a.yaml"))
+            .arg("--out")
+            .arg(s.path(out))
+            .args(["--no-progress", "--jobs", jobs])
+            .arg("--cache-dir")
+            .arg(s.cache())
+            .assert()
+            .success();
+        stdout(&a)
+    };
+    let said = run("a.parquet", "2");
+    let hidden = {
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/trained/qwen2_vl/config.json")).unwrap()).unwrap();
+        config["text_config"]["hidden_size"].as_u64().unwrap()
+    };
+    assert!(said.contains(&format!("640 images x {hidden} features (vision_tower_mean")), "{said}");
+    run("b.parquet", "1");
+    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("b.parquet")).unwrap());
+}

@@ -43,6 +43,18 @@ pub struct LabelIssuesArgs {
 
 pub fn run(args: LabelIssuesArgs) -> anyhow::Result<ExitCode> {
     let findings: Vec<String> = if args.findings.is_empty() { LABELS.map(String::from).to_vec() } else { args.findings.clone() };
+    if let Some(unknown) = findings.iter().find(|f| bpals_release::vocab::label_index(f).is_none()) {
+        anyhow::bail!("--findings: unknown finding {unknown:?}: expected one of {}", LABELS.join(", "));
+    }
+    let defaults = ProbeSettings::default();
+    let settings = ProbeSettings {
+        folds: args.folds.unwrap_or(defaults.folds),
+        fold_seed: args.fold_seed.unwrap_or(defaults.fold_seed),
+        grid: if args.grid.is_empty() { defaults.grid } else { args.grid.clone() },
+    };
+    if let Some(problem) = settings.problem() {
+        anyhow::bail!("{problem}");
+    }
     let nih = bpals_release::source::load_files(&bpals_release::source::SourceFiles {
         data_entry: args.data_entry.clone(),
         ..Default::default()
@@ -50,15 +62,6 @@ pub fn run(args: LabelIssuesArgs) -> anyhow::Result<ExitCode> {
     let json_path = args.out.join("label_issues.json");
     let (issues, oof) = match (&args.features, &args.probabilities) {
         (Some(path), _) => {
-            let defaults = ProbeSettings::default();
-            let settings = ProbeSettings {
-                folds: args.folds.unwrap_or(defaults.folds),
-                fold_seed: args.fold_seed.unwrap_or(defaults.fold_seed),
-                grid: if args.grid.is_empty() { defaults.grid } else { args.grid.clone() },
-            };
-            if let Some(problem) = settings.problem() {
-                anyhow::bail!("{problem}");
-            }
             let (names, features) = table::read_features(path)?;
             eprintln!(
                 "probes: {} findings x {} images x {} features, {} folds by patient, {} strengths each",

@@ -12,6 +12,7 @@ pub mod diff;
 pub mod doctor;
 pub mod engine;
 pub mod eval;
+pub mod features;
 pub mod fetch_nih;
 pub mod infer;
 pub mod install;

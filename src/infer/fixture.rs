@@ -88,6 +88,17 @@ impl Scorer for FixtureScorer {
     fn family(&self) -> &'static str {
         crate::vlm::Family::Qwen2Vl.name()
     }
+
+    /// Sixteen numbers drawn from a hash of the image's bytes: they exercise the features' path
+    /// and carry no information about the image.
+    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
+        Ok(images
+            .iter()
+            .map(|image| {
+                (0..16u64).map(|k| (unit(splitmix(stable_u64(&["fixture-features", image.sha256]) ^ k)) * 2.0 - 1.0) as f32).collect()
+            })
+            .collect())
+    }
 }
 
 /// What the fixture "writes" for a prompt, in the format the prompt asks for: a box (S2's

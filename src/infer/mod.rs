@@ -2,6 +2,7 @@
 //! image under a content key so that sharded runs on many machines merge into one build.
 
 mod cache;
+mod features;
 mod fixture;
 mod generation;
 #[cfg(feature = "vlm")]
@@ -15,6 +16,7 @@ use image::DynamicImage;
 use serde::Serialize;
 
 pub use cache::{CacheKey, ScoreCache};
+pub use features::run_features;
 pub use fixture::FixtureScorer;
 pub use generation::{
     count_cached_answers, run_generation, Answer, DecodingSettings, GenerationCache, GenerationJob, GenerationReport, ImageAnswers,
@@ -203,7 +205,21 @@ pub trait Scorer: Sync {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// One feature vector per image, for confident learning's probes (see
+    /// [`IMAGE_FEATURES`]). A backend that has none says so.
+    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
+        let _ = images;
+        Err(InferError::Scorer {
+            backend: self.identity().backend.name().into(),
+            message: "a served model returns no image features: bring a features file made elsewhere (`label-issues --features`)".into(),
+        })
+    }
 }
+
+/// What an image's feature vector is: the mean over the image's merged tokens of the vision
+/// tower's output (the embeddings that replace the image's placeholder tokens), one value per
+/// dimension of the decoder's hidden state, averaged in f32 from the model's dtype.
+pub const IMAGE_FEATURES: &str = "vision_tower_mean";
 
 /// What a libtorch-free binary says when asked to run the VLM engine.
 pub const NO_VLM_FEATURE: &str = "this binary was built without the `vlm` feature (no libtorch): run the command through \

@@ -294,6 +294,25 @@ impl Scorer for NativeScorer {
         self.notes.clone()
     }
 
+    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
+        if self.pixels.device == tch::Device::Cpu {
+            tch::set_num_threads(1);
+        }
+        let PixelSettings { preprocessor, device } = &self.pixels;
+        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
+        let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        images
+            .iter()
+            .map(|image| {
+                let fail = || engine_err(format!("image {}", image.name));
+                let (values, grid) = pixels::pixel_values(image.image, preprocessor, *device).map_err(fail())?;
+                let features = loaded.engine.model.encode_image(&values, grid);
+                let mean = features.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu);
+                Vec::<f32>::try_from(&mean).map_err(|e| err(format!("image {}: reading its features: {e}", image.name)))
+            })
+            .collect()
+    }
+
     fn family(&self) -> &'static str {
         self.family.name()
     }

@@ -298,6 +298,28 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     })
 }
 
+/// Every selected image's feature vector, from the spec's scorer (`bpals-release features`).
+pub struct ImageFeaturesTable {
+    pub names: Vec<String>,
+    pub vectors: Vec<Vec<f32>>,
+    pub scorer: infer::ScorerIdentity,
+    /// Why the scorer is a stand-in, if it is (the fixture scorer's features carry nothing).
+    pub demo_reasons: Vec<String>,
+}
+
+/// The feature vector of every image the spec selects (see [`infer::IMAGE_FEATURES`]).
+pub fn image_features(spec: &ResolvedSpec, options: &BuildOptions) -> Result<ImageFeaturesTable, BuildError> {
+    let prepared = prepare(spec, options)?;
+    let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
+    let vectors = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &run)?;
+    Ok(ImageFeaturesTable {
+        names: prepared.jobs.iter().map(|j| j.name.clone()).collect(),
+        vectors,
+        scorer: prepared.scorer.identity().clone(),
+        demo_reasons: prepared.demo_reasons,
+    })
+}
+
 /// The decoding settings of S2's grounding answers.
 fn decoding(spec: &ResolvedSpec) -> DecodingSettings {
     DecodingSettings::greedy(spec.prompts.location.as_ref().map_or(0, |l| l.max_new_tokens))

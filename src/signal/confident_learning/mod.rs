@@ -149,10 +149,10 @@ fn finding_probes(features: &FeatureMatrix, folds: &[usize], finding: &FindingLa
     for f in 0..k {
         for g in f + 1..k {
             let train = rows_outside(&[f, g]);
-            for (ci, &c) in grid.iter().enumerate() {
-                let p = probe::fit(features, &train, labels, c);
-                inner[f][ci] += probe::log_loss(&p, features, &rows_in(g), labels) * rows_in(g).len() as f64;
-                inner[g][ci] += probe::log_loss(&p, features, &rows_in(f), labels) * rows_in(f).len() as f64;
+            let (held_f, held_g) = (rows_in(f), rows_in(g));
+            for (ci, p) in probe::fit_path(features, &train, labels, grid).iter().enumerate() {
+                inner[f][ci] += probe::log_loss(p, features, &held_g, labels) * held_g.len() as f64;
+                inner[g][ci] += probe::log_loss(p, features, &held_f, labels) * held_f.len() as f64;
             }
         }
     }

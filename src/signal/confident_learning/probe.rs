@@ -49,19 +49,47 @@ const MAX_ITERATIONS: usize = 5_000;
 /// Fits a probe with inverse regularisation `c` on `rows` of `features`, whose labels are
 /// `labels[row]`.
 pub fn fit(features: &FeatureMatrix, rows: &[usize], labels: &[bool], c: f64) -> Probe {
+    fit_path(features, rows, labels, &[c]).remove(0)
+}
+
+/// One probe per strength of `grid` (ascending) on the same rows: each fit starts where the
+/// previous, more regularised one ended, and the standardisation is computed once.
+pub fn fit_path(features: &FeatureMatrix, rows: &[usize], labels: &[bool], grid: &[f64]) -> Vec<Probe> {
     let (mean, scale) = standardisation(features, rows);
     let d = features.dims;
-    let n = rows.len() as f64;
     // Parameters in the standardised space: d weights, then the intercept.
     let mut theta = vec![0.0; d + 1];
+    let mut probes = Vec::with_capacity(grid.len());
+    for &c in grid {
+        minimize(features, rows, labels, (&mean, &scale), c, &mut theta);
+        let (w, b) = theta.split_at(d);
+        let weights: Vec<f64> = w.iter().zip(&scale).map(|(wk, s)| wk / s).collect();
+        let bias = b[0] - linear_f64(&weights, &mean);
+        probes.push(Probe { weights, bias });
+    }
+    probes
+}
+
+/// Minimises the objective at strength `c` from `theta` (standardised weights, then the
+/// intercept), in place. The features are read raw: the standardisation is folded in.
+fn minimize(
+    features: &FeatureMatrix,
+    rows: &[usize],
+    labels: &[bool],
+    (mean, scale): (&[f64], &[f64]),
+    c: f64,
+    theta: &mut [f64],
+) -> super::lbfgs::Minimum {
+    let d = features.dims;
+    let n = rows.len() as f64;
     let mut folded = vec![0.0; d];
     let mut residual_sum = vec![0.0; d];
-    super::lbfgs::minimize(&mut theta, TOLERANCE, MAX_ITERATIONS, |theta, grad| {
+    super::lbfgs::minimize(theta, TOLERANCE, MAX_ITERATIONS, |theta, grad| {
         let (w, b) = theta.split_at(d);
         for k in 0..d {
             folded[k] = w[k] / scale[k];
         }
-        let offset = b[0] - linear_f64(&folded, &mean);
+        let offset = b[0] - linear_f64(&folded, mean);
         residual_sum.iter_mut().for_each(|v| *v = 0.0);
         let (mut loss, mut total_residual) = (0.0, 0.0);
         for &i in rows {
@@ -83,11 +111,7 @@ pub fn fit(features: &FeatureMatrix, rows: &[usize], labels: &[bool], c: f64) ->
         }
         grad[d] = total_residual / n;
         (loss + penalty / (2.0 * c)) / n
-    });
-    let (w, b) = theta.split_at(d);
-    let weights: Vec<f64> = w.iter().zip(&scale).map(|(wk, s)| wk / s).collect();
-    let bias = b[0] - linear_f64(&weights, &mean);
-    Probe { weights, bias }
+    })
 }
 
 /// Each dimension's mean and standard deviation (divided by n) over `rows`; a constant dimension

@@ -146,6 +146,31 @@ pub fn out_of_fold_parquet(rows: &[OutOfFoldRow<'_>]) -> Vec<u8> {
     bytes
 }
 
+/// A features file as Parquet bytes: one row per image, `features` a list of float32; `metadata`
+/// goes into the file's key-value metadata (what made the vectors).
+pub fn features_parquet(names: &[String], vectors: &[Vec<f32>], metadata: &[(String, String)]) -> Vec<u8> {
+    use arrow_array::builder::{Float32Builder, ListBuilder};
+    let mut list = ListBuilder::new(Float32Builder::new()).with_field(Arc::new(Field::new("item", DataType::Float32, false)));
+    for v in vectors {
+        list.values().append_slice(v);
+        list.append(true);
+    }
+    let list = list.finish();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("image_index", DataType::Utf8, false),
+        Field::new("features", list.data_type().clone(), false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(names)), Arc::new(list)];
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("columns match the schema");
+    let kv = metadata.iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k.clone(), v.clone())).collect();
+    let props = parquet::file::properties::WriterProperties::builder().set_key_value_metadata(Some(kv)).build();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(props)).expect("an in-memory writer");
+    writer.write(&batch).expect("an in-memory write");
+    writer.close().expect("an in-memory close");
+    bytes
+}
+
 fn for_each_batch(path: &Path, mut each: impl FnMut(&RecordBatch) -> Result<(), TableError>) -> Result<(), TableError> {
     let file = File::open(path).map_err(|source| TableError::Io { path: path.into(), source })?;
     let parquet = |e: &dyn std::fmt::Display| TableError::Parquet { path: path.into(), message: e.to_string() };
