@@ -41,6 +41,36 @@ fn features_then_label_issues_run_on_the_sample_and_repeat_to_the_byte() {
     let out = stdout(&a);
     assert!(out.contains("x 16 features (vision_tower_mean"), "{out}");
     assert!(out.contains("carry no information"), "the fixture's features must say what they are: {out}");
+    assert!(out.contains("640 computed, 0 from the cache"), "{out}");
+    // A second run reads the cache and writes the same bytes.
+    let again = s.path("again.parquet");
+    let a = bin()
+        .arg("features")
+        .arg(fixture_s1a())
+        .arg("--out")
+        .arg(&again)
+        .arg("--cache-dir")
+        .arg(s.cache())
+        .arg("--no-progress")
+        .assert()
+        .success();
+    assert!(stdout(&a).contains("0 computed, 640 from the cache"), "{}", stdout(&a));
+    assert_eq!(std::fs::read(&features).unwrap(), std::fs::read(&again).unwrap());
+    // A damaged entry is set aside, said, and computed again.
+    let entry = files_under(&s.cache().join("features-v1")).into_iter().find(|p| p.extension().is_some_and(|e| e == "json")).unwrap();
+    std::fs::write(&entry, b"{\"not\": \"an entry\"}").unwrap();
+    let a = bin()
+        .arg("features")
+        .arg(fixture_s1a())
+        .arg("--out")
+        .arg(&again)
+        .arg("--cache-dir")
+        .arg(s.cache())
+        .arg("--no-progress")
+        .assert()
+        .success();
+    assert!(stdout(&a).contains("1 computed, 639 from the cache") && stdout(&a).contains("cache: "), "{}", stdout(&a));
+    assert_eq!(std::fs::read(&features).unwrap(), std::fs::read(&again).unwrap());
 
     let flags = ["--findings", "Effusion,No Finding", "--folds", "3", "--grid", "0.1,1"];
     let first = label_issues(&s, &features, "first", &flags).success();

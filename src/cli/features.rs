@@ -30,15 +30,20 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<ExitCode> {
         ("bpals.scorer".to_string(), serde_json::to_string(&found.scorer)?),
         ("bpals.scorer_hash".to_string(), found.scorer.hash()),
     ];
-    let bytes = table::features_parquet(&found.names, &found.vectors, &metadata);
+    let report = &found.report;
+    let bytes = table::features_parquet(&found.names, &report.vectors, &metadata);
     bpals_release::review::write_all(&[(&args.out, &bytes)])?;
-    let dims = found.vectors.first().map_or(0, Vec::len);
+    let dims = report.vectors.first().map_or(0, Vec::len);
     println!(
         "wrote {} images x {dims} features ({IMAGE_FEATURES}, {}) to {}",
         found.names.len(),
         found.scorer.model_id,
         args.out.display()
     );
+    println!("  {} computed, {} from the cache", report.computed, report.cached);
+    for problem in &report.cache_problems {
+        println!("  cache: {problem}");
+    }
     for reason in &found.demo_reasons {
         println!("  demo: {reason}");
     }

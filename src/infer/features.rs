@@ -1,47 +1,155 @@
-//! Every image's feature vector from a scorer (see [`super::IMAGE_FEATURES`]): for confident
-//! learning's probes. Parallel over passes as scoring is; results in input order.
+//! Every image's feature vector from a scorer (see [`super::IMAGE_FEATURES`]), for confident
+//! learning's probes: cached per image under a content key (image bytes, scorer, definition) in
+//! the score cache's location, so a second run, or a run on another machine sharing a bucket,
+//! reads what the first computed. Parallel over passes as scoring is; results in input order.
 
+use base64::Engine;
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
-use super::runner::{decode_png, read_image};
-use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
+use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
+use super::store::{CacheLocation, EntryStore};
+use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer, IMAGE_FEATURES};
+use crate::hashing::sha256_parts;
 
-/// The feature vector of each image of `images`, in order. Every vector has the same length.
-pub fn run_features(images: &[ImageJob], scorer: &dyn Scorer, options: &RunOptions) -> Result<Vec<Vec<f32>>, InferError> {
+/// What an entry holds: the vector as little-endian f32 bytes in base64 (a 4,096-wide vector is
+/// 22 KB, where JSON numbers would be about twice that).
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    image: String,
+    image_sha256: String,
+    definition: String,
+    dims: usize,
+    f32_le_base64: String,
+}
+
+/// The feature cache: one entry per (image, scorer, definition).
+#[derive(Debug, Clone)]
+pub struct FeatureCache {
+    entries: EntryStore,
+}
+
+fn key(image_sha256: &str, scorer_hash: &str) -> String {
+    sha256_parts(&["bpals-features/1", image_sha256, scorer_hash, IMAGE_FEATURES])
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+impl FeatureCache {
+    pub fn open(location: &CacheLocation) -> Result<Self, InferError> {
+        Ok(FeatureCache { entries: location.open("features-v1")? })
+    }
+
+    /// The cached vector, or None on a miss; an entry that fails its check is a miss, reported
+    /// in [`Self::take_problems`].
+    pub fn get(&self, image_sha256: &str, scorer_hash: &str) -> Result<Option<Vec<f32>>, InferError> {
+        let decode = |entry: &Entry| -> Option<Vec<f32>> {
+            let bytes = b64().decode(&entry.f32_le_base64).ok()?;
+            (bytes.len() == entry.dims * 4 && entry.dims > 0)
+                .then(|| bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>())
+        };
+        let check = |entry: &Entry| {
+            if entry.image_sha256 != image_sha256 {
+                return Err((format!("image sha256 {image_sha256}"), entry.image_sha256.clone()));
+            }
+            if entry.definition != IMAGE_FEATURES {
+                return Err((format!("features {IMAGE_FEATURES}"), entry.definition.clone()));
+            }
+            match decode(entry) {
+                Some(v) if v.iter().all(|x| x.is_finite()) => Ok(()),
+                _ => Err((format!("{} finite features", entry.dims), "unreadable or not finite features".into())),
+            }
+        };
+        Ok(self.entries.get(&key(image_sha256, scorer_hash), check)?.and_then(|entry: Entry| decode(&entry)))
+    }
+
+    pub fn put(&self, image: &str, image_sha256: &str, scorer_hash: &str, values: &[f32]) -> Result<(), InferError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let entry = Entry {
+            image: image.to_string(),
+            image_sha256: image_sha256.to_string(),
+            definition: IMAGE_FEATURES.to_string(),
+            dims: values.len(),
+            f32_le_base64: b64().encode(bytes),
+        };
+        self.entries.put(&key(image_sha256, scorer_hash), &entry)
+    }
+
+    /// Entries that failed their check since the last call, each set aside and computed again.
+    pub fn take_problems(&self) -> Vec<super::CacheProblem> {
+        self.entries.take_problems()
+    }
+}
+
+/// Every image's vector, in input order, and where they came from.
+#[derive(Debug)]
+pub struct FeaturesReport {
+    pub vectors: Vec<Vec<f32>>,
+    pub computed: usize,
+    pub cached: usize,
+    pub cache_problems: Vec<super::CacheProblem>,
+}
+
+/// The feature vector of each image of `images`, from `cache` where it has it. Every vector has
+/// the same length.
+pub fn run_features(
+    images: &[ImageJob],
+    scorer: &dyn Scorer,
+    cache: &FeatureCache,
+    options: &RunOptions,
+) -> Result<FeaturesReport, InferError> {
+    let scorer_hash = scorer.identity().hash();
+    cache.entries.sweep_stale_temp_files(STALE_TEMP_AGE);
     let bar = options.progress_bar(images.len(), "features");
     let per_pass = scorer.images_per_pass().max(1);
-    let pass = |jobs: &[ImageJob]| -> Result<Vec<Vec<f32>>, InferError> {
-        let read: Vec<(Vec<u8>, String, image::DynamicImage)> = jobs
-            .iter()
-            .map(|job| {
-                let (bytes, sha) = read_image(job)?;
-                let decoded = decode_png(&bytes, job)?;
-                Ok((bytes, sha, decoded))
-            })
-            .collect::<Result<_, InferError>>()?;
-        let inputs: Vec<ImageInput<'_>> =
-            jobs.iter().zip(&read).map(|(job, (bytes, sha, image))| ImageInput { name: &job.name, sha256: sha, bytes, image }).collect();
-        let vectors = scorer.image_features(&inputs)?;
-        bar.inc(jobs.len() as u64);
-        Ok(vectors)
-    };
-    let passes: Vec<Vec<Vec<f32>>> = options.pool()?.install(|| images.par_chunks(per_pass).map(pass).collect::<Result<_, _>>())?;
-    bar.finish_and_clear();
-    let vectors: Vec<Vec<f32>> = passes.into_iter().flatten().collect();
-    let backend = || scorer.identity().backend.name().to_string();
-    if vectors.len() != images.len() {
-        return Err(InferError::Scorer {
-            backend: backend(),
-            message: format!("{} feature vectors for {} images", vectors.len(), images.len()),
-        });
-    }
-    for (job, v) in images.iter().zip(&vectors) {
-        if v.len() != vectors[0].len() || v.iter().any(|x| !x.is_finite()) {
-            return Err(InferError::Scorer {
-                backend: backend(),
-                message: format!("image {}: {} features, not {} finite numbers", job.name, v.len(), vectors[0].len()),
-            });
+    // Per image: its vector and whether it was computed here.
+    let pass = |jobs: &[ImageJob]| -> Result<Vec<(Vec<f32>, bool)>, InferError> {
+        let mut out: Vec<Option<(Vec<f32>, bool)>> = Vec::with_capacity(jobs.len());
+        let mut misses = Vec::new();
+        for job in jobs {
+            let (bytes, sha) = read_image(job)?;
+            match cache.get(&sha, &scorer_hash)? {
+                Some(v) => out.push(Some((v, false))),
+                None => {
+                    let decoded = decode_png(&bytes, job)?;
+                    misses.push((out.len(), job, bytes, sha, decoded));
+                    out.push(None);
+                }
+            }
         }
+        if !misses.is_empty() {
+            let inputs: Vec<ImageInput<'_>> =
+                misses.iter().map(|(_, job, bytes, sha, image)| ImageInput { name: &job.name, sha256: sha, bytes, image }).collect();
+            let vectors = scorer.image_features(&inputs)?;
+            for ((at, job, _, sha, _), v) in misses.iter().zip(vectors) {
+                check(scorer, job, &v)?;
+                cache.put(&job.name, sha, &scorer_hash, &v)?;
+                out[*at] = Some((v, true));
+            }
+        }
+        bar.inc(jobs.len() as u64);
+        Ok(out.into_iter().map(|v| v.expect("every image of the pass has its vector")).collect())
+    };
+    let passes: Vec<Vec<(Vec<f32>, bool)>> = options.pool()?.install(|| images.par_chunks(per_pass).map(pass).collect::<Result<_, _>>())?;
+    bar.finish_and_clear();
+    let all: Vec<(Vec<f32>, bool)> = passes.into_iter().flatten().collect();
+    let computed = all.iter().filter(|(_, fresh)| *fresh).count();
+    let vectors: Vec<Vec<f32>> = all.into_iter().map(|(v, _)| v).collect();
+    if let Some((job, v)) = images.iter().zip(&vectors).find(|(_, v)| v.len() != vectors[0].len()) {
+        return Err(fail(scorer, format!("image {}: {} features where the first image has {}", job.name, v.len(), vectors[0].len())));
     }
-    Ok(vectors)
+    Ok(FeaturesReport { cached: vectors.len() - computed, computed, vectors, cache_problems: cache.take_problems() })
+}
+
+fn check(scorer: &dyn Scorer, job: &ImageJob, v: &[f32]) -> Result<(), InferError> {
+    if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+        return Err(fail(scorer, format!("image {}: features that are not finite numbers", job.name)));
+    }
+    Ok(())
+}
+
+fn fail(scorer: &dyn Scorer, message: String) -> InferError {
+    InferError::Scorer { backend: scorer.identity().backend.name().to_string(), message }
 }

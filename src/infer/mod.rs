@@ -16,7 +16,7 @@ use image::DynamicImage;
 use serde::Serialize;
 
 pub use cache::{CacheKey, ScoreCache};
-pub use features::run_features;
+pub use features::{run_features, FeatureCache, FeaturesReport};
 pub use fixture::FixtureScorer;
 pub use generation::{
     count_cached_answers, run_generation, Answer, DecodingSettings, GenerationCache, GenerationJob, GenerationReport, ImageAnswers,

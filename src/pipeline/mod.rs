@@ -301,7 +301,8 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
 /// Every selected image's feature vector, from the spec's scorer (`bpals-release features`).
 pub struct ImageFeaturesTable {
     pub names: Vec<String>,
-    pub vectors: Vec<Vec<f32>>,
+    /// The vectors, and how many came from the cache.
+    pub report: infer::FeaturesReport,
     pub scorer: infer::ScorerIdentity,
     /// Why the scorer is a stand-in, if it is (the fixture scorer's features carry nothing).
     pub demo_reasons: Vec<String>,
@@ -311,10 +312,11 @@ pub struct ImageFeaturesTable {
 pub fn image_features(spec: &ResolvedSpec, options: &BuildOptions) -> Result<ImageFeaturesTable, BuildError> {
     let prepared = prepare(spec, options)?;
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
-    let vectors = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &run)?;
+    let cache = infer::FeatureCache::open(&options.cache_dir)?;
+    let report = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &cache, &run)?;
     Ok(ImageFeaturesTable {
         names: prepared.jobs.iter().map(|j| j.name.clone()).collect(),
-        vectors,
+        report,
         scorer: prepared.scorer.identity().clone(),
         demo_reasons: prepared.demo_reasons,
     })
