@@ -154,8 +154,19 @@ pub fn log_loss(probe: &Probe, features: &FeatureMatrix, rows: &[usize], labels:
     total / rows.len().max(1) as f64
 }
 
+/// `w . x` in f64, summed in eight interleaved lanes (a fixed order, so the same bits on every
+/// run), which lets the compiler use vector instructions where one running sum would not.
 fn linear(w: &[f64], x: &[f32]) -> f64 {
-    w.iter().zip(x).map(|(a, &b)| a * f64::from(b)).sum()
+    let mut lanes = [0.0f64; 8];
+    let (w_body, w_tail) = w.split_at(w.len() - w.len() % 8);
+    let (x_body, x_tail) = x.split_at(w_body.len());
+    for (wc, xc) in w_body.chunks_exact(8).zip(x_body.chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] += wc[l] * f64::from(xc[l]);
+        }
+    }
+    let tail: f64 = w_tail.iter().zip(x_tail).map(|(a, &b)| a * f64::from(b)).sum();
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])) + tail
 }
 
 fn linear_f64(w: &[f64], x: &[f64]) -> f64 {
