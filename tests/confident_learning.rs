@@ -24,52 +24,30 @@ fn label_issues(s: &Scratch, features: &std::path::Path, out: &str, extra: &[&st
         .assert()
 }
 
+/// `features` on the fixture S1a into `out`, through the scratch's cache; what it printed.
+fn write_features(s: &Scratch, out: &std::path::Path) -> String {
+    let a = bin().arg("features").arg(fixture_s1a()).arg("--out").arg(out).arg("--cache-dir").arg(s.cache()).arg("--no-progress").assert();
+    stdout(&a.success())
+}
+
 #[test]
 fn features_then_label_issues_run_on_the_sample_and_repeat_to_the_byte() {
     let s = Scratch::new();
     let features = s.path("features.parquet");
-    let a = bin()
-        .arg("features")
-        .arg(fixture_s1a())
-        .arg("--out")
-        .arg(&features)
-        .arg("--cache-dir")
-        .arg(s.cache())
-        .arg("--no-progress")
-        .assert()
-        .success();
-    let out = stdout(&a);
+    let out = write_features(&s, &features);
     assert!(out.contains("x 16 features (vision_tower_mean"), "{out}");
     assert!(out.contains("carry no information"), "the fixture's features must say what they are: {out}");
     assert!(out.contains("640 computed, 0 from the cache"), "{out}");
     // A second run reads the cache and writes the same bytes.
     let again = s.path("again.parquet");
-    let a = bin()
-        .arg("features")
-        .arg(fixture_s1a())
-        .arg("--out")
-        .arg(&again)
-        .arg("--cache-dir")
-        .arg(s.cache())
-        .arg("--no-progress")
-        .assert()
-        .success();
-    assert!(stdout(&a).contains("0 computed, 640 from the cache"), "{}", stdout(&a));
+    let said = write_features(&s, &again);
+    assert!(said.contains("0 computed, 640 from the cache"), "{said}");
     assert_eq!(std::fs::read(&features).unwrap(), std::fs::read(&again).unwrap());
     // A damaged entry is set aside, said, and computed again.
     let entry = files_under(&s.cache().join("features-v1")).into_iter().find(|p| p.extension().is_some_and(|e| e == "json")).unwrap();
     std::fs::write(&entry, b"{\"not\": \"an entry\"}").unwrap();
-    let a = bin()
-        .arg("features")
-        .arg(fixture_s1a())
-        .arg("--out")
-        .arg(&again)
-        .arg("--cache-dir")
-        .arg(s.cache())
-        .arg("--no-progress")
-        .assert()
-        .success();
-    assert!(stdout(&a).contains("1 computed, 639 from the cache") && stdout(&a).contains("cache: "), "{}", stdout(&a));
+    let said = write_features(&s, &again);
+    assert!(said.contains("1 computed, 639 from the cache") && said.contains("cache: "), "{said}");
     assert_eq!(std::fs::read(&features).unwrap(), std::fs::read(&again).unwrap());
 
     let flags = ["--findings", "Effusion,No Finding", "--folds", "3", "--grid", "0.1,1"];
