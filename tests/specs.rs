@@ -196,7 +196,7 @@ fn images_per_pass_is_the_native_engines_and_stays_out_of_the_spec_hash() {
     let resolve = |spec| bpals_release::inputs::resolve(spec).unwrap();
     assert_eq!(resolve(one).hash(), resolve(eight).hash());
     let a = bin().arg("build").arg(fixture_s1a()).args(["--images-per-pass", "2", "--out"]).arg(s.path("out")).assert().failure();
-    assert!(stderr(&a).contains("--images-per-pass is for model.backend native only"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("--images-per-pass is for the native engine; no model of this spec is native"), "{}", stderr(&a));
     // Bounded: a pass of 2^64 - 1 images used to overflow its padding, 10^6 to ask for 470 GB.
     let e = load("huge.yaml", &format!("{native}  images_per_pass: 257\n")).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("model.images_per_pass") && e.contains("at most 256 images fit a pass"), "{e}");

@@ -538,3 +538,29 @@ fn a_second_opinion_with_the_primarys_weights_is_refused() {
     assert!(err.contains("second_opinion names the same weights as model") && err.contains("same.yaml"), "{err}");
     assert!(!s.path("out").exists(), "nothing is written");
 }
+
+/// `--images-per-pass` reaches a native second opinion as it reaches the model: its scorer's
+/// identity, and so its scores' key, changes with it (it used to stay at 1, silently).
+#[test]
+fn images_per_pass_applies_to_the_second_opinion_too() {
+    let s = Scratch::new();
+    let plan = |extra: &[&str]| -> serde_json::Value {
+        let a = bin()
+            .arg("build")
+            .arg(spec("second-opinion/s1a-gemma4.yaml"))
+            .args(["--dry-run", "--json", "--out"])
+            .arg(s.path("out"))
+            .arg("--cache-dir")
+            .arg(s.cache())
+            .args(extra)
+            .assert()
+            .success();
+        serde_json::from_str(&stdout(&a)).unwrap()
+    };
+    let (one, two) = (plan(&[]), plan(&["--images-per-pass", "2"]));
+    let key =
+        |p: &serde_json::Value, stage: &str| p["stages"].as_array().unwrap().iter().find(|s| s["stage"] == stage).map(|s| s["key"].clone());
+    assert!(key(&one, "infer_second_opinion").is_some(), "{one}");
+    assert_ne!(key(&one, "infer_second_opinion"), key(&two, "infer_second_opinion"));
+    assert_ne!(key(&one, "infer"), key(&two, "infer"));
+}

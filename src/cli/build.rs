@@ -51,9 +51,9 @@ pub struct RunArgs {
     /// the spec's model.concurrency, else 16].
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
-    /// Images the native engine scores in one pass [default: the spec's model.images_per_pass,
-    /// else 1]. Several fill a GPU; the pass size can move the scores' last bits, so build.lock
-    /// records it and `rebuild --audit` repeats it.
+    /// Images the native engine scores in one pass, for the model and a native second opinion
+    /// alike [default: each one's images_per_pass key, else 1]. Several fill a GPU; the pass size
+    /// can move the scores' last bits, so build.lock records it and `rebuild --audit` repeats it.
     #[arg(long, value_name = "N")]
     images_per_pass: Option<usize>,
     /// Hash the model's weights even when the digest cache knows them (a publishable build

@@ -252,17 +252,27 @@ impl ResolvedSpec {
         }
     }
 
-    /// `--images-per-pass N`: the model's images a pass (the native engine only), over the
-    /// spec's `model.images_per_pass`.
+    /// `--images-per-pass N`: the images a pass of every native model the spec names (the model
+    /// and a second opinion), over their `images_per_pass` keys.
     pub fn set_images_per_pass(&mut self, n: usize) -> Result<(), InputsError> {
         if let Some(problem) = crate::release_spec::images_per_pass_problem(n) {
             return Err(InputsError::Flag(format!("--images-per-pass {problem}")));
         }
-        let at = self.spec.locate("model.backend");
-        if !self.spec.model.backend.is_native() {
-            return Err(InputsError::Option { at, message: "--images-per-pass is for model.backend native only".into() });
+        let second = self.spec.second_opinion.as_mut().filter(|s| s.backend.is_native());
+        let primary = self.spec.model.backend.is_native();
+        if !primary && second.is_none() {
+            let at = self.spec.locate("model.backend");
+            return Err(InputsError::Option {
+                at,
+                message: "--images-per-pass is for the native engine; no model of this spec is native".into(),
+            });
         }
-        self.spec.model.images_per_pass = n;
+        if let Some(second) = second {
+            second.images_per_pass = n;
+        }
+        if primary {
+            self.spec.model.images_per_pass = n;
+        }
         Ok(())
     }
 
