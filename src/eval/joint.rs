@@ -61,6 +61,10 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
     images.sort();
     images.dedup();
     let bytes = std::fs::read(gold_path).map_err(|source| EvalError::Io { path: gold_path.into(), source })?;
+    // The scores it is fitted on: a build under other scorers refuses it.
+    let lock = crate::manifest::BuildLock::read(dir)?;
+    let scorers =
+        lock.second_scorer_sha256.map(|second| joint_rule::FittedScorers { primary_sha256: lock.scorer_sha256, second_sha256: second });
     let gold_name = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     Ok(JointRule {
         format: JOINT_RULE_FORMAT.into(),
@@ -69,6 +73,7 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
         pooled,
         labels,
         images,
+        scorers,
     })
 }
 

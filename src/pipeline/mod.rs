@@ -81,6 +81,12 @@ pub enum BuildError {
         spec.display()
     )]
     SameSecondOpinion { spec: PathBuf, weights: String },
+    #[error(
+        "{}: the joint rule {rule} was fitted on other scores: its scorers are {fitted}, this build's are {now} (fit a rule \
+         on this build's release with `calibrate --joint`)",
+        spec.display()
+    )]
+    RuleOfOtherScores { spec: PathBuf, rule: String, fitted: String, now: String },
     #[error(transparent)]
     Signing(#[from] crate::signing::SigningError),
     #[error(transparent)]
@@ -184,6 +190,25 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
                 }
             }
             notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
+            if let Some(rule) = &spec.joint_rule {
+                let now = (scorer.identity().hash(), s.identity().hash());
+                match &rule.rule.scorers {
+                    Some(f) if (f.primary_sha256.as_str(), f.second_sha256.as_str()) != (now.0.as_str(), now.1.as_str()) => {
+                        return Err(BuildError::RuleOfOtherScores {
+                            spec: spec.path.clone(),
+                            rule: rule.file.clone(),
+                            fitted: format!("{} and {}", f.primary_sha256, f.second_sha256),
+                            now: format!("{} and {}", now.0, now.1),
+                        });
+                    }
+                    Some(_) => {}
+                    None => notes.push(format!(
+                        "the joint rule {} does not say which scorers it was fitted on (written before rules recorded them): \
+                         that could not be checked",
+                        rule.file
+                    )),
+                }
+            }
             if s.family() == scorer.family() {
                 notes.push(format!(
                     "the second opinion is a {} model like the primary one: one lineage's errors are correlated, so its \

@@ -167,6 +167,7 @@ mod tests {
             pooled: listen_to_primary,
             labels: [("Mass".to_string(), listen_to_primary)].into(),
             images: vec![],
+            scorers: None,
         };
         // The primary doubts NIH's positive label, the second is sure of it: under the mean the
         // row is a `review` (agreement 0.5); under the rule, the primary's doubt decides.

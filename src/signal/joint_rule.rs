@@ -101,6 +101,19 @@ pub struct JointRule {
     pub labels: BTreeMap<String, LabelRule>,
     /// The images whose reads the rule was fitted on, sorted: an evaluation cross-fits their rows.
     pub images: Vec<String>,
+    /// The scorers whose confidences it was fitted on (their identities' sha256, as the
+    /// release's build.lock records them): a build refuses the rule under any others. Absent
+    /// from rule files written before it was recorded; a build then says it could not check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scorers: Option<FittedScorers>,
+}
+
+/// The two scorers a rule was fitted on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FittedScorers {
+    pub primary_sha256: String,
+    pub second_sha256: String,
 }
 
 /// Why a joint rule file cannot be used.
@@ -439,6 +452,7 @@ mod tests {
             },
             labels: BTreeMap::new(),
             images: vec!["00000001_000.png".into(), "00000002_000.png".into()],
+            scorers: None,
         };
         let dir = tempfile::tempdir().unwrap();
         let read = |rule: &JointRule| {

@@ -1,7 +1,8 @@
 """A two-family release's figures are those of the confidences it ships, checked outside the tool:
 pyarrow reads the shards, scikit-learn scores them against the sample's truth, and the card and
 eval.json must say the same. A rule fitted on other scores is judged as shipped; the rules no fit
-makes (negated, beyond any fit's size, images out of order) are refused at build time.
+makes (negated, beyond any fit's size, images out of order) and a rule fitted on other scorers
+are refused at build time.
 
 The release is tests/specs/s1a-fixture-second-opinion.yaml: both families are the fixture
 stand-in, so it builds without libtorch in seconds; the rule's path through the build is the one
@@ -88,6 +89,7 @@ def test_a_rule_fitted_on_other_scores_is_judged_by_what_the_release_ships(fitte
     ("negated", lambda r: with_weights(r, -1.0, -0.5, 0.2), "a family's weight is negative"),
     ("huge", lambda r: with_weights(r, 1e308, 1e308, -1e308), "weights beyond"),
     ("reversed", lambda r: {**r, "images": list(reversed(r["images"]))}, "images must be sorted and unique"),
+    ("other-scores", lambda r: {**r, "scorers": {**r["scorers"], "primary_sha256": "0" * 64}}, "was fitted on other scores"),
 ])
 def test_rules_no_fit_makes_are_refused_at_build_time(fitted, name, change, message):
     tmp, rule = fitted
