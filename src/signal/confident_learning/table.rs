@@ -50,7 +50,7 @@ pub fn read_features(path: &Path) -> Result<(Vec<String>, FeatureMatrix), TableE
             let row = images.len();
             let image = names.value(i).to_string();
             let bad = |message: String| TableError::Row { path: path.into(), row, image: image.clone(), message };
-            let vector: Vec<f32> = list_values(path, &features, i)?;
+            let vector: Vec<f32> = list_values(path, &features, i, &bad)?;
             let expected = *dims.get_or_insert(vector.len());
             if vector.len() != expected || expected == 0 {
                 return Err(bad(format!("{} features where the first row has {expected}", vector.len())));
@@ -201,8 +201,8 @@ fn text_column(path: &Path, batch: &RecordBatch, name: &'static str, expected: &
     }
 }
 
-/// Row `i` of a list-of-floats column, as f32.
-fn list_values(path: &Path, column: &ArrayRef, i: usize) -> Result<Vec<f32>, TableError> {
+/// Row `i` of a list-of-floats column (this batch's), as f32; `bad` names the row in the file.
+fn list_values(path: &Path, column: &ArrayRef, i: usize, bad: &dyn Fn(String) -> TableError) -> Result<Vec<f32>, TableError> {
     let values = match column.data_type() {
         DataType::List(_) => column.as_list::<i32>().value(i),
         DataType::LargeList(_) => column.as_list::<i64>().value(i),
@@ -210,7 +210,7 @@ fn list_values(path: &Path, column: &ArrayRef, i: usize) -> Result<Vec<f32>, Tab
         other => return Err(type_error(path, "features", other, "a list of float32 or float64")),
     };
     if values.null_count() > 0 {
-        return Err(TableError::Row { path: path.into(), row: i, image: "?".into(), message: "a feature is empty".into() });
+        return Err(bad("a feature is empty".into()));
     }
     match values.data_type() {
         DataType::Float32 => Ok(values.as_primitive::<Float32Type>().values().to_vec()),
