@@ -179,6 +179,31 @@ fn weights_digest(files: &[std::path::PathBuf], digests: &DigestCache) -> Result
     Ok((crate::hashing::sha256_parts(&parts.iter().map(String::as_str).collect::<Vec<_>>()), notes))
 }
 
+/// An image's pixel values and its patch grid (t, h, w), as the engine takes them.
+type Pixels = (tch::Tensor, (usize, usize, usize));
+
+impl NativeScorer {
+    /// Each image's pixel values and patch grid, on the engine's device. On the CPU it first pins
+    /// libtorch to one thread on this worker: the count is per calling thread (OpenMP), and a
+    /// different count can change the last bits of a sum.
+    fn pixel_values(&self, images: &[ImageInput<'_>]) -> Result<Vec<Pixels>, InferError> {
+        if self.pixels.device == tch::Device::Cpu {
+            tch::set_num_threads(1);
+        }
+        let PixelSettings { preprocessor, device } = &self.pixels;
+        images
+            .iter()
+            .map(|image| pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name))))
+            .collect()
+    }
+
+    /// This worker's engine: each pool thread has its own on the CPU; on a GPU all share the one.
+    fn engine(&self) -> Result<std::sync::MutexGuard<'_, Loaded>, InferError> {
+        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
+        self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))
+    }
+}
+
 impl Scorer for NativeScorer {
     fn identity(&self) -> &ScorerIdentity {
         &self.identity
@@ -193,20 +218,9 @@ impl Scorer for NativeScorer {
     }
 
     fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
-        // libtorch's CPU thread count is per calling thread (OpenMP), and a different count can
-        // change the last bits of a sum: pin it to one on every worker.
-        if self.pixels.device == tch::Device::Cpu {
-            tch::set_num_threads(1);
-        }
-        let PixelSettings { preprocessor, device } = &self.pixels;
-        let prepared = images
-            .iter()
-            .map(|image| pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let prepared = self.pixel_values(images)?;
         let names = images.iter().map(|i| i.name).collect::<Vec<_>>().join(", ");
-        // Each pool thread has its own engine on the CPU; on a GPU all share the one.
-        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
-        let mut loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let mut loaded = self.engine()?;
         let Loaded { engine, prompts } = &mut *loaded;
         let inputs: Vec<_> = prepared.iter().map(|(values, grid)| (values, *grid)).collect();
         let features = engine.model.encode_pass(&inputs, self.images_per_pass);
@@ -245,16 +259,8 @@ impl Scorer for NativeScorer {
         prompts: &[&[String]],
         settings: &DecodingSettings,
     ) -> Result<Vec<ImageAnswers>, InferError> {
-        if self.pixels.device == tch::Device::Cpu {
-            tch::set_num_threads(1);
-        }
-        let PixelSettings { preprocessor, device } = &self.pixels;
-        let pixel_values = images
-            .iter()
-            .map(|image| pixels::pixel_values(image.image, preprocessor, *device).map_err(engine_err(format!("image {}", image.name))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
-        let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let pixel_values = self.pixel_values(images)?;
+        let loaded = self.engine()?;
         let engine = &loaded.engine;
         let features: Vec<crate::vlm::ImageFeatures> =
             pixel_values.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
@@ -295,18 +301,13 @@ impl Scorer for NativeScorer {
     }
 
     fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
-        if self.pixels.device == tch::Device::Cpu {
-            tch::set_num_threads(1);
-        }
-        let PixelSettings { preprocessor, device } = &self.pixels;
-        let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
-        let loaded = self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))?;
+        let pixel_values = self.pixel_values(images)?;
+        let loaded = self.engine()?;
         images
             .iter()
-            .map(|image| {
-                let fail = || engine_err(format!("image {}", image.name));
-                let (values, grid) = pixels::pixel_values(image.image, preprocessor, *device).map_err(fail())?;
-                let features = loaded.engine.model.encode_image(&values, grid);
+            .zip(&pixel_values)
+            .map(|(image, (values, grid))| {
+                let features = loaded.engine.model.encode_image(values, *grid);
                 let mean = features.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu);
                 Vec::<f32>::try_from(&mean).map_err(|e| err(format!("image {}: reading its features: {e}", image.name)))
             })
