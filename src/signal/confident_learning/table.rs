@@ -138,12 +138,7 @@ pub fn out_of_fold_parquet(rows: &[OutOfFoldRow<'_>]) -> Vec<u8> {
         Arc::new(BooleanArray::from(rows.iter().map(|r| r.nih_label).collect::<Vec<_>>())),
         Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.p))),
     ];
-    let batch = RecordBatch::try_new(schema.clone(), columns).expect("columns match the schema");
-    let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, schema, None).expect("an in-memory writer");
-    writer.write(&batch).expect("an in-memory write");
-    writer.close().expect("an in-memory close");
-    bytes
+    parquet_bytes(schema, columns, &[])
 }
 
 /// A features file as Parquet bytes: one row per image, `features` a list of float32; `metadata`
@@ -161,11 +156,19 @@ pub fn features_parquet(names: &[String], vectors: &[Vec<f32>], metadata: &[(Str
         Field::new("features", list.data_type().clone(), false),
     ]));
     let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(names)), Arc::new(list)];
+    parquet_bytes(schema, columns, metadata)
+}
+
+/// One record batch of `columns` as Parquet bytes, with `metadata` as the file's key-value
+/// metadata (none when empty).
+fn parquet_bytes(schema: Arc<Schema>, columns: Vec<ArrayRef>, metadata: &[(String, String)]) -> Vec<u8> {
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("columns match the schema");
-    let kv = metadata.iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k.clone(), v.clone())).collect();
-    let props = parquet::file::properties::WriterProperties::builder().set_key_value_metadata(Some(kv)).build();
+    let props = (!metadata.is_empty()).then(|| {
+        let kv = metadata.iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k.clone(), v.clone())).collect();
+        parquet::file::properties::WriterProperties::builder().set_key_value_metadata(Some(kv)).build()
+    });
     let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(props)).expect("an in-memory writer");
+    let mut writer = ArrowWriter::try_new(&mut bytes, schema, props).expect("an in-memory writer");
     writer.write(&batch).expect("an in-memory write");
     writer.close().expect("an in-memory close");
     bytes
