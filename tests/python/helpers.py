@@ -1,6 +1,7 @@
 """What several of the Python tests share."""
 import json
 import os
+import pathlib
 import socket
 import subprocess
 
@@ -23,15 +24,19 @@ def sample_release(name, tmp_path_factory):
     cache held (tests/build_release.rs merges sharded runs through one cache and reruns a killed
     build), and each image is scored once, not per module."""
     if name not in _RELEASES:
-        out = sample_score_cache(tmp_path_factory).parent / name
+        out = tmp_path_factory.getbasetemp() / "sample-releases" / name
+        out.parent.mkdir(parents=True, exist_ok=True)
         build_sample(os.path.join(ROOT, "specs", f"{name}.yaml"), out, tmp_path_factory)
         _RELEASES[name] = out
     return _RELEASES[name]
 
 
 def sample_score_cache(tmp_path_factory):
-    """The score cache the session's sample builds share."""
-    cache = tmp_path_factory.getbasetemp() / "sample-releases" / "cache"
+    """The score cache the session's sample builds share: the one scripts/test names for every
+    lane's sample builds (BPALS_SAMPLE_SCORE_CACHE; the engine's S2 and S4 test builds into it
+    too), else one in this session's folder."""
+    shared = os.environ.get("BPALS_SAMPLE_SCORE_CACHE")
+    cache = pathlib.Path(shared) if shared else tmp_path_factory.getbasetemp() / "sample-releases" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     return cache
 
