@@ -377,3 +377,20 @@ fn an_oversized_listing_is_refused_by_its_length() {
     assert!(!err.contains("retrying"), "a cap is not a transient failure: {err}");
     assert_eq!(hub.access(REPO), before);
 }
+
+/// A Hub that drips its answer a byte a second never trips a read's timeout; the call's
+/// deadline ends the sync there, and the ledger's lock goes with it.
+#[test]
+fn a_dripping_hub_holds_the_ledger_no_longer_than_the_deadline() {
+    let s = Scratch::new();
+    let payments = s.write("payments.csv", PAYMENTS);
+    let hub = hub_with_requests();
+    hub.inject("access-list", Fault::Drip { status: 200, every: std::time::Duration::from_secs(1) });
+    let started = std::time::Instant::now();
+    let err = stderr(&sync(&hub, &s, &payments, &["--timeout", "5", "--deadline", "2"]).failure());
+    let took = started.elapsed();
+    assert!(took.as_secs() < 10, "{took:?}: {err}");
+    assert!(err.contains("was still answering") && err.contains("at the deadline, 2 s"), "{err}");
+    assert!(!s.path(".ledger.jsonl.lock").exists(), "the lock went with the sync");
+    sync(&hub, &s, &payments, &[]).success();
+}

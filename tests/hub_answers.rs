@@ -109,3 +109,124 @@ fn a_tag_whose_answer_was_lost_is_confirmed_within_the_run() {
     let repo = hub.repo(REPO).unwrap();
     assert_eq!((repo.tags.len(), repo.tags["s1a-v1.0.0"].as_str()), (1, repo.head().sha.as_str()));
 }
+
+/// The tool run as a user would, under a 6 GiB address-space limit, killed if it outlives
+/// `limit`: its output and how long it took.
+fn bounded_run(args: &[&str], limit: std::time::Duration) -> (std::process::Output, std::time::Duration) {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("bpals-release"));
+    command.env("HF_TOKEN", TOKEN).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let six_gib = 6 << 30;
+            let limit = libc::rlimit { rlim_cur: six_gib, rlim_max: six_gib };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let started = std::time::Instant::now();
+    let mut child = command.spawn().unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    (output, started.elapsed())
+}
+
+/// The largest resident size, in MiB, of any child this test process has waited for: an upper
+/// bound on each one's.
+fn peak_child_mib() -> i64 {
+    // SAFETY: getrusage writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) }, 0);
+    usage.ru_maxrss / 1024
+}
+
+/// hf-hub reads each answer of a commit whole (preupload, LFS batch, the commit's own) and the
+/// whole body of an error. Through the answer guard each is cut once past the cap, the error
+/// names the server, the route and the cap, and hf-hub's retries end there.
+#[test]
+fn hf_hubs_own_answers_are_cut_past_the_cap_and_not_retried() {
+    let s = Scratch::new();
+    let dir = s.path("s1a");
+    build(&fixture_s1a(), &dir, &s.cache(), &[]).success();
+    let dir = dir.to_str().unwrap();
+    // hf-hub retries a 5xx without reading its body, and reads the last one's whole.
+    let routes = [
+        ("preupload", 200, "3", "POST /api/datasets/bpals-test/cxr14-bpals/preupload/main"),
+        ("lfs", 200, "3", "POST /datasets/bpals-test/cxr14-bpals.git/info/lfs/objects/batch"),
+        ("commit", 200, "3", "POST /api/datasets/bpals-test/cxr14-bpals/commit/main"),
+        ("preupload", 500, "0", "POST /api/datasets/bpals-test/cxr14-bpals/preupload/main"),
+    ];
+    for (route, status, retries, request) in routes {
+        let hub = FakeHub::start(Some(TOKEN));
+        let sent = hub.state.lock().unwrap().sent.clone();
+        hub.inject(route, Fault::Huge { status, bytes: 4 * JSON_CAP, announced: false });
+        let args = ["publish", dir, "--repo", REPO, "--endpoint", &hub.url, "--allow-demo", "--retries", retries];
+        let (output, took) = bounded_run(&args, std::time::Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&output.stderr);
+        eprintln!("{route} {status}: refused after {took:?}, {} bytes sent: {err}", sent.load(Ordering::Relaxed));
+        assert!(!output.status.success(), "{route}: {err}");
+        assert!(err.contains(&hub.url) && err.contains("is refused: it sent more than that, above the cap of 67108864"), "{route}: {err}");
+        assert!(sent.load(Ordering::Relaxed) < 2 * JSON_CAP, "{route}: {} bytes sent", sent.load(Ordering::Relaxed));
+        assert_eq!(hub.count(request), 1, "{route} {status}: a cap is not retried");
+        assert_eq!(hub.repo(REPO).map_or(0, |r| r.commits.len()), 1, "{route}: nothing committed");
+        assert!(!err.contains(TOKEN));
+    }
+    eprintln!("the largest resident size of a command: {} MiB", peak_child_mib());
+    assert!(peak_child_mib() < 512, "a command took {} MiB resident", peak_child_mib());
+}
+
+/// A Hub that sends one byte a second never trips a read's own timeout; the call's deadline
+/// (retries included) ends it, whether the tool or hf-hub reads the answer.
+#[test]
+fn a_dripping_hub_is_cut_at_the_deadline() {
+    let s = Scratch::new();
+    let hub = FakeHub::start(Some(TOKEN));
+    let dir = published(&s, &hub);
+    let drip = Fault::Drip { status: 200, every: std::time::Duration::from_secs(1) };
+    let limit = std::time::Duration::from_secs(60);
+
+    // The tool's own client (verify --remote reads the repo's info).
+    hub.inject("info", drip.clone());
+    let args = ["verify", "--remote", REPO, "--endpoint", &hub.url, "--retries", "3", "--timeout", "5", "--deadline", "3"];
+    let (output, took) = bounded_run(&args, limit);
+    let err = String::from_utf8_lossy(&output.stderr);
+    eprintln!("cut after {took:?}: {err}");
+    assert!(!output.status.success() && took.as_secs() < 12, "{took:?}: {err}");
+    assert!(
+        err.contains(&format!("{} was still answering /api/datasets/{REPO}", hub.url)) && err.contains("at the deadline, 3 s"),
+        "{err}"
+    );
+
+    // hf-hub's (a commit to a new repo starts with the preupload call).
+    hub.inject("preupload", drip);
+    let dir = dir.to_str().unwrap();
+    let args = [
+        "publish",
+        dir,
+        "--repo",
+        "bpals-test/second",
+        "--endpoint",
+        &hub.url,
+        "--allow-demo",
+        "--retries",
+        "3",
+        "--timeout",
+        "5",
+        "--deadline",
+        "3",
+    ];
+    let (output, took) = bounded_run(&args, limit);
+    let err = String::from_utf8_lossy(&output.stderr);
+    eprintln!("cut after {took:?}: {err}");
+    assert!(!output.status.success() && took.as_secs() < 12, "{took:?}: {err}");
+    assert!(err.contains("committing to") && err.contains("was still answering") && err.contains("at the deadline, 3 s"), "{err}");
+}

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::*;
-use fake_hub::FakeHub;
+use fake_hub::{FakeHub, Fault};
 
 const MODEL: &str = "bpals-test/tiny-qwen2-vl";
 const TOKEN: &str = "hf_modelFETCHsecret42";
@@ -155,4 +155,25 @@ fn probe_takes_a_model_id_and_fetches_it_once() {
 
     let a = probe("./no-such-model", &[]).failure();
     assert!(stderr(&a).contains("--model ./no-such-model: no such directory, and not a model id"), "{}", stderr(&a));
+}
+
+/// The model's revision and listing are read under the tool's cap for JSON, and each file under
+/// the size its listing gave it (hf-hub streams it to disk): a Hub that answers without end is
+/// refused, naming the route and the cap, and the next honest fetch completes.
+#[test]
+fn a_hubs_endless_answers_are_cut_in_a_model_fetch() {
+    let s = Scratch::new();
+    let hub = FakeHub::start(None);
+    hub.seed_model(MODEL, model_files());
+    let spec = hub_spec(&s, "main");
+    hub.inject("info", Fault::Huge { status: 200, bytes: 4 << 30, announced: false });
+    let err = stderr(&hub_build(&s, &hub, &spec, "out", &[]).failure());
+    assert!(err.contains(&format!("/api/models/{MODEL}/revision/main")) && err.contains("above the cap of 67108864"), "{err}");
+
+    hub.inject("resolve", Fault::Pad { bytes: 16 << 20, announced: false });
+    let err = stderr(&hub_build(&s, &hub, &spec, "out", &[]).failure());
+    assert!(err.contains(&hub.url) && err.contains("is refused: it sent more than that"), "{err}");
+    assert!(!s.path("out").exists(), "a failed build leaves no release");
+
+    hub_build(&s, &hub, &spec, "out", &[]).success();
 }

@@ -18,7 +18,6 @@ pub mod report;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use chrono::NaiveDate;
 use serde::Serialize;
@@ -70,8 +69,8 @@ pub struct SyncOptions {
     /// The day licenses are judged on (today, in UTC, from the CLI).
     pub today: NaiveDate,
     pub dry_run: bool,
-    pub retries: Option<usize>,
-    pub stall_timeout: Duration,
+    /// The retries, the stall that fails a request and the deadline that fails a call.
+    pub patience: crate::hub::Patience,
 }
 
 /// What a sync found and did.
@@ -138,7 +137,7 @@ pub fn sync(spec: &ReleaseSpec, options: &SyncOptions, log: &dyn Fn(&str)) -> Re
         .map_err(|source| AccessError::Ledger { path: options.payments.clone(), source })?;
     let buyers = licenses::standings(&ledger.entries, |sold| covers(tier, sold), options.today);
 
-    let hub = GatedAccess::connect(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
+    let hub = GatedAccess::connect(options.endpoint.as_deref(), options.patience)?;
     let mut requests = plan::HubRequests::new();
     for status in RequestStatus::ALL {
         for user in hub.list(&repo, status)? {

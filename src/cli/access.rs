@@ -103,11 +103,10 @@ fn sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
         payments: args.payments,
         ledger: args.ledger.ledger,
         repo: args.repo,
-        stall_timeout: args.hub.stall_timeout(),
+        patience: args.hub.patience(),
         endpoint: args.hub.endpoint,
         today: args.as_of.unwrap_or_else(|| chrono::Utc::now().date_naive()),
         dry_run: args.dry_run,
-        retries: args.hub.retries,
     };
     let outcome = access::sync(&spec, &options, &|m| eprintln!("{m}"))?;
     args.json.print(&outcome)?;

@@ -119,16 +119,20 @@ pub struct HubArgs {
     #[arg(long)]
     pub retries: Option<usize>,
     /// Seconds a request may connect or wait for data before it fails (and is retried).
-    #[arg(long, value_name = "SECS", default_value_t = hub::DEFAULT_STALL_TIMEOUT.as_secs())]
+    #[arg(long, value_name = "SECS", default_value_t = hub::DEFAULT_STALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
+    /// Seconds one call to the Hub may take in all, retries included; a transfer gets one more
+    /// second per MiB it moves.
+    #[arg(long, value_name = "SECS", default_value_t = hub::DEFAULT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
 }
 
 impl HubArgs {
-    pub fn stall_timeout(&self) -> Duration {
-        Duration::from_secs(self.timeout)
+    pub fn patience(&self) -> hub::Patience {
+        hub::Patience { retries: self.retries, stall: Duration::from_secs(self.timeout), deadline: Duration::from_secs(self.deadline) }
     }
     pub fn connect(&self) -> anyhow::Result<hub::Hub> {
-        Ok(hub::Hub::connect(self.endpoint.as_deref(), self.retries, self.stall_timeout())?)
+        Ok(hub::Hub::connect(self.endpoint.as_deref(), self.patience())?)
     }
 }
 

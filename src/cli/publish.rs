@@ -35,11 +35,10 @@ pub struct PublishArgs {
 pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let options = publish::PublishOptions {
         repo: args.repo,
-        stall_timeout: args.hub.stall_timeout(),
+        patience: args.hub.patience(),
         endpoint: args.hub.endpoint,
         dry_run: args.dry_run,
         allow_demo: args.allow_demo,
-        retries: args.hub.retries,
         public_key: args.public_key.as_deref().map(super::load_public_key).transpose()?,
         replace_foreign_files: args.replace_foreign_files,
     };

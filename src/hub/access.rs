@@ -7,8 +7,6 @@
 //! connections; when a retry is refused because the first attempt already set the state, a
 //! listing confirms it.
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde::Deserialize;
 
@@ -55,8 +53,8 @@ pub struct GatedAccess {
 impl GatedAccess {
     /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. The token comes from the
     /// same places hf-hub reads it; these calls need one with write access to the repo.
-    pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<GatedAccess, HubError> {
-        Ok(GatedAccess { http: HubHttp::connect(&endpoint_or_default(endpoint), token::value()?, retries, stall)? })
+    pub fn connect(endpoint: Option<&str>, patience: super::Patience) -> Result<GatedAccess, HubError> {
+        Ok(GatedAccess { http: HubHttp::connect(&endpoint_or_default(endpoint), token::value()?, patience)? })
     }
 
     pub fn endpoint(&self) -> &str {

@@ -9,14 +9,14 @@
 //! model snapshots (the cache layout `hf download` shares).
 
 use std::io::Read;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 
 use super::retry::{self, Backoff};
-use super::{token, HubError};
+use super::{token, HubError, Patience};
 
 /// The longest JSON answer taken from the Hub (repo info, one listing with all its pages, refs),
 /// and the ceiling for a release's small JSON files (manifest, lock, signature, provenance): far
@@ -38,6 +38,8 @@ pub struct HubHttp {
     client: Client,
     endpoint: Url,
     retries: usize,
+    stall: Duration,
+    deadline: Duration,
     token: Option<String>,
 }
 
@@ -50,11 +52,13 @@ pub struct Answer {
 
 impl HubHttp {
     /// `endpoint` without a trailing slash; `token` as [`token::value`] read it. A request that
-    /// connects or receives nothing for `stall` fails (and is retried); a long transfer that
-    /// keeps moving is never cut.
-    pub fn connect(endpoint: &str, token: Option<String>, retries: Option<usize>, stall: Duration) -> Result<HubHttp, HubError> {
+    /// connects or receives nothing for `patience.stall` fails (and is retried); a call fails
+    /// once it has taken `patience.deadline`, retries included (a download gets more, for its
+    /// size: [`super::transfer_budget`]).
+    pub fn connect(endpoint: &str, token: Option<String>, patience: Patience) -> Result<HubHttp, HubError> {
         let endpoint = Url::parse(&format!("{endpoint}/"))
             .map_err(|e| HubError::Protocol(format!("the Hub endpoint {endpoint:?} is not a URL: {e}")))?;
+        let stall = patience.stall;
         let client = Client::builder()
             .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .connect_timeout(stall)
@@ -63,7 +67,8 @@ impl HubHttp {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))?;
-        Ok(HubHttp { client, endpoint, retries: retries.unwrap_or(DEFAULT_RETRIES), token })
+        let retries = patience.retries.unwrap_or(DEFAULT_RETRIES);
+        Ok(HubHttp { client, endpoint, retries, stall, deadline: patience.deadline, token })
     }
 
     /// The endpoint as the user gave it, without a trailing slash.
@@ -118,9 +123,10 @@ impl HubHttp {
     /// connection); the body of a 2xx answer, refused above `cap`. A refusal names the server,
     /// the route and the cap; an error answer's message is read up to [`ERROR_CAP`].
     pub fn send(&self, action: &str, method: Method, url: &Url, body: Option<&serde_json::Value>, cap: u64) -> Result<Answer, HubError> {
-        self.with_retries(action, method, url, body, |response| {
+        let until = Until::after(self.deadline);
+        self.with_retries(action, method, url, body, until, |response| {
             let next = next_link(&response);
-            self.read_capped(response, action, cap).map(|body| Answer { body, next })
+            self.read_capped(response, action, cap, until).map(|body| Answer { body, next })
         })
     }
 
@@ -135,14 +141,19 @@ impl HubHttp {
         cap: u64,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, HubError> {
-        let mut response = self.with_retries(action, Method::GET, url, None, |response| {
+        let until = Until::after(super::transfer_budget(self.deadline, cap));
+        let mut response = self.with_retries(action, Method::GET, url, None, until, |response| {
             self.check_announced(&response, route, cap)?;
             Ok(response)
         })?;
         let mut buffer = vec![0u8; 256 * 1024];
         let mut total: u64 = 0;
         loop {
-            let n = response.read(&mut buffer).map_err(|e| self.failed(action, e))?;
+            until.check(|| self.late(action, route, until))?;
+            let n =
+                response
+                    .read(&mut buffer)
+                    .map_err(|e| if until.spent() { self.late(action, route, until) } else { self.failed(action, e) })?;
             if n == 0 {
                 return Ok(total);
             }
@@ -155,38 +166,47 @@ impl HubHttp {
     }
 
     /// Runs `request` until it is answered with a 2xx that `take` accepts, or a failure that is
-    /// not worth another try, or the retries are spent.
+    /// not worth another try, or the retries are spent, or `until` has passed.
     fn with_retries<T>(
         &self,
         action: &str,
         method: Method,
         url: &Url,
         body: Option<&serde_json::Value>,
+        until: Until,
         take: impl Fn(Response) -> Result<T, HubError>,
     ) -> Result<T, HubError> {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, MAX_BACKOFF * 4);
+        let late = || self.late(action, url.path(), until);
         for attempt in 0..=self.retries {
+            until.check(late)?;
             let last = attempt == self.retries;
-            let (retry_after, failure) = match self.request(method.clone(), url, body).send() {
+            // Connecting and each read wait at most what is left of the call.
+            let request = self.request(method.clone(), url, body).timeout(self.stall.min(until.left()));
+            let (retry_after, failure) = match request.send() {
                 Ok(response) if response.status().is_success() => match take(response) {
                     Ok(taken) => return Ok(taken),
-                    Err(failure @ HubError::TooLarge { .. }) => return Err(failure),
+                    Err(failure @ (HubError::TooLarge { .. } | HubError::Late { .. })) => return Err(failure),
                     Err(failure) => (None, failure),
                 },
                 Ok(response) => {
                     let (status, retry_after) = (response.status(), retry::retry_after(response.headers()));
-                    let failure = self.status_error(action, response);
+                    let failure = self.status_error(action, response, until);
                     if !(retry::is_transient(status) || status == StatusCode::REQUEST_TIMEOUT) {
                         return Err(failure);
                     }
                     (retry_after, failure)
                 }
+                Err(_) if until.spent() => return Err(late()),
                 Err(e) => (None, self.failed(action, e)),
             };
             if last {
                 return Err(failure);
             }
             let pause = backoff.pause(retry_after);
+            if pause >= until.left() {
+                return Err(failure);
+            }
             eprintln!("  {failure}; retrying in {:.1} s ({}/{})", pause.as_secs_f64(), attempt + 1, self.retries);
             std::thread::sleep(pause);
         }
@@ -204,24 +224,26 @@ impl HubHttp {
         request
     }
 
-    /// A non-2xx answer as an error: its status and the Hub's message, read under [`ERROR_CAP`].
-    fn status_error(&self, action: &str, response: Response) -> HubError {
+    /// A non-2xx answer as an error: its status and the Hub's message, read under [`ERROR_CAP`]
+    /// and before `until`.
+    fn status_error(&self, action: &str, response: Response, until: Until) -> HubError {
         let status = response.status().as_u16();
         let header = response.headers().get("x-error-message").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let mut bytes = Vec::new();
-        // What cannot be read is left unsaid: the status says enough.
-        let _ = response.take(ERROR_CAP).read_to_end(&mut bytes);
+        // What cannot be read in time is left unsaid: the status says enough.
+        let bytes = read_within(response, ERROR_CAP, until).unwrap_or_else(|(partial, _)| partial);
         let message = header.unwrap_or_else(|| server_message(&String::from_utf8_lossy(&bytes)));
         HubError::Status { action: action.to_string(), status, message: token::redact(&message) }
     }
 
     /// An answer's bytes, refused above `cap`: by its `Content-Length` before a byte is read,
-    /// else once more than the cap has arrived.
-    fn read_capped(&self, response: Response, action: &str, cap: u64) -> Result<Vec<u8>, HubError> {
+    /// else once more than the cap has arrived; and refused once `until` has passed.
+    fn read_capped(&self, response: Response, action: &str, cap: u64, until: Until) -> Result<Vec<u8>, HubError> {
         let route = response.url().path().to_string();
         self.check_announced(&response, &route, cap)?;
-        let mut bytes = Vec::new();
-        response.take(cap + 1).read_to_end(&mut bytes).map_err(|e| self.failed(action, e))?;
+        let bytes = read_within(response, cap + 1, until).map_err(|(_, stop)| match stop {
+            ReadStop::Late => self.late(action, &route, until),
+            ReadStop::Failed(e) => self.failed(action, e),
+        })?;
         if bytes.len() as u64 > cap {
             return Err(self.too_large(&route, cap, "it sent more than that"));
         }
@@ -243,6 +265,65 @@ impl HubHttp {
     fn failed(&self, action: &str, error: impl std::fmt::Display) -> HubError {
         HubError::Protocol(token::redact(&format!("{action}: {error}")))
     }
+
+    fn late(&self, action: &str, route: &str, until: Until) -> HubError {
+        HubError::Late { action: action.to_string(), server: self.endpoint().to_string(), route: route.to_string(), budget: until.budget }
+    }
+}
+
+/// When a call must end.
+#[derive(Clone, Copy)]
+struct Until {
+    at: Instant,
+    budget: Duration,
+}
+
+impl Until {
+    fn after(budget: Duration) -> Until {
+        Until { at: Instant::now() + budget, budget }
+    }
+    fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+    /// Whether the call's time has (all but) run out.
+    fn spent(&self) -> bool {
+        self.left() < Duration::from_millis(250)
+    }
+    fn check(&self, late: impl FnOnce() -> HubError) -> Result<(), HubError> {
+        if self.left().is_zero() {
+            Err(late())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Why [`read_within`] stopped before the answer's end.
+enum ReadStop {
+    Late,
+    Failed(std::io::Error),
+}
+
+/// Up to `limit` bytes of an answer, read until its end or `until`. A server that sends a byte
+/// at a time never trips a read's own timeout; this checks the clock between reads.
+fn read_within(mut response: Response, limit: u64, until: Until) -> Result<Vec<u8>, (Vec<u8>, ReadStop)> {
+    let mut bytes = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    while (bytes.len() as u64) < limit {
+        if until.left().is_zero() {
+            return Err((bytes, ReadStop::Late));
+        }
+        let room = buffer.len().min((limit - bytes.len() as u64) as usize);
+        match response.read(&mut buffer[..room]) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buffer[..n]),
+            // The request's own timeout is what is left of the call: a read that fails as the
+            // call's time runs out failed for that.
+            Err(_) if until.spent() => return Err((bytes, ReadStop::Late)),
+            Err(e) => return Err((bytes, ReadStop::Failed(e))),
+        }
+    }
+    Ok(bytes)
 }
 
 fn parse<T: DeserializeOwned>(action: &str, body: &[u8]) -> Result<T, HubError> {
@@ -272,9 +353,13 @@ fn server_message(body: &str) -> String {
 mod tests {
     use super::*;
 
+    fn patience() -> Patience {
+        Patience { retries: Some(0), stall: Duration::from_secs(1), deadline: Duration::from_secs(5) }
+    }
+
     #[test]
     fn segments_are_encoded_one_by_one() {
-        let http = HubHttp::connect("http://127.0.0.1:9/hub", None, Some(0), Duration::from_secs(1)).unwrap();
+        let http = HubHttp::connect("http://127.0.0.1:9/hub", None, patience()).unwrap();
         let url = http.url(&["api", "datasets", "o", "n", "tree", "refs/pr/1"]);
         assert_eq!(url.as_str(), "http://127.0.0.1:9/hub/api/datasets/o/n/tree/refs%2Fpr%2F1");
         let mut segments = vec!["datasets", "o", "n", "resolve", "main"];
@@ -284,13 +369,13 @@ mod tests {
 
     #[test]
     fn a_next_page_on_another_server_is_not_followed() {
-        let http = HubHttp::connect("http://127.0.0.1:9", None, Some(0), Duration::from_secs(1)).unwrap();
+        let http = HubHttp::connect("http://127.0.0.1:9", None, patience()).unwrap();
         assert!(http.same_origin("listing", "/api/datasets/o/n/tree/main?cursor=x").is_ok());
         assert!(http.same_origin("listing", "http://127.0.0.1:9/api/x?cursor=y").is_ok());
         let err = http.same_origin("listing", "http://evil.example/api/x").unwrap_err().to_string();
         assert!(err.contains("another server (http://evil.example)") && err.contains("not followed"), "{err}");
         assert!(http.same_origin("listing", "http://127.0.0.1:10/x").is_err(), "another port is another origin");
-        let public = HubHttp::connect("https://hf.co", None, Some(0), Duration::from_secs(1)).unwrap();
+        let public = HubHttp::connect("https://hf.co", None, patience()).unwrap();
         assert!(public.same_origin("listing", "https://huggingface.co/api/x?cursor=y").is_ok(), "the public Hub's two names");
         assert!(public.same_origin("listing", "http://huggingface.co/api/x").is_err(), "not over plain HTTP");
     }

@@ -1,9 +1,12 @@
 //! The Hugging Face Hub, as publish and the remote audits see it. Every call names its purpose
 //! in its errors. Reads and small writes go through [`http::HubHttp`], which bounds every answer;
-//! hf-hub makes the commit (its upload protocol), reads file metadata and fetches models.
+//! hf-hub makes the commit (its upload protocol), reads file metadata and fetches model files,
+//! each of its calls bounded by [`guard::AnswerGuard`]. Every call has a deadline, retries
+//! included.
 
 pub mod access;
 mod download;
+mod guard;
 mod http;
 pub mod model;
 pub mod retry;
@@ -24,6 +27,33 @@ pub const PUBLIC_HUB: &str = "https://huggingface.co";
 
 /// How long a request may connect or wait for data before it counts as failed (and is retried).
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one call to the Hub may take in all (connecting, every read, every retry).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+/// A transfer of N bytes gets N / this many more seconds than the deadline: the slowest link a
+/// download or an upload is waited for (1 MiB/s).
+pub const SLOWEST_TRANSFER_RATE: u64 = 1024 * 1024;
+
+/// The time a call moving `bytes` is given: the deadline, plus the bytes at the slowest rate.
+pub fn transfer_budget(deadline: Duration, bytes: u64) -> Duration {
+    deadline.saturating_add(Duration::from_secs(bytes / SLOWEST_TRANSFER_RATE))
+}
+
+/// How hard and how long to try the Hub.
+#[derive(Debug, Clone, Copy)]
+pub struct Patience {
+    /// Attempts after the first on transient failures (the default when None).
+    pub retries: Option<usize>,
+    /// A request that connects or receives nothing for this long fails (and is retried).
+    pub stall: Duration,
+    /// One call, its retries included, fails once it has taken this long.
+    pub deadline: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Patience {
+        Patience { retries: None, stall: DEFAULT_STALL_TIMEOUT, deadline: DEFAULT_DEADLINE }
+    }
+}
 
 /// The file the Hub manages in every repo; never part of a release.
 pub const GITATTRIBUTES: &str = ".gitattributes";
@@ -46,6 +76,8 @@ pub enum HubError {
     ModelNotCached { id: String, revision: String, cache: std::path::PathBuf },
     #[error("{server}: {route} is refused: {what}, above the cap of {cap} bytes for it")]
     TooLarge { server: String, route: String, cap: u64, what: String },
+    #[error("{action}: {server} was still answering {route} at the deadline, {} s after the call began, retries included (--deadline)", .budget.as_secs())]
+    Late { action: String, server: String, route: String, budget: Duration },
 }
 
 /// `ORG/NAME` with an optional `@REVISION` (branch, tag or commit).
@@ -113,10 +145,13 @@ pub enum DigestSource {
 }
 
 pub struct Hub {
-    /// hf-hub, for the commit, file metadata and model snapshots.
+    /// hf-hub, for the commit, file metadata and model files; through `guard`.
     client: HFClientSync,
+    /// Bounds what each of hf-hub's calls may read, and for how long.
+    guard: guard::AnswerGuard,
     /// Every other call, each answer under a cap.
     http: HubHttp,
+    deadline: Duration,
     pub endpoint: String,
 }
 
@@ -135,38 +170,42 @@ fn endpoint_or_default(endpoint: Option<&str>) -> String {
         .to_string()
 }
 
-/// A request that connects or receives nothing for `stall` fails.
-fn http_client(stall: Duration) -> Result<reqwest::Client, HubError> {
+/// hf-hub's HTTP client: a request that connects or receives nothing for `stall` fails; every
+/// request goes through `guard` on a connection of its own (none is kept idle), so that each
+/// answer is counted alone.
+fn http_client(stall: Duration, guard: &guard::AnswerGuard) -> Result<reqwest::Client, HubError> {
     reqwest::Client::builder()
         .user_agent(format!("{}/{} hf-hub/1", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
         .connect_timeout(stall)
         .read_timeout(stall)
+        .proxy(guard.proxy()?)
+        .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| HubError::Protocol(format!("building the HTTP client: {e}")))
 }
 
 impl Hub {
-    /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. `retries`: attempts after
-    /// the first on transient failures (hf-hub's default when None). A request that connects or
-    /// receives nothing for `stall` fails (a long transfer that keeps moving is never cut).
-    pub fn connect(endpoint: Option<&str>, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
-        let endpoint = endpoint_or_default(endpoint);
-        let builder = http_client(stall).map(|c| HFClient::builder().endpoint(&endpoint).cache_enabled(false).client(c))?;
-        Hub::build(&endpoint, builder, retries, stall)
+    /// `endpoint`: --endpoint, else HF_ENDPOINT, else the public Hub. `patience`: the retries,
+    /// the stall that fails a request and the deadline that fails a call.
+    pub fn connect(endpoint: Option<&str>, patience: Patience) -> Result<Hub, HubError> {
+        Hub::build(&endpoint_or_default(endpoint), patience, |builder| builder.cache_enabled(false))
     }
 
-    /// hf-hub's client and this tool's bounded one, of one configuration. The token comes from
-    /// the usual places, read once.
-    fn build(endpoint: &str, mut builder: HFClientBuilder, retries: Option<usize>, stall: Duration) -> Result<Hub, HubError> {
+    /// hf-hub's client (as `configure` sets it up) and this tool's bounded one, of one
+    /// configuration. The token comes from the usual places, read once.
+    fn build(endpoint: &str, patience: Patience, configure: impl FnOnce(HFClientBuilder) -> HFClientBuilder) -> Result<Hub, HubError> {
+        let guard = guard::AnswerGuard::start(endpoint, patience.stall)?;
+        let mut builder = configure(HFClient::builder().endpoint(endpoint).client(http_client(patience.stall, &guard)?));
         let token = token::value()?;
         if let Some(token) = &token {
             builder = builder.token(token.clone());
         }
-        if let Some(n) = retries {
+        if let Some(n) = patience.retries {
             builder = builder.retry_max_attempts(n);
         }
         let client = builder.build_sync().map_err(|source| HubError::Call { action: format!("connecting to {endpoint}"), source })?;
-        Ok(Hub { client, http: HubHttp::connect(endpoint, token, retries, stall)?, endpoint: endpoint.to_string() })
+        let http = HubHttp::connect(endpoint, token, patience)?;
+        Ok(Hub { client, guard, http, deadline: patience.deadline, endpoint: endpoint.to_string() })
     }
 
     pub fn is_public_hub(&self) -> bool {
@@ -183,7 +222,12 @@ impl Hub {
 
     /// `/api/datasets/OWNER/NAME/...`
     fn api(&self, repo: &RepoRef, tail: &[&str]) -> reqwest::Url {
-        let mut segments = vec!["api", "datasets", &repo.owner, &repo.name];
+        self.api_of(RepoKind::Dataset, repo, tail)
+    }
+
+    /// `/api/KIND/OWNER/NAME/...`
+    fn api_of(&self, kind: RepoKind, repo: &RepoRef, tail: &[&str]) -> reqwest::Url {
+        let mut segments = vec!["api", kind.plural(), &repo.owner, &repo.name];
         segments.extend_from_slice(tail);
         self.http.url(&segments)
     }
@@ -204,9 +248,13 @@ impl Hub {
 
     /// The commit a branch, tag or commit id names.
     pub fn commit_of(&self, repo: &RepoRef, revision: &str) -> Result<String, HubError> {
-        let action = format!("resolving {}@{revision}", repo.id());
-        let info: RepoInfo = self.http.get_json(&action, &self.api(repo, &["revision", revision]), JSON_CAP)?;
-        info.sha.ok_or_else(|| HubError::Protocol(format!("the Hub sent no commit sha for {}@{revision}", repo.id())))
+        self.commit_in(RepoKind::Dataset, repo, revision, &format!("resolving {}@{revision}", repo.id()))
+    }
+
+    /// The commit `revision` names in a repo of `kind`; `action` names the call in errors.
+    fn commit_in(&self, kind: RepoKind, repo: &RepoRef, revision: &str, action: &str) -> Result<String, HubError> {
+        let info: RepoInfo = self.http.get_json(action, &self.api_of(kind, repo, &["revision", revision]), JSON_CAP)?;
+        info.sha.ok_or_else(|| HubError::Protocol(format!("{action}: the Hub sent no commit sha for {}@{revision}", repo.id())))
     }
 
     /// Creates the repo; one that exists already (an earlier attempt's) is fine.
@@ -235,8 +283,13 @@ impl Hub {
 
     /// Every file at `revision`, by path: the whole listing, every page of it, under [`JSON_CAP`].
     pub fn files(&self, repo: &RepoRef, revision: &str) -> Result<BTreeMap<String, RemoteFile>, HubError> {
+        self.files_in(RepoKind::Dataset, repo, revision)
+    }
+
+    /// [`Hub::files`] of a repo of `kind`.
+    fn files_in(&self, kind: RepoKind, repo: &RepoRef, revision: &str) -> Result<BTreeMap<String, RemoteFile>, HubError> {
         let action = format!("listing the files of {}@{revision}", repo.id());
-        let mut url = self.api(repo, &["tree", revision]);
+        let mut url = self.api_of(kind, repo, &["tree", revision]);
         url.query_pairs_mut().append_pair("recursive", "true");
         let entries: Vec<TreeEntry> = self.http.get_pages(&action, &url, JSON_CAP)?;
         entries
@@ -271,6 +324,7 @@ impl Hub {
     }
 
     /// One commit holding every operation, on top of `parent` (the Hub refuses it if main moved).
+    /// `upload_bytes`, what the operations add, earns the call time beyond the deadline.
     pub fn commit(
         &self,
         repo: &RepoRef,
@@ -278,22 +332,32 @@ impl Hub {
         message: &str,
         description: &str,
         parent: &str,
+        upload_bytes: u64,
     ) -> Result<Option<String>, HubError> {
-        let made = self
-            .dataset(repo)
-            .create_commit()
-            .operations(operations)
-            .commit_message(message)
-            .commit_description(description)
-            .parent_commit(parent)
-            .send();
-        Self::call(|| format!("committing to {} on top of {}", repo.id(), short(parent)), made).map(|info| info.commit_oid)
+        let action = format!("committing to {} on top of {}", repo.id(), short(parent));
+        // Each of the commit's answers (preupload, LFS batch, the commit's own) is small JSON.
+        let budget = transfer_budget(self.deadline, upload_bytes);
+        let made = self.guard.run(&action, JSON_CAP, budget, || {
+            let made = self
+                .dataset(repo)
+                .create_commit()
+                .operations(operations)
+                .commit_message(message)
+                .commit_description(description)
+                .parent_commit(parent)
+                .send();
+            Self::call(|| action.clone(), made)
+        })?;
+        Ok(made.commit_oid)
     }
 
     /// A file's size and sha256: from its LFS/Xet ETag when the Hub gives one, else by download.
     pub fn sha256(&self, repo: &RepoRef, revision: &str, path: &str) -> Result<(u64, String, DigestSource), HubError> {
-        let meta = self.dataset(repo).get_file_metadata().filepath(path).revision(revision).send();
-        let meta = Self::call(|| format!("reading the metadata of {path} in {}@{revision}", repo.id()), meta)?;
+        let action = format!("reading the metadata of {path} in {}@{revision}", repo.id());
+        // A HEAD: its answer is headers, and an error's body.
+        let meta = self.guard.run(&action, guard::ERROR_BODY_CAP, self.deadline, || {
+            Self::call(|| action.clone(), self.dataset(repo).get_file_metadata().filepath(path).revision(revision).send())
+        })?;
         let etag = meta.etag.trim_matches('"').to_ascii_lowercase();
         if etag.len() == 64 && etag.chars().all(|c| c.is_ascii_hexdigit()) {
             return Ok((meta.file_size, etag, DigestSource::Etag));
@@ -304,7 +368,23 @@ impl Hub {
     }
 }
 
-/// What this tool reads of `GET /api/datasets/ID[/revision/REV]`.
+/// The kinds of repo this tool reads.
+#[derive(Debug, Clone, Copy)]
+enum RepoKind {
+    Dataset,
+    Model,
+}
+
+impl RepoKind {
+    fn plural(self) -> &'static str {
+        match self {
+            RepoKind::Dataset => "datasets",
+            RepoKind::Model => "models",
+        }
+    }
+}
+
+/// What this tool reads of `GET /api/{datasets,models}/ID[/revision/REV]`.
 #[derive(Deserialize)]
 struct RepoInfo {
     sha: Option<String>,

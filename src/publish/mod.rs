@@ -43,10 +43,8 @@ pub struct PublishOptions {
     pub dry_run: bool,
     /// Let a demo build through, to an endpoint other than the public Hub only.
     pub allow_demo: bool,
-    /// Attempts after the first on transient HTTP failures (hf-hub's default when None).
-    pub retries: Option<usize>,
-    /// A request that connects or receives nothing for this long fails.
-    pub stall_timeout: std::time::Duration,
+    /// The retries, the stall that fails a request and the deadline that fails a call.
+    pub patience: hub::Patience,
     /// The publisher's public key: a signed release is checked with it before any upload.
     pub public_key: Option<crate::signing::PublicKey>,
     /// Let the release commit delete files on main that are not a bpals release's.
@@ -114,7 +112,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
     }
     check_signature(dir, options.public_key.as_ref().or(named_key.as_ref()), log)?;
 
-    let hub = Hub::connect(options.endpoint.as_deref(), options.retries, options.stall_timeout)?;
+    let hub = Hub::connect(options.endpoint.as_deref(), options.patience)?;
     if manifest.is_demo() {
         let reasons = manifest.demo_reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n");
         if !options.allow_demo {
@@ -254,7 +252,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
         let message = format!("Release {} {}", manifest.release_id, manifest.version);
         let description =
             format!("Built by {} {} ({}); build.lock sha256 {lock_sha}.", lock.tool.name, lock.tool.version, lock.tool.commit);
-        let commit = hub.commit(&repo, operations, &message, &description, &parent).map_err(|e| {
+        let commit = hub.commit(&repo, operations, &message, &description, &parent, bytes).map_err(|e| {
             // Where main stands now says what happened (read once; a failure to read leaves the
             // explanation for both cases).
             let now = hub.repo(&repo).ok().flatten().map(|r| r.head);

@@ -48,6 +48,9 @@ pub enum Fault {
     /// Answer with this status and a body of `bytes` bytes, made as it is sent (never held):
     /// `announced` in the Content-Length, else chunked. What was sent adds to `HubState::sent`.
     Huge { status: u16, bytes: u64, announced: bool },
+    /// Answer with this status, then one byte of body every `every`, for as long as the client
+    /// stays: a Hub that never stalls long enough to trip a read timeout and never ends.
+    Drip { status: u16, every: Duration },
 }
 
 #[derive(Debug, Clone)]
@@ -268,6 +271,14 @@ async fn apply_pre(state: &Shared, fault: &Option<Fault>) -> Option<Response> {
                 response = response.header("content-length", total);
             }
             Some(response.body(Body::from_stream(body)).unwrap())
+        }
+        Some(Fault::Drip { status, every }) => {
+            let every = *every;
+            let body = futures::stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                Some((Ok::<_, std::io::Error>(Bytes::from_static(b" ")), ()))
+            });
+            Some(Response::builder().status(*status).header("content-type", "application/json").body(Body::from_stream(body)).unwrap())
         }
         Some(Fault::Status(code)) => Some(error(StatusCode::from_u16(*code).unwrap(), "injected fault")),
         Some(Fault::Drop) => {
