@@ -126,7 +126,7 @@ pub fn publish(dir: &Path, options: &PublishOptions, log: &dyn Fn(&str)) -> Resu
                 hub.endpoint
             )));
         }
-        log(&format!("DEMO BUILD published to {} because --allow-demo was given", hub.endpoint));
+        log(&format!("DEMO BUILD: publishing to {} because --allow-demo was given", hub.endpoint));
     }
     if manifest.tier != "trial" && locked.visibility == Visibility::Public {
         return Err(PublishError::Refused(format!(
