@@ -99,3 +99,111 @@ fn bad_settings_and_inputs_are_refused_before_anything_is_written() {
         bin().args(["label-issues", "--data-entry", "x", "--features", "a", "--probabilities", "b", "--out", "o"]).assert().failure();
     assert!(stderr(&both).contains("cannot be used with"), "{}", stderr(&both));
 }
+
+/// A pair row's `image_index`, `label`, `nih_label`, `cl_confidence` and `cl_label_issue`.
+type ConfidentCells = (String, String, bool, Option<f64>, Option<bool>);
+
+/// Every pair row's [`ConfidentCells`].
+fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
+    use arrow_array::{Array, BooleanArray, Float64Array, StringArray};
+    let mut rows = Vec::new();
+    for shard in files_under(&release.join("data")).into_iter().filter(|p| p.parent() == Some(&release.join("data"))) {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&shard).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let column = |name: &str| batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).clone();
+            let (image, label) = (column("image_index"), column("label"));
+            let (image, label) =
+                (image.as_any().downcast_ref::<StringArray>().unwrap(), label.as_any().downcast_ref::<StringArray>().unwrap());
+            let (nih, p, issue) = (column("nih_label"), column("cl_confidence"), column("cl_label_issue"));
+            let nih = nih.as_any().downcast_ref::<BooleanArray>().unwrap();
+            let p = p.as_any().downcast_ref::<Float64Array>().unwrap();
+            let issue = issue.as_any().downcast_ref::<BooleanArray>().unwrap();
+            for i in 0..batch.num_rows() {
+                rows.push((
+                    image.value(i).to_string(),
+                    label.value(i).to_string(),
+                    nih.value(i),
+                    (!p.is_null(i)).then(|| p.value(i)),
+                    (!issue.is_null(i)).then(|| issue.value(i)),
+                ));
+            }
+        }
+    }
+    rows
+}
+
+const CONFIDENT_SIGNAL: &str = "signal:\n  confident_learning:\n    folds: 3\n    grid: [0.1, 1]\n";
+
+/// `signal.confident_learning` in a spec: the build probes every image it scored, each pair row
+/// gets the probe's view of NIH's label beside the zero-shot one, the card a table per finding,
+/// and the release the probes' report; it verifies, and the bytes do not depend on --jobs. The
+/// fixture's features mean nothing: this is the path, not the figures (those are the demo's).
+#[test]
+fn a_build_asked_for_confident_learning_carries_both_views() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "cl.yaml", CONFIDENT_SIGNAL);
+    let a = build(&spec, &s.path("one"), &s.cache(), &["--jobs", "2"]).success();
+    let log = stderr(&a);
+    assert!(log.contains("features: 640 images x 16 (vision_tower_mean), 0 from the cache, 640 computed"), "{log}");
+    assert!(log.contains("confident learning: ") && log.contains("(3 folds by patient)"), "{log}");
+    bin().arg("verify").arg(s.path("one")).assert().success();
+
+    let rows = confident_columns(&s.path("one"));
+    assert!(!rows.is_empty());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("one/label_issues.json")).unwrap()).unwrap();
+    assert_eq!(report["probes"]["folds"], 3);
+    let mut flagged = std::collections::BTreeSet::new();
+    for f in report["findings"].as_array().unwrap() {
+        for issue in f["issues"].as_array().unwrap() {
+            flagged.insert((issue["image_index"].as_str().unwrap().to_string(), f["finding"].as_str().unwrap().to_string()));
+        }
+    }
+    let probed: std::collections::BTreeSet<String> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rules"].is_object())
+        .map(|f| f["finding"].as_str().unwrap().to_string())
+        .collect();
+    for (image, label, _, p, issue) in &rows {
+        if probed.contains(label) {
+            let p = p.unwrap_or_else(|| panic!("{image} {label}: no cl_confidence"));
+            assert!((0.0..=1.0).contains(&p), "{image} {label}: {p}");
+            assert_eq!(issue.unwrap(), flagged.contains(&(image.clone(), label.clone())), "{image} {label}");
+        } else {
+            assert_eq!((*p, *issue), (None, None), "{label} has no probe");
+        }
+    }
+    assert!(rows.iter().any(|r| r.4 == Some(true)), "some label is named an issue");
+
+    let card = std::fs::read_to_string(s.path("one/README.md")).unwrap();
+    assert!(card.contains("### A second view: confident learning over NIH's own labels"), "{card}");
+    assert!(card.contains("these probes carry no") && card.contains("`cl_confidence`"), "the fixture's features are said to mean nothing");
+    let croissant = std::fs::read_to_string(s.path("one/croissant.json")).unwrap();
+    assert!(croissant.contains("cl_confidence") && croissant.contains("cl_label_issue"));
+
+    // One thread, features from the cache: the same bytes.
+    let a = build(&spec, &s.path("two"), &s.cache(), &["--jobs", "1"]).success();
+    assert!(stderr(&a).contains("640 from the cache, 0 computed"), "{}", stderr(&a));
+    assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("two")));
+}
+
+#[test]
+fn confident_learning_settings_are_checked_with_their_key() {
+    let s = Scratch::new();
+    for (yaml, expected) in [
+        ("signal:\n  confident_learning:\n    folds: 2\n", "folds is 2: expected 3 to 20"),
+        ("signal:\n  confident_learning:\n    grid: [1, 0.1]\n", "ascending"),
+        ("signal:\n  confident_learning:\n    grid: []\n", "at least one positive"),
+        ("signal:\n  confident_learning:\n    fold: 5\n", "unknown field `fold`"),
+    ] {
+        let spec = derived_spec(&s, "bad.yaml", yaml);
+        let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());
+        assert!(err.contains("confident_learning") && err.contains(expected), "{yaml}: {err}");
+        assert!(!s.path("out").exists());
+    }
+}

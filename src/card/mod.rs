@@ -122,6 +122,41 @@ pub struct CardInput<'a> {
     pub coverage: Coverage,
     /// A two-family release: the second model and each family's figures.
     pub second_opinion: Option<SecondOpinionCard>,
+    /// Confident learning's view, where the spec asks for it: per finding, the estimated noise and
+    /// the issues named.
+    pub confident_learning: Option<ConfidentLearningCard>,
+}
+
+/// The card's account of confident learning over every image the build scored.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfidentLearningCard {
+    pub images: usize,
+    /// What a feature vector is, and its length.
+    pub features: &'static str,
+    pub dims: usize,
+    pub folds: usize,
+    pub fold_seed: u64,
+    pub grid: Vec<f64>,
+    pub findings: Vec<ConfidentFindingCard>,
+}
+
+/// One finding's row of the card's confident-learning table.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfidentFindingCard {
+    pub finding: String,
+    /// NIH's positives and negatives of the finding among the images (None where no probe was
+    /// fitted).
+    pub positives: Option<u64>,
+    pub negatives: Option<u64>,
+    /// The estimated shares of NIH's positives that are wrong and of its negatives that miss the
+    /// finding (None where no probe was fitted).
+    pub positives_wrong: Option<f64>,
+    pub negatives_missed: Option<f64>,
+    /// Issues named among NIH's positives and among its negatives.
+    pub issues_positive: usize,
+    pub issues_omitted: usize,
+    /// Why no probe was fitted.
+    pub skipped: Option<String>,
 }
 
 /// The card's account of a second opinion: who the two models are, and on the main split each

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use super::narrative::{self, NarrativeAnswers};
-use super::{diagnosis, generate, io_err, output, prepare, records, write, BuildError, BuildOptions, BuildReport, Prepared};
+use super::{confident, diagnosis, generate, io_err, output, prepare, records, write, BuildError, BuildOptions, BuildReport, Prepared};
 use crate::card::{self, CardInput, SplitFacts, TableFacts};
 use crate::diagnose::{self, Diagnosis};
 use crate::files::OutDir;
@@ -34,6 +34,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
     let inferred = infer_all(spec, options, &prepared, log)?;
     // --jobs bounds every parallel stage after inference too.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(options.jobs.max(1)).build().map_err(|_| BuildError::Threads(options.jobs))?;
+    let confident = confident::confident_view(spec, options, &prepared, &pool, log)?;
     let derived = derive_signal(
         spec,
         &prepared,
@@ -51,10 +52,15 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
             .with_narrative(derived.reasoning.as_ref(), derived.reports.as_deref())
             .with_second_opinion(derived.families.as_ref().zip(inferred.second_scores.as_deref()).map(|(f, scores)| {
                 records::SecondOpinion { primary: &f.primary, second: &f.second, scores, family_agreement: &f.family_agreement }
-            }));
+            }))
+            .with_confident_learning(confident.as_ref());
+    if let Some(view) = &confident {
+        let json = serde_json::to_vec_pretty(&view.issues).expect("the report serialises");
+        write(&dir.join(confident::CONFIDENT_LEARNING_FILE), &json)?;
+    }
     let splits = write_shards(spec, &prepared.selection, &derived, &table_rows, &dir, &pool, &mut notes)?;
     let series = load_series_lenient(spec, &mut notes);
-    let card_input = write_card(spec, &prepared, &derived, &table_rows, splits, &series, &dir, log)?;
+    let card_input = write_card(spec, &prepared, &derived, &table_rows, splits, &series, confident.as_ref(), &dir, log)?;
     let lock = write_lock(spec, &prepared, &inferred.scores, card_input.spec_json.clone(), &dir)?;
     let files = write_manifest(spec, &prepared.demo_reasons, &card_input, &lock, &dir)?;
     if let Some(signer) = &options.signer {
@@ -297,6 +303,7 @@ fn write_card<'a>(
     table_rows: &records::RecordTable<'_>,
     splits: Vec<SplitFacts>,
     series: &'a [series::SeriesEntry],
+    confident: Option<&confident::ConfidentView>,
     dir: &Path,
     log: &dyn Fn(&str),
 ) -> Result<CardInput<'a>, BuildError> {
@@ -353,6 +360,7 @@ fn write_card<'a>(
         ),
         coverage: coverage(spec, selection, &prepared.table),
         second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows, report.as_ref()),
+        confident_learning: confident.map(confident::ConfidentView::card),
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;

@@ -8,6 +8,7 @@
 //! function per stage, is in `build.rs`.
 
 mod build;
+mod confident;
 mod diagnosis;
 mod narrative;
 pub mod output;
@@ -87,6 +88,12 @@ pub enum BuildError {
         spec.display()
     )]
     RuleOfOtherScores { spec: PathBuf, rule: String, fitted: String, now: String },
+    #[error("{}: signal.confident_learning", spec.display())]
+    ConfidentLearning {
+        spec: PathBuf,
+        #[source]
+        source: crate::signal::confident_learning::report::ReportError,
+    },
     #[error(transparent)]
     Signing(#[from] crate::signing::SigningError),
     #[error(transparent)]

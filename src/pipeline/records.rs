@@ -24,6 +24,7 @@ pub struct RecordTable<'a> {
     /// S4: one report per selected image.
     reports: Option<&'a [ImageReport]>,
     second: Option<SecondOpinion<'a>>,
+    confident: Option<&'a super::confident::ConfidentView>,
 }
 
 /// A second opinion's inputs to the records: each family's own signal, the second model's
@@ -63,7 +64,13 @@ impl<'a> RecordTable<'a> {
             reasoning: None,
             reports: None,
             second: None,
+            confident: None,
         }
+    }
+
+    /// Adds confident learning's view of every row.
+    pub fn with_confident_learning(self, confident: Option<&'a super::confident::ConfidentView>) -> Self {
+        RecordTable { confident, ..self }
     }
 
     /// Adds each family's own view of every row (a two-family release).
@@ -114,6 +121,7 @@ impl<'a> RecordTable<'a> {
                         second_scores: &s.scores[row.image].scores,
                         family_agreement: s.family_agreement[i],
                     }),
+                    confident: self.confident.map(|c| c.row(row.image, row.label, row.nih_label)),
                 }
             })
             .collect()

@@ -369,14 +369,25 @@ pub struct SignalLayer {
     pub tau: Option<f64>,
     pub calibration: Option<String>,
     pub joint_rule: Option<String>,
+    pub confident_learning: Option<ConfidentLearningLayer>,
 }
 
 impl Merge for SignalLayer {
     fn merge(&mut self, c: Self, nulls: &Nulls) {
         merge_options!(self, c, nulls; trusted_min_agreement, review_min_agreement, suspect_min_agreement,
             hard_case_margin, low_consistency_below, device_present_min, finding_present_min, device_confounded_labels, tau,
-            calibration, joint_rule);
+            calibration, joint_rule, confident_learning);
     }
+}
+
+/// `signal.confident_learning`: probes on the model's image features, out of fold. A layer that
+/// names it replaces the whole block; `null` turns it off.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfidentLearningLayer {
+    pub folds: Option<usize>,
+    pub fold_seed: Option<u64>,
+    pub grid: Option<Vec<f64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -102,6 +102,13 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     if signal.joint_rule.is_some() && second_opinion.is_none() {
         return Err(r.invalid("signal.joint_rule", "names a joint rule, which combines two families, but the spec asks no second_opinion"));
     }
+    if signal.confident_learning.is_some() && model.backend == Backend::Openai {
+        return Err(r.invalid(
+            "signal.confident_learning",
+            "needs the model's image features, and an OpenAI-compatible server gives none: use a native backend, or run \
+             `label-issues` on a features file made elsewhere",
+        ));
+    }
     let output = resolve_output(&r, merged.output, selection.trial.is_some())?;
     let card = resolve_card(&r, merged.card)?;
     let publish = resolve_publish(&r, merged.publish)?;
@@ -428,7 +435,18 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         tau: s.tau.unwrap_or(3.0),
         calibration: s.calibration.filter(|file| file != "none"),
         joint_rule: s.joint_rule.filter(|file| file != "none"),
+        confident_learning: s.confident_learning.map(|c| {
+            let defaults = ConfidentLearningSpec::default();
+            ConfidentLearningSpec {
+                folds: c.folds.unwrap_or(defaults.folds),
+                fold_seed: c.fold_seed.unwrap_or(defaults.fold_seed),
+                grid: c.grid.unwrap_or(defaults.grid),
+            }
+        }),
     };
+    if let Some(problem) = signal.confident_learning.as_ref().and_then(|c| c.problem()) {
+        return Err(r.invalid("signal.confident_learning", problem));
+    }
     if !(signal.trusted_min_agreement > signal.review_min_agreement && signal.review_min_agreement > signal.suspect_min_agreement) {
         return Err(r.invalid(
             "signal.trusted_min_agreement",

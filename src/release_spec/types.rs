@@ -324,6 +324,44 @@ pub struct SignalSpec {
     /// their bytes. [`crate::inputs`] reads it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub joint_rule: Option<String>,
+    /// Confident learning's probes, when the spec asks for them: a second view of every row.
+    /// Left out of the spec's JSON when not asked for, so other releases keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confident_learning: Option<ConfidentLearningSpec>,
+}
+
+/// `signal.confident_learning`: how the probes are fitted (what build.lock records with the
+/// spec and a rebuild repeats).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfidentLearningSpec {
+    /// Folds split by patient.
+    pub folds: usize,
+    /// Seeds the patients' order before they are dealt into folds.
+    pub fold_seed: u64,
+    /// The inverse regularisation strengths tried, ascending.
+    pub grid: Vec<f64>,
+}
+
+impl Default for ConfidentLearningSpec {
+    fn default() -> Self {
+        ConfidentLearningSpec { folds: 5, fold_seed: 0, grid: vec![0.001, 0.01, 0.1, 1.0, 10.0] }
+    }
+}
+
+impl ConfidentLearningSpec {
+    /// What is wrong with these settings, if anything.
+    pub fn problem(&self) -> Option<String> {
+        if !(3..=20).contains(&self.folds) {
+            return Some(format!("folds is {}: expected 3 to 20 (two are held out when the regularisation is chosen)", self.folds));
+        }
+        if self.grid.is_empty() || self.grid.iter().any(|c| !c.is_finite() || *c <= 0.0) {
+            return Some("the regularisation grid needs at least one positive, finite strength".into());
+        }
+        if self.grid.windows(2).any(|w| w[0] >= w[1]) {
+            return Some("the regularisation grid must be ascending, without repeats".into());
+        }
+        None
+    }
 }
 
 /// What a gold file is unless the spec says otherwise (`evaluation.against`).

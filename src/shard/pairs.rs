@@ -36,6 +36,16 @@ pub struct PairRecord<'a> {
     pub reasoning: Option<&'a RowReasoning>,
     /// Each family's own view of the row, where a second opinion was asked.
     pub second: Option<SecondOpinionRow<'a>>,
+    /// Confident learning's view of the row, where the spec asks for it.
+    pub confident: Option<ConfidentRow>,
+}
+
+/// A row as confident learning sees it: both None where the finding had no probe.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ConfidentRow {
+    /// The out-of-fold probability that NIH's label is right.
+    pub confidence: Option<f64>,
+    pub label_issue: Option<bool>,
 }
 
 /// A row as each family sees it alone, in a two-family release.
@@ -86,6 +96,10 @@ fn to_batch(schema: &arrow_schema::SchemaRef, rows: &[PairRecord<'_>]) -> Result
             float_lists(&s, |(s, p)| p.iter().map(|&q| s.second_scores[q].logit_no)),
             floats(&s, |(s, _)| s.family_agreement),
         ]);
+    }
+    if has_column(schema, "cl_confidence") {
+        let c: Vec<ConfidentRow> = rows.iter().map(|r| r.confident.unwrap_or_default()).collect();
+        columns.extend([optional_floats(&c, |c| c.confidence), optional_bools(&c, |c| c.label_issue)]);
     }
     RecordBatch::try_new(schema.clone(), columns)
 }

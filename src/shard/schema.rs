@@ -254,6 +254,21 @@ pub const SECOND_OPINION_COLUMNS: [ColumnDoc; 7] = [
     column("family_agreement", ColumnType::Float64, "How far the two families agree: 1 - |primary_confidence - second_confidence|."),
 ];
 
+/// Confident learning (`signal.confident_learning` in the spec): appended to the pair table after
+/// every other column. A second view of the row, from NIH's own labels, beside the zero-shot one.
+pub const CONFIDENT_LEARNING_COLUMNS: [ColumnDoc; 2] = [
+    nullable(
+        "cl_confidence",
+        ColumnType::Float64,
+        "The probability that NIH's label is right by a probe trained on NIH's labels over the model's image features, out of fold (folds split by patient): the probe's p for a positive label, 1 - p for a negative one. Null where the finding has too few positives for a probe.",
+    ),
+    nullable(
+        "cl_label_issue",
+        ColumnType::Bool,
+        "True when confident learning names this label an issue: the probe confidently contradicts NIH, counted and pruned by the finding's estimated noise rate. Null where `cl_confidence` is.",
+    ),
+];
+
 /// Which later series' columns a release carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ColumnSet {
@@ -261,6 +276,7 @@ pub struct ColumnSet {
     pub reason: bool,
     pub report: bool,
     pub second_opinion: bool,
+    pub confident_learning: bool,
 }
 
 impl ColumnSet {
@@ -271,17 +287,19 @@ impl ColumnSet {
             reason: prompts.reasoning.is_some(),
             report: prompts.report.is_some(),
             second_opinion: spec.second_opinion.is_some(),
+            confident_learning: spec.signal.confident_learning.is_some(),
         }
     }
 }
 
 /// The pair table's columns: S1's, then S2's when the release diagnoses (and in every S3 release,
-/// null where it does not), then S3's, then a second opinion's.
+/// null where it does not), then S3's, then a second opinion's, then confident learning's.
 pub fn pair_columns(set: ColumnSet) -> Vec<ColumnDoc> {
     let diagnose: &[ColumnDoc] = if set.diagnose || set.reason { &DIAGNOSE_COLUMNS } else { &[] };
     let reason: &[ColumnDoc] = if set.reason { &REASON_COLUMNS } else { &[] };
     let second: &[ColumnDoc] = if set.second_opinion { &SECOND_OPINION_COLUMNS } else { &[] };
-    PAIR_COLUMNS.iter().chain(diagnose).chain(reason).chain(second).copied().collect()
+    let confident: &[ColumnDoc] = if set.confident_learning { &CONFIDENT_LEARNING_COLUMNS } else { &[] };
+    PAIR_COLUMNS.iter().chain(diagnose).chain(reason).chain(second).chain(confident).copied().collect()
 }
 
 /// The image table's columns: S1's, then S3's trace, then S4's report.

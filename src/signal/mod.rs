@@ -224,6 +224,7 @@ mod tests {
             tau: 3.0,
             calibration: None,
             joint_rule: None,
+            confident_learning: None,
         }
     }
 

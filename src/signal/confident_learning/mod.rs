@@ -24,6 +24,8 @@ pub mod table;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::release_spec::ConfidentLearningSpec;
+
 pub use folds::patient_folds;
 pub use probe::FeatureMatrix;
 pub use rules::{find_issues, FindingIssues};
@@ -39,25 +41,23 @@ pub struct ProbeSettings {
     pub grid: Vec<f64>,
 }
 
+/// The spec's settings and the command's are one thing; the spec owns the defaults and the checks.
+impl From<&ConfidentLearningSpec> for ProbeSettings {
+    fn from(spec: &ConfidentLearningSpec) -> Self {
+        ProbeSettings { folds: spec.folds, fold_seed: spec.fold_seed, grid: spec.grid.clone() }
+    }
+}
+
 impl Default for ProbeSettings {
     fn default() -> Self {
-        ProbeSettings { folds: 5, fold_seed: 0, grid: vec![0.001, 0.01, 0.1, 1.0, 10.0] }
+        ProbeSettings::from(&ConfidentLearningSpec::default())
     }
 }
 
 impl ProbeSettings {
     /// What is wrong with these settings, if anything.
     pub fn problem(&self) -> Option<String> {
-        if !(3..=20).contains(&self.folds) {
-            return Some(format!("folds is {}: expected 3 to 20 (two are held out when the regularisation is chosen)", self.folds));
-        }
-        if self.grid.is_empty() || self.grid.iter().any(|c| !c.is_finite() || *c <= 0.0) {
-            return Some("the regularisation grid needs at least one positive, finite strength".into());
-        }
-        if self.grid.windows(2).any(|w| w[0] >= w[1]) {
-            return Some("the regularisation grid must be ascending, without repeats".into());
-        }
-        None
+        ConfidentLearningSpec { folds: self.folds, fold_seed: self.fold_seed, grid: self.grid.clone() }.problem()
     }
 }
 
