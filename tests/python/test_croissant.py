@@ -3,17 +3,19 @@ warning, carries the Responsible-AI fields, its FileObjects' sha256 are the file
 record set yields exactly the rows pyarrow reads from the shards (every column, every row).
 
 Reads the embedded-sample S1a, S1b and S2 releases, built once per session with the project's
-binary (helpers.sample_release).
+binary (helpers.sample_release), and one with confident learning's columns.
 """
 import hashlib
 import json
 import logging
 import math
+import os
 
 import mlcroissant as mlc
 import pyarrow.parquet as pq
 import pytest
-from helpers import sample_release
+
+from helpers import ROOT, build_sample, sample_release
 
 
 RAI_FIELDS = [
@@ -23,9 +25,24 @@ RAI_FIELDS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["s1a", "s1b", "s2"])
+@pytest.fixture(scope="module", params=["s1a", "s1b", "s2", "confident-learning"])
 def release(request, tmp_path_factory):
+    if request.param == "confident-learning":
+        return confident_learning_release(tmp_path_factory)
     return sample_release(request.param, tmp_path_factory)
+
+
+def confident_learning_release(tmp_path_factory):
+    """S1a with the fixture scorer and `signal.confident_learning`: the columns it adds
+    (`cl_confidence`, null where a finding has no probe, and `cl_label_issue`) as Croissant
+    describes them. The fixture's features are a hash of each image, so its figures mean
+    nothing; the build takes seconds."""
+    spec = tmp_path_factory.mktemp("confident-learning") / "spec.yaml"
+    base = os.path.join(ROOT, "tests", "specs", "s1a-fixture-scorer.yaml")
+    spec.write_text(f"extends: {base}\nsignal:\n  confident_learning:\n    folds: 3\n    grid: [0.1, 1]\n")
+    out = spec.parent / "release"
+    build_sample(str(spec), out, tmp_path_factory)
+    return out
 
 
 @pytest.fixture(scope="module")
