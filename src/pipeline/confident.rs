@@ -8,11 +8,11 @@ use std::collections::{HashMap, HashSet};
 
 use super::{BuildError, BuildOptions, Prepared};
 use crate::card::{ConfidentFindingCard, ConfidentLearningCard};
-use crate::infer::{self, RunOptions, IMAGE_FEATURES};
+use crate::infer::IMAGE_FEATURES;
 use crate::inputs::ResolvedSpec;
 use crate::shard::pairs::ConfidentRow;
 use crate::signal::confident_learning::report::{self, LabelIssues};
-use crate::signal::confident_learning::{FeatureMatrix, ProbeSettings};
+use crate::signal::confident_learning::FeatureMatrix;
 use crate::vocab::LABELS;
 
 /// The file in the release with every finding's probes and rules (the format `label-issues`
@@ -78,13 +78,11 @@ pub fn confident_view(
     pool: &rayon::ThreadPool,
     log: &dyn Fn(&str),
 ) -> Result<Option<ConfidentView>, BuildError> {
-    let Some(settings) = spec.signal.confident_learning.as_ref().map(ProbeSettings::from) else { return Ok(None) };
-    let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
-    let found = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &infer::FeatureCache::open(&options.cache_dir)?, &run)?;
+    let Some(settings) = &spec.signal.confident_learning else { return Ok(None) };
+    let (names, found) = super::selected_features(prepared, options)?;
     for problem in &found.cache_problems {
         log(&format!("features: {problem}"));
     }
-    let names: Vec<String> = prepared.jobs.iter().map(|j| j.name.clone()).collect();
     let dims = found.vectors.first().map_or(0, Vec::len);
     log(&format!(
         "features: {} images x {dims} ({IMAGE_FEATURES}), {} from the cache, {} computed",
@@ -95,7 +93,7 @@ pub fn confident_view(
     let features = FeatureMatrix::new(names.len(), dims, found.vectors.concat());
     let findings: Vec<String> = LABELS.iter().map(|l| l.to_string()).collect();
     let (issues, _) = pool
-        .install(|| report::from_features(&names, &features, &prepared.table, &findings, &settings, &|_| {}))
+        .install(|| report::from_features(&names, &features, &prepared.table, &findings, settings, &|_| {}))
         .map_err(|source| BuildError::ConfidentLearning { spec: spec.path.clone(), source })?;
 
     let position: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();

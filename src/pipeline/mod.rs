@@ -343,15 +343,17 @@ pub struct ImageFeaturesTable {
 /// The feature vector of every image the spec selects (see [`infer::IMAGE_FEATURES`]).
 pub fn image_features(spec: &ResolvedSpec, options: &BuildOptions) -> Result<ImageFeaturesTable, BuildError> {
     let prepared = prepare(spec, options)?;
+    let (names, report) = selected_features(&prepared, options)?;
+    Ok(ImageFeaturesTable { names, report, scorer: prepared.scorer.identity().clone(), demo_reasons: prepared.demo_reasons })
+}
+
+/// Every prepared image's name and feature vector, from the feature cache or the scorer: what
+/// `features` writes and what a build's confident learning reads.
+fn selected_features(prepared: &Prepared, options: &BuildOptions) -> Result<(Vec<String>, infer::FeaturesReport), BuildError> {
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
     let cache = infer::FeatureCache::open(&options.cache_dir)?;
     let report = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &cache, &run)?;
-    Ok(ImageFeaturesTable {
-        names: prepared.jobs.iter().map(|j| j.name.clone()).collect(),
-        report,
-        scorer: prepared.scorer.identity().clone(),
-        demo_reasons: prepared.demo_reasons,
-    })
+    Ok((prepared.jobs.iter().map(|j| j.name.clone()).collect(), report))
 }
 
 /// The decoding settings of S2's grounding answers.

@@ -30,36 +30,9 @@ pub use folds::patient_folds;
 pub use probe::FeatureMatrix;
 pub use rules::{find_issues, FindingIssues};
 
-/// How the probes are fitted: what build.lock records and a rebuild repeats.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ProbeSettings {
-    /// Folds split by patient.
-    pub folds: usize,
-    /// Seeds the patients' order before they are dealt into folds.
-    pub fold_seed: u64,
-    /// The inverse regularisation strengths tried, ascending.
-    pub grid: Vec<f64>,
-}
-
-/// The spec's settings and the command's are one thing; the spec owns the defaults and the checks.
-impl From<&ConfidentLearningSpec> for ProbeSettings {
-    fn from(spec: &ConfidentLearningSpec) -> Self {
-        ProbeSettings { folds: spec.folds, fold_seed: spec.fold_seed, grid: spec.grid.clone() }
-    }
-}
-
-impl Default for ProbeSettings {
-    fn default() -> Self {
-        ProbeSettings::from(&ConfidentLearningSpec::default())
-    }
-}
-
-impl ProbeSettings {
-    /// What is wrong with these settings, if anything.
-    pub fn problem(&self) -> Option<String> {
-        ConfidentLearningSpec { folds: self.folds, fold_seed: self.fold_seed, grid: self.grid.clone() }.problem()
-    }
-}
+/// How the probes are fitted: the spec's `signal.confident_learning`, which owns the defaults
+/// and the checks, and what `label-issues` takes as flags. build.lock records it with the spec.
+pub type ProbeSettings = ConfidentLearningSpec;
 
 /// One finding's labels: NIH's label of every image, in the feature matrix's row order.
 #[derive(Debug, Clone)]
