@@ -100,8 +100,9 @@ fn bad_settings_and_inputs_are_refused_before_anything_is_written() {
     assert!(stderr(&both).contains("cannot be used with"), "{}", stderr(&both));
 }
 
-/// A pair row's `image_index`, `label`, `nih_label`, `cl_confidence` and `cl_label_issue`.
-type ConfidentCells = (String, String, bool, Option<f64>, Option<bool>);
+/// A pair row's `image_index`, `label`, `nih_label`, `cl_confidence`, `cl_label_issue`,
+/// `agreement` and `trust_class`.
+type ConfidentCells = (String, String, bool, Option<f64>, Option<bool>, f64, String);
 
 /// Every pair row's [`ConfidentCells`].
 fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
@@ -120,6 +121,9 @@ fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
                 (image.as_any().downcast_ref::<StringArray>().unwrap(), label.as_any().downcast_ref::<StringArray>().unwrap());
             let (nih, p, issue) = (column("nih_label"), column("cl_confidence"), column("cl_label_issue"));
             let nih = nih.as_any().downcast_ref::<BooleanArray>().unwrap();
+            let (agreement, class) = (column("agreement"), column("trust_class"));
+            let agreement = agreement.as_any().downcast_ref::<Float64Array>().unwrap();
+            let class = class.as_any().downcast_ref::<StringArray>().unwrap();
             let p = p.as_any().downcast_ref::<Float64Array>().unwrap();
             let issue = issue.as_any().downcast_ref::<BooleanArray>().unwrap();
             for i in 0..batch.num_rows() {
@@ -129,6 +133,8 @@ fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
                     nih.value(i),
                     (!p.is_null(i)).then(|| p.value(i)),
                     (!issue.is_null(i)).then(|| issue.value(i)),
+                    agreement.value(i),
+                    class.value(i).to_string(),
                 ));
             }
         }
@@ -169,7 +175,7 @@ fn a_build_asked_for_confident_learning_carries_both_views() {
         .filter(|f| f["rules"].is_object())
         .map(|f| f["finding"].as_str().unwrap().to_string())
         .collect();
-    for (image, label, _, p, issue) in &rows {
+    for (image, label, _, p, issue, ..) in &rows {
         if probed.contains(label) {
             let p = p.unwrap_or_else(|| panic!("{image} {label}: no cl_confidence"));
             assert!((0.0..=1.0).contains(&p), "{image} {label}: {p}");
@@ -179,6 +185,77 @@ fn a_build_asked_for_confident_learning_carries_both_views() {
         }
     }
     assert!(rows.iter().any(|r| r.4 == Some(true)), "some label is named an issue");
+
+    // Both views set the class: the answers' class (by agreement) moves only at its extremes.
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("one/build.lock")).unwrap()).unwrap();
+    let threshold = |key: &str| lock["spec"]["signal"][key].as_f64().unwrap();
+    let (trusted, review, suspect) =
+        (threshold("trusted_min_agreement"), threshold("review_min_agreement"), threshold("suspect_min_agreement"));
+    let mut moved = [0usize; 2];
+    for (image, label, _, _, issue, agreement, class) in &rows {
+        let answers = match *agreement {
+            a if a >= trusted => "trusted",
+            a if a >= review => "review",
+            a if a >= suspect => "suspect",
+            _ => "likely_mislabeled",
+        };
+        let expected = match (answers, *issue) {
+            ("likely_mislabeled", Some(false)) => "suspect",
+            ("trusted", Some(true)) => "review",
+            (class, _) => class,
+        };
+        assert_eq!(class, expected, "{image} {label}: answers say {answers}, cl_label_issue {issue:?}");
+        moved[0] += usize::from(answers == "likely_mislabeled" && class != answers);
+        moved[1] += usize::from(answers == "trusted" && class != answers);
+    }
+    assert!(moved[0] > 0 && moved[1] > 0, "both rules were exercised: {moved:?}");
+
+    // `eval` compares the views. Gold that contradicts NIH exactly where confident learning names
+    // an issue: its verdict is then perfect, and the answers' is what the thresholds alone say.
+    let mut gold = String::from("image_index,label,value\n");
+    let mut answers_doubt = 0;
+    for (image, label, nih, _, issue, agreement, _) in &rows {
+        if let Some(issue) = issue {
+            gold.push_str(&format!("{image},{label},{}\n", u8::from(nih != issue)));
+            answers_doubt += usize::from(*agreement < suspect);
+        }
+    }
+    let gold = s.write("gold.csv", &gold);
+    let a = bin().arg("eval").arg(s.path("one")).arg("--gold").arg(&gold).args(["--bootstrap", "50"]).assert().success();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let views = &report["views"];
+    let verdict = |view: &str| views[view]["mislabel"]["by_class"][0].clone();
+    assert_eq!(verdict("confident_learning")["classes"], "cl_label_issue");
+    assert_eq!(
+        (verdict("confident_learning")["precision"].as_f64(), verdict("confident_learning")["recall"].as_f64()),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(verdict("answers")["classes"], "likely_mislabeled");
+    assert_eq!(verdict("answers")["flagged"].as_u64(), Some(answers_doubt as u64));
+    let shipped = rows.iter().filter(|r| r.4.is_some() && r.6 == "likely_mislabeled").count();
+    assert_eq!(verdict("both")["flagged"].as_u64(), Some(shipped as u64));
+    assert!(views["stacked"]["auroc"].is_number() && views["per_label"].as_object().unwrap().len() >= 2, "{views}");
+
+    // `review plan` ranks by either view or both.
+    let issues = rows.iter().filter(|r| r.4 == Some(true)).count();
+    let plan = |rank_by: &str| -> serde_json::Value {
+        let out = s.path(&format!("plan-{rank_by}.json"));
+        let args = ["--budget", "40", "--control-share", "0", "--rank-by", rank_by];
+        bin().args(["review", "plan"]).arg(s.path("one")).args(args).arg("--out").arg(&out).assert().success();
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+    };
+    let by_probes = plan("confident-learning");
+    assert_eq!(by_probes["rank_by"], "confident_learning");
+    assert_eq!(by_probes["summary"]["by_tier"]["cl_label_issue"].as_u64(), Some(issues.min(40) as u64), "{}", by_probes["summary"]);
+    let by_answers = plan("answers");
+    assert_eq!(by_answers["rank_by"], "answers");
+    let likely = by_answers["summary"]["by_tier"]["likely_mislabeled"].as_u64().unwrap_or(0) as usize;
+    let answers_likely = rows.iter().filter(|r| r.5 < suspect).count();
+    assert_eq!(likely, answers_likely.min(40), "the answers alone class by the thresholds");
+    let both = plan("both");
+    assert!(both.get("rank_by").is_none(), "the default is not written: plans before the choice read the same");
+    let reasons: Vec<&str> = both["rows"].as_array().unwrap().iter().map(|r| r["reason"].as_str().unwrap()).collect();
+    assert!(reasons.iter().any(|r| r.contains("confident learning's")), "{reasons:?}");
 
     let card = std::fs::read_to_string(s.path("one/README.md")).unwrap();
     assert!(card.contains("### A second view: confident learning over NIH's own labels"), "{card}");
@@ -190,6 +267,21 @@ fn a_build_asked_for_confident_learning_carries_both_views() {
     let a = build(&spec, &s.path("two"), &s.cache(), &["--jobs", "1"]).success();
     assert!(stderr(&a).contains("640 from the cache, 0 computed"), "{}", stderr(&a));
     assert_eq!(tree_digest(&s.path("one")), tree_digest(&s.path("two")));
+}
+
+#[test]
+fn a_release_without_confident_learning_cannot_be_ranked_by_it() {
+    let s = Scratch::new();
+    build(&fixture_s1a(), &s.path("s1a"), &s.cache(), &[]).success();
+    let a = bin()
+        .args(["review", "plan"])
+        .arg(s.path("s1a"))
+        .args(["--budget", "10", "--rank-by", "confident-learning", "--out"])
+        .arg(s.path("plan.json"))
+        .assert()
+        .failure();
+    assert!(stderr(&a).contains("no view of confident learning to rank by (no cl_confidence)"), "{}", stderr(&a));
+    assert!(!s.path("plan.json").exists());
 }
 
 #[test]

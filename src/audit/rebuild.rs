@@ -576,6 +576,7 @@ mod tests {
                 second_logit_yes: vec![second, 1.0],
                 second_logit_no: vec![0.0, 0.0],
             }),
+            confident: None,
         }
     }
 

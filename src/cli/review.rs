@@ -44,9 +44,20 @@ struct PlanArgs {
     /// Share of the budget drawn at random as the control.
     #[arg(long, default_value_t = plan::DEFAULT_CONTROL_SHARE)]
     control_share: f64,
+    /// Which view ranks the rows: both (the release's trust classes), the model's answers
+    /// alone, or confident learning alone (a release built with it).
+    #[arg(long, value_enum, default_value_t = RankView::Both)]
+    rank_by: RankView,
     /// Where to write the plan (JSON); the CSV goes beside it with the extension .csv.
     #[arg(long, default_value = "review-plan.json")]
     out: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RankView {
+    Both,
+    Answers,
+    ConfidentLearning,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -108,7 +119,12 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
     // Before any work: the plan and its CSV overwrite only an earlier plan's.
     check_file(&a.out, "--out", "a review plan", &|head| head.contains(plan::PLAN_FORMAT))?;
     check_file(&plan::csv_path(&a.out), "--out", "a review plan's CSV", &|head| head.starts_with("image_index,label,nih_label,arm,"))?;
-    let options = PlanOptions { budget: a.budget, split: a.split, seed: a.seed, control_share: a.control_share };
+    let rank_by = match a.rank_by {
+        RankView::Both => plan::RankBy::Both,
+        RankView::Answers => plan::RankBy::Answers,
+        RankView::ConfidentLearning => plan::RankBy::ConfidentLearning,
+    };
+    let options = PlanOptions { budget: a.budget, split: a.split, seed: a.seed, control_share: a.control_share, rank_by };
     let plan = review::plan_release(&a.release, &options)?;
     let (json, csv) = plan.to_files()?;
     let csv_path = plan::csv_path(&a.out);

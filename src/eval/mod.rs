@@ -11,6 +11,7 @@ pub mod metrics;
 mod release_rows;
 mod report;
 mod review_lift;
+mod views;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,11 +22,12 @@ pub use error::EvalError;
 pub use gold::{GoldError, GoldFormat, GoldLabels, GoldSet, LabelMapping, Unmapped};
 pub use joint::{fit_joint_rule, Disagreement, JointRuleEval, JointRuleInput};
 pub use release_rows::{read as read_release_rows, read_split as read_release_split, ReleaseRow};
-pub use release_rows::{Family as FamilyView, FamilyViews};
+pub use release_rows::{ConfidentCells, Family as FamilyView, FamilyViews};
 pub use report::to_markdown;
 pub use review_lift::{review_lift, ArmYield, PlannedReview, ReviewArm, ReviewLift};
+pub use views::{LabelViews, ViewComparison};
 
-use crate::signal::calibration;
+use crate::signal::{calibration, ClassThresholds};
 use crate::vocab::TrustClass;
 use metrics::*;
 
@@ -116,6 +118,10 @@ pub struct EvalReport {
     /// (left out of a one-model release's report).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub families: Option<FamilyComparison>,
+    /// A release with confident learning: each view alone and both together, on the judged rows
+    /// of probed findings (left out of a release without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub views: Option<ViewComparison>,
     /// A release built with a fitted joint rule: which judged rows were cross-fitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub joint_rule: Option<JointRuleEval>,
@@ -131,6 +137,8 @@ pub struct FamilyOptions<'a> {
     /// adds them only with a joint rule, so that a release built without one keeps its bytes;
     /// `eval` always does.
     pub details: bool,
+    /// The release's class thresholds: with confident learning, they class the answers alone.
+    pub thresholds: Option<ClassThresholds>,
 }
 
 /// Each family alone and both together, on the same gold judgements.
@@ -240,7 +248,8 @@ pub fn evaluate(
     let (split, rows) = read_release_rows(dir)?;
     let gold_file = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let joint_rule = JointRuleInput::of_release(dir)?;
-    let families = FamilyOptions { joint_rule: joint_rule.as_ref(), details: true };
+    let thresholds = release_thresholds(dir)?;
+    let families = FamilyOptions { joint_rule: joint_rule.as_ref(), details: true, thresholds: Some(thresholds) };
     let mut report =
         evaluate_rows(&manifest.release_id, &split, &rows, &gold_file, gold, options, calibration, families).map_err(|e| match e {
             EvalError::NoMatch { .. } => EvalError::NoMatch {
@@ -341,8 +350,16 @@ pub fn evaluate_rows(
         strata,
         review: None,
         families: family_comparison(rows, gold, options, families.details),
+        views: views::compare(rows, &gold.labels, families.thresholds.as_ref(), options),
         joint_rule,
     })
+}
+
+/// The class thresholds build.lock records for the release in `dir`.
+fn release_thresholds(dir: &Path) -> Result<ClassThresholds, EvalError> {
+    let lock = crate::manifest::BuildLock::read(dir)?;
+    serde_json::from_value(lock.spec["signal"].clone())
+        .map_err(|e| EvalError::Lock { dir: dir.into(), message: format!("spec.signal: {e}") })
 }
 
 /// The figures of each family alone, and the joint ones, where every row carries both views.
@@ -439,6 +456,7 @@ fn composites(rows: &[ReleaseRow], gold: &GoldSet) -> Vec<ReleaseRow> {
                 logit_yes: Vec::new(),
                 logit_no: Vec::new(),
                 families: None,
+                confident: None,
             });
         }
     }

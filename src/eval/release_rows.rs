@@ -28,6 +28,16 @@ pub struct ReleaseRow {
     pub logit_no: Vec<f32>,
     /// Each family's own view of the row, in a two-family release.
     pub families: Option<FamilyViews>,
+    /// Confident learning's view of the row, where the release has one and the finding a probe.
+    pub confident: Option<ConfidentCells>,
+}
+
+/// A row's `cl_confidence` and `cl_label_issue`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConfidentCells {
+    /// The probe's out-of-fold probability that NIH's label is right.
+    pub confidence: f64,
+    pub label_issue: bool,
 }
 
 /// One family of a two-family release.
@@ -162,6 +172,12 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
                 (column("second_question_logit_yes")?, column("second_question_logit_no")?),
             )),
         };
+        // Confident learning's columns, where the release has them (null where a finding has no probe).
+        let confident = match batch.column_by_name("cl_confidence") {
+            None => None,
+            Some(_) => Some((column("cl_confidence")?, column("cl_label_issue")?)),
+        };
+        let confident = confident.as_ref().map(|(p, issue)| (p.as_primitive::<Float64Type>(), issue.as_boolean()));
         for i in 0..batch.num_rows() {
             rows.push(ReleaseRow {
                 image_index: images.value(i).to_string(),
@@ -183,6 +199,9 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
                     second_logit_yes: floats(&sy.as_list::<i32>().value(i)),
                     second_logit_no: floats(&sn.as_list::<i32>().value(i)),
                 }),
+                confident: confident
+                    .filter(|(p, issue)| p.is_valid(i) && issue.is_valid(i))
+                    .map(|(p, issue)| ConfidentCells { confidence: p.value(i), label_issue: issue.value(i) }),
             });
         }
         Ok(())

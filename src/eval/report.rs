@@ -63,6 +63,9 @@ pub fn to_markdown(r: &EvalReport) -> String {
         md.push_str(&families_table(f));
         md.push_str(&family_details(f, r.joint_rule.as_ref()));
     }
+    if let Some(v) = &r.views {
+        md.push_str(&views_table(v));
+    }
     md.push_str(&format!(
         "\n**Calibration** of `confidence` against the gold, pooled over labels: ECE {}, Brier {}",
         num(r.calibration.ece),
@@ -212,6 +215,49 @@ The release combines its families by a joint rule fitted on expert labels ({}). 
             rate(d.agree_mislabeled, d.agree_rows),
             d.rate_ratio.map_or("n/a".into(), |r| format!("{r:.2}"))
         ));
+    }
+    md
+}
+
+/// A release with confident learning: each view alone, both as the release classes them, and
+/// both stacked by a rule cross-fitted on the gold.
+fn views_table(v: &super::ViewComparison) -> String {
+    let mut md = format!(
+        "\n**The model's answers and confident learning**, on the {} judged rows of findings with a probe: AUROC of each \
+         view's probability, mislabel AP, each view's verdict \"mislabeled\" and the lift of reviewing the 10% of rows it \
+         doubts most. The answers' verdict is `likely_mislabeled` by the thresholds alone; confident learning's is \
+         `cl_label_issue`; the release's is its `trust_class` (both views must doubt), ranked by the mean of the two \
+         probabilities; the stacked rule is fitted on these judgements, each row's confidence from the rule fitted \
+         without its fold ({} folds by image).\n\n\
+         | view | AUROC | mislabel AP | verdict | rows | precision | recall | Lift@10% |\n|---|---:|---:|---|---:|---:|---:|---:|\n",
+        v.answers.mislabel.n, v.folds
+    );
+    let rows = [
+        ("the model's answers", &v.answers, "likely_mislabeled"),
+        ("confident learning", &v.confident_learning, super::views::LABEL_ISSUE),
+        ("both (the release)", &v.both, "likely_mislabeled"),
+        ("both, stacked on the gold", &v.stacked, "likely_mislabeled"),
+    ];
+    for (name, m, verdict) in rows {
+        let d = &m.mislabel;
+        let found = d.by_class.iter().find(|c| c.classes == verdict);
+        let tenth = d.n.div_ceil(10);
+        let lift = d.at_k.iter().find(|(k, _, _)| *k == tenth).and_then(|(_, _, l)| *l);
+        md.push_str(&format!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+            num(m.auroc),
+            num(d.ap),
+            found.map_or("n/a".to_string(), |c| format!("`{}`", c.classes)),
+            found.map_or("n/a".to_string(), |c| c.flagged.to_string()),
+            num(found.and_then(|c| c.precision)),
+            num(found.and_then(|c| c.recall)),
+            num(lift)
+        ));
+    }
+    md.push_str("\nMislabel AP per finding:\n\n| finding | rows | mislabeled | answers | confident learning | mean | stacked |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    for (label, l) in &v.per_label {
+        let [a, b, c, d] = l.ap;
+        md.push_str(&format!("| {label} | {} | {} | {} | {} | {} | {} |\n", l.n, l.mislabeled, num(a), num(b), num(c), num(d)));
     }
     md
 }

@@ -155,6 +155,7 @@ mod tests {
             logit_yes: Vec::new(),
             logit_no: Vec::new(),
             families: None,
+            confident: None,
         }
     }
 

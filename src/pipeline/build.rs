@@ -41,6 +41,7 @@ pub fn build(spec: &ResolvedSpec, options: &BuildOptions, log: &dyn Fn(&str)) ->
         inferred.answers_and_narrative,
         &inferred.scores,
         inferred.second_scores.as_deref(),
+        confident.as_ref(),
         &pool,
         &mut notes,
     )?;
@@ -198,12 +199,14 @@ struct Families {
     family_agreement: Vec<f64>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn derive_signal(
     spec: &ResolvedSpec,
     prepared: &Prepared,
     (answers, narrated): (Vec<ImageAnswers>, NarrativeAnswers),
     scores: &[ImageScores],
     second_scores: Option<&[ImageScores]>,
+    confident: Option<&confident::ConfidentView>,
     pool: &rayon::ThreadPool,
     notes: &mut Vec<String>,
 ) -> Result<Derived, BuildError> {
@@ -218,6 +221,12 @@ fn derive_signal(
             (j.joint, Some(Families { primary: j.primary, second: j.second, family_agreement: j.family_agreement }))
         }
     };
+    // With confident learning, both views set the class (before the trial sample and S3 read it).
+    if let Some(view) = confident {
+        for (pair, row) in sig.pairs.iter_mut().zip(&selection.rows) {
+            pair.trust_class = signal::views::trust_class(pair.trust_class, view.label_issue(row.image, row.label));
+        }
+    }
     let sizes = if spec.prompts.location.is_some() {
         source::image_sizes(&spec.source.images_dir(), &prepared.table.boxes)?
     } else {
@@ -422,7 +431,11 @@ fn evaluate(
     let joint_rule = spec
         .joint_rule_table()
         .map(|rule| crate::eval::JointRuleInput { rule: rule.clone(), classes: signal::ClassThresholds::of(&spec.signal) });
-    let families = crate::eval::FamilyOptions { joint_rule: joint_rule.as_ref(), details: joint_rule.is_some() };
+    let families = crate::eval::FamilyOptions {
+        joint_rule: joint_rule.as_ref(),
+        details: joint_rule.is_some(),
+        thresholds: Some(signal::ClassThresholds::of(&spec.signal)),
+    };
     let options = crate::eval::EvalOptions::default();
     let mut report = crate::eval::evaluate_rows(&spec.release.id, split.name(), rows, &e.gold_file, &e.gold, &options, None, families)
         .map_err(failed)?;

@@ -60,6 +60,12 @@ impl ConfidentView {
         }
     }
 
+    /// Whether confident learning names the label of `image` and `label` an issue; None where
+    /// the finding had no probe.
+    pub fn label_issue(&self, image: usize, label: usize) -> Option<bool> {
+        self.cells[image][label].map(|(_, issue)| issue)
+    }
+
     /// The view of one pair row: the probability that NIH's label is right, and the flag.
     pub fn row(&self, image: usize, label: usize, nih_label: bool) -> ConfidentRow {
         match self.cells[image][label] {

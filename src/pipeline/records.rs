@@ -201,6 +201,10 @@ impl<'a> RecordTable<'a> {
                         second_logit_yes: questions.iter().map(|&q| s.scores[row.image].scores[q].logit_yes).collect(),
                         second_logit_no: questions.iter().map(|&q| s.scores[row.image].scores[q].logit_no).collect(),
                     }),
+                    confident: self.confident.and_then(|c| {
+                        let cells = c.row(row.image, row.label, row.nih_label);
+                        Some(crate::eval::ConfidentCells { confidence: cells.confidence?, label_issue: cells.label_issue? })
+                    }),
                 }
             })
             .collect()

@@ -49,6 +49,8 @@ pub enum ReviewError {
     DocumentRoot { images: PathBuf, root: PathBuf },
     #[error("{}: {message}", path.display())]
     Export { path: PathBuf, message: String },
+    #[error("the release has no view of {view} to rank by (no {column})")]
+    NoView { view: &'static str, column: &'static str },
 }
 
 /// A digest's first 12 characters, for messages: whatever a hand-edited file holds there, never
@@ -80,7 +82,10 @@ pub fn write_all(files: &[(&Path, &[u8])]) -> Result<(), ReviewError> {
 pub fn plan_release(dir: &Path, options: &PlanOptions) -> Result<ReviewPlan, ReviewError> {
     let manifest = crate::manifest::Manifest::read(dir).map_err(crate::eval::EvalError::from)?;
     let (split, rows) = crate::eval::read_release_split(dir, options.split.as_deref())?;
-    plan::plan(&manifest, &manifest_bytes(dir)?, &split, &rows, options)
+    let lock = crate::manifest::BuildLock::read(dir).map_err(crate::eval::EvalError::from)?;
+    // A lock without thresholds (hand-made) only stops a plan by the answers alone.
+    let thresholds: Option<crate::signal::ClassThresholds> = serde_json::from_value(lock.spec["signal"].clone()).ok();
+    plan::plan(&manifest, &manifest_bytes(dir)?, &split, &rows, thresholds.as_ref(), options)
 }
 
 /// The bytes of the release's `manifest.json`, which plans are checked against.

@@ -14,6 +14,12 @@
 //! The signal's doubt (1 - agreement) is its estimate of the chance the NIH label is wrong, so
 //! taking rows in this order maximises the errors a review can expect to find, up to the turns
 //! taken for coverage.
+//!
+//! A release with confident learning has two views of each row, and a plan can rank by either
+//! ([`RankBy`]): by default both (the release's classes, which need both views at the extremes,
+//! and within a tier the mean of the two views' doubt), or the model's answers alone (the classes
+//! their agreement gives by the release's thresholds), or confident learning alone (its label
+//! issues, then the other rows its probes cover, then the rest, by its doubt: 1 - `cl_confidence`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::{short_digest, ReviewError};
 use crate::eval::{PlannedReview, ReleaseRow, ReviewArm, ReviewInput};
 use crate::hashing::{sha256_hex, stable_u64};
-use crate::signal::FLAG_DEVICE_CONFOUNDER;
+use crate::signal::{ClassThresholds, FLAG_DEVICE_CONFOUNDER};
 use crate::vocab::TrustClass;
 
 pub const PLAN_FORMAT: &str = "bpals-review-plan/1";
@@ -65,6 +71,44 @@ impl Budget {
     }
 }
 
+/// Which view of the rows ranks them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankBy {
+    /// The release's trust classes; with confident learning, both views.
+    #[default]
+    Both,
+    /// The model's answers alone.
+    Answers,
+    /// Confident learning alone.
+    ConfidentLearning,
+}
+
+impl RankBy {
+    fn is_both(&self) -> bool {
+        *self == RankBy::Both
+    }
+
+    /// The targeted rows' rule, as the plan file states it.
+    fn rule(self) -> &'static str {
+        match self {
+            RankBy::Both => RULE,
+            RankBy::Answers => RULE_ANSWERS,
+            RankBy::ConfidentLearning => RULE_CONFIDENT_LEARNING,
+        }
+    }
+}
+
+/// The rule of a plan ranked by the model's answers alone.
+pub const RULE_ANSWERS: &str = "control: round(budget x control_share) rows drawn at random from the split (seeded); \
+targeted: the rest by the class the answers' agreement alone gives by the release's thresholds (likely_mislabeled, suspect, \
+review with a support-device confounder, review, trusted), labels taking turns within a tier, most doubt (1 - agreement) first within a turn";
+
+/// The rule of a plan ranked by confident learning alone.
+pub const RULE_CONFIDENT_LEARNING: &str = "control: round(budget x control_share) rows drawn at random from the split (seeded); \
+targeted: the rest by confident learning (cl_label_issue, then rows its probes cover, then rows without a probe), labels \
+taking turns within a tier, most doubt (1 - cl_confidence, else 1 - agreement) first within a turn";
+
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
     pub budget: Budget,
@@ -73,6 +117,7 @@ pub struct PlanOptions {
     pub seed: u64,
     /// Share of the budget drawn at random as the control.
     pub control_share: f64,
+    pub rank_by: RankBy,
 }
 
 pub const DEFAULT_CONTROL_SHARE: f64 = 0.2;
@@ -91,6 +136,9 @@ pub struct ReviewPlan {
     pub budget: usize,
     pub control_share: f64,
     pub seed: u64,
+    /// Which view ranked the rows (absent: both, as plans before the choice existed).
+    #[serde(default, skip_serializing_if = "RankBy::is_both")]
+    pub rank_by: RankBy,
     pub rule: String,
     pub summary: PlanSummary,
     /// Ordered by image, then label: a reviewer sees each image once, with all its rows.
@@ -126,11 +174,13 @@ pub struct PlanRow {
     pub reason: String,
 }
 
-/// The tiers targeted rows are taken from, in order.
+/// The tiers targeted rows are taken from, in order, by the release's classes or the answers'.
 const TIERS: [&str; 5] = ["likely_mislabeled", "suspect", "review_device_confounder", "review", "trusted"];
+/// The tiers of a plan ranked by confident learning alone.
+const CONFIDENT_TIERS: [&str; 3] = ["cl_label_issue", "cl_no_issue", "no_probe"];
 
-fn tier(row: &ReleaseRow) -> usize {
-    match TrustClass::parse(&row.trust_class) {
+fn class_tier(class: Option<TrustClass>, row: &ReleaseRow) -> usize {
+    match class {
         Some(TrustClass::LikelyMislabeled) => 0,
         Some(TrustClass::Suspect) => 1,
         Some(TrustClass::Review) if row.flags.iter().any(|f| f == FLAG_DEVICE_CONFOUNDER) => 2,
@@ -139,14 +189,92 @@ fn tier(row: &ReleaseRow) -> usize {
     }
 }
 
+/// Each row's tier and doubt under a ranking, and what the plan says of it.
+struct Ranking<'a> {
+    rank_by: RankBy,
+    thresholds: Option<&'a ClassThresholds>,
+}
+
+impl Ranking<'_> {
+    fn tier_names(&self) -> &'static [&'static str] {
+        match self.rank_by {
+            RankBy::ConfidentLearning => &CONFIDENT_TIERS,
+            _ => &TIERS,
+        }
+    }
+
+    fn answers_class(&self, row: &ReleaseRow) -> Option<TrustClass> {
+        self.thresholds.map(|t| t.class(row.agreement))
+    }
+
+    fn tier(&self, row: &ReleaseRow) -> usize {
+        match self.rank_by {
+            RankBy::Both => class_tier(TrustClass::parse(&row.trust_class), row),
+            RankBy::Answers => class_tier(self.answers_class(row), row),
+            RankBy::ConfidentLearning => match row.confident {
+                Some(c) if c.label_issue => 0,
+                Some(_) => 1,
+                None => 2,
+            },
+        }
+    }
+
+    /// The row's estimated chance that NIH's label is right, under this ranking: the least
+    /// first is the most doubted.
+    fn trust(&self, row: &ReleaseRow) -> f64 {
+        match (self.rank_by, row.confident) {
+            (RankBy::Both, Some(c)) => (row.agreement + c.confidence) / 2.0,
+            (RankBy::ConfidentLearning, Some(c)) => c.confidence,
+            _ => row.agreement,
+        }
+    }
+
+    fn reason(&self, row: &ReleaseRow) -> String {
+        let mut reason = match (self.rank_by, row.confident) {
+            (RankBy::ConfidentLearning, Some(c)) => format!(
+                "{} (confident learning's probability that the NIH label is right {:.3})",
+                CONFIDENT_TIERS[self.tier(row)],
+                c.confidence
+            ),
+            (RankBy::ConfidentLearning, None) => format!("no probe for the finding (agreement with the NIH label {:.3})", row.agreement),
+            (RankBy::Answers, _) => format!(
+                "{} by the answers alone (agreement with the NIH label {:.3})",
+                self.answers_class(row).map_or("unclassed", |c| c.name()),
+                row.agreement
+            ),
+            (RankBy::Both, Some(c)) => format!(
+                "{} (agreement with the NIH label {:.3}; confident learning's {:.3}{})",
+                row.trust_class,
+                row.agreement,
+                c.confidence,
+                if c.label_issue { ", a label issue" } else { "" }
+            ),
+            (RankBy::Both, None) => format!("{} (agreement with the NIH label {:.3})", row.trust_class, row.agreement),
+        };
+        if self.rank_by != RankBy::ConfidentLearning && row.flags.iter().any(|f| f == FLAG_DEVICE_CONFOUNDER) {
+            reason.push_str("; a support device is present on a finding it is easily mistaken for");
+        }
+        reason
+    }
+}
+
 /// Plans a review of `rows`, the `split` of the release whose manifest is `manifest_bytes`.
+/// `thresholds` are the release's (a plan ranked by the answers alone classes them by these).
 pub fn plan(
     manifest: &crate::manifest::Manifest,
     manifest_bytes: &[u8],
     split: &str,
     rows: &[ReleaseRow],
+    thresholds: Option<&ClassThresholds>,
     o: &PlanOptions,
 ) -> Result<ReviewPlan, ReviewError> {
+    let ranking = Ranking { rank_by: o.rank_by, thresholds };
+    if o.rank_by == RankBy::ConfidentLearning && rows.iter().all(|r| r.confident.is_none()) {
+        return Err(ReviewError::NoView { view: "confident learning", column: "cl_confidence" });
+    }
+    if o.rank_by == RankBy::Answers && thresholds.is_none() {
+        return Err(ReviewError::NoView { view: "the answers' classes", column: "build.lock's spec.signal thresholds" });
+    }
     let budget = o.budget.rows(rows.len());
     if budget > rows.len() {
         return Err(ReviewError::Budget { budget, split: split.to_string(), rows: rows.len() });
@@ -167,9 +295,10 @@ pub fn plan(
     // Targeted: per (tier, label) queues, most doubt first; then labels take turns per tier.
     let mut queues: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
     for i in (0..rows.len()).filter(|i| !is_control.contains(i)) {
-        queues.entry((tier(&rows[i]), rows[i].label.as_str())).or_default().push(i);
+        queues.entry((ranking.tier(&rows[i]), rows[i].label.as_str())).or_default().push(i);
     }
-    let doubt_order = |a: &usize, b: &usize| rows[*a].agreement.total_cmp(&rows[*b].agreement).then(key[*a].cmp(&key[*b]));
+    let trust: Vec<f64> = rows.iter().map(|r| ranking.trust(r)).collect();
+    let doubt_order = |a: &usize, b: &usize| trust[*a].total_cmp(&trust[*b]).then(key[*a].cmp(&key[*b]));
     let mut ranked: Vec<(usize, usize, usize)> = Vec::new(); // (tier, turn, row)
     for ((t, _), queue) in queues.iter_mut() {
         queue.sort_by(doubt_order);
@@ -182,8 +311,8 @@ pub fn plan(
     let mut summary =
         PlanSummary { images: 0, targeted: targeted.len(), control: control.len(), by_tier: BTreeMap::new(), by_label: BTreeMap::new() };
     for (priority, &i) in targeted.iter().enumerate() {
-        *summary.by_tier.entry(TIERS[tier(&rows[i])].to_string()).or_default() += 1;
-        out.push(plan_row(&rows[i], ReviewArm::Targeted, Some(priority + 1), targeted_reason(&rows[i])));
+        *summary.by_tier.entry(ranking.tier_names()[ranking.tier(&rows[i])].to_string()).or_default() += 1;
+        out.push(plan_row(&rows[i], ReviewArm::Targeted, Some(priority + 1), ranking.reason(&rows[i])));
     }
     for &i in &control {
         out.push(plan_row(&rows[i], ReviewArm::Control, None, format!("control: drawn at random (seed {})", o.seed)));
@@ -203,7 +332,8 @@ pub fn plan(
         budget,
         control_share: o.control_share,
         seed: o.seed,
-        rule: RULE.to_string(),
+        rank_by: o.rank_by,
+        rule: o.rank_by.rule().to_string(),
         summary,
         rows: out,
     })
@@ -222,14 +352,6 @@ fn plan_row(r: &ReleaseRow, arm: ReviewArm, priority: Option<usize>, reason: Str
         flags: r.flags.clone(),
         reason,
     }
-}
-
-fn targeted_reason(r: &ReleaseRow) -> String {
-    let mut reason = format!("{} (agreement with the NIH label {:.3})", r.trust_class, r.agreement);
-    if r.flags.iter().any(|f| f == FLAG_DEVICE_CONFOUNDER) {
-        reason.push_str("; a support device is present on a finding it is easily mistaken for");
-    }
-    reason
 }
 
 impl ReviewPlan {

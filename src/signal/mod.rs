@@ -7,6 +7,7 @@ pub mod joint;
 pub mod joint_rule;
 pub mod text_trace;
 pub mod trace;
+pub mod views;
 
 use rayon::prelude::*;
 use serde::Serialize;
