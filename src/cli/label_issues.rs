@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use bpals_release::signal::confident_learning::report::{self, LabelIssues};
-use bpals_release::signal::confident_learning::{table, ProbeSettings};
+use bpals_release::signal::confident_learning::{self, table, ProbeSettings};
 use bpals_release::vocab::LABELS;
 
 #[derive(Args)]
@@ -71,8 +71,8 @@ pub fn run(args: LabelIssuesArgs) -> anyhow::Result<ExitCode> {
                 settings.folds,
                 settings.grid.len()
             );
-            let progress = indicatif::ProgressBar::new(findings.len() as u64);
-            progress.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} findings {msg}").expect("a valid template"));
+            let progress = indicatif::ProgressBar::new(confident_learning::fit_count(settings.folds) as u64);
+            progress.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} fits {msg}").expect("a valid template"));
             let (issues, rows) = report::from_features(&names, &features, &nih, &findings, &settings, &|f| {
                 progress.set_message(f.to_string());
                 progress.inc(1);

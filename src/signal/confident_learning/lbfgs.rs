@@ -12,73 +12,141 @@ const MEMORY: usize = 10;
 /// Armijo's sufficient-decrease constant.
 const ARMIJO: f64 = 1e-4;
 
-/// Where the search stopped.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Minimum {
-    pub value: f64,
-    pub iterations: usize,
-    /// The largest gradient component at the end.
-    pub gradient: f64,
+/// One minimisation as a sequence of requests: [`Search::point`] says where the function is
+/// wanted next, [`Search::tell`] gives its value and gradient there. Several searches can then
+/// share each pass over their data (the probes of every finding on the same rows), each taking
+/// exactly the steps it would take alone.
+#[derive(Debug, Clone)]
+pub struct Search {
+    x: Vec<f64>,
+    g: Vec<f64>,
+    value: f64,
+    steps: Vec<(Vec<f64>, Vec<f64>, f64)>, // (s, y, 1 / y.s)
+    direction: Vec<f64>,
+    slope: f64,
+    step: f64,
+    trial: Vec<f64>,
+    phase: Phase,
+    iterations: usize,
+    tolerance: f64,
+    max_iterations: usize,
 }
 
-/// Minimises `f` (which writes its gradient into its second argument and returns its value) from
-/// `x`, in place, until the largest gradient component is at most `tolerance`, a step no longer
-/// decreases `f` by more than its rounding (scipy's L-BFGS-B stops there too), or
-/// `max_iterations` pass.
-pub fn minimize(x: &mut [f64], tolerance: f64, max_iterations: usize, mut f: impl FnMut(&[f64], &mut [f64]) -> f64) -> Minimum {
-    let n = x.len();
-    let mut g = vec![0.0; n];
-    let mut value = f(x, &mut g);
-    let mut steps: Vec<(Vec<f64>, Vec<f64>, f64)> = Vec::with_capacity(MEMORY); // (s, y, 1 / y.s)
-    let mut trial = vec![0.0; n];
-    let mut trial_g = vec![0.0; n];
-    let mut iterations = 0;
-    while iterations < max_iterations && max_abs(&g) > tolerance {
-        iterations += 1;
-        let direction = two_loop(&g, &steps);
-        let slope = dot(&direction, &g);
-        // Not a descent direction (rounding): restart from the gradient.
-        let (direction, slope) = if slope < 0.0 {
-            (direction, slope)
-        } else {
-            steps.clear();
-            let d: Vec<f64> = g.iter().map(|v| -v).collect();
-            let s = -dot(&g, &g);
-            (d, s)
-        };
-        let mut step = if steps.is_empty() { (1.0 / max_abs(&g)).min(1.0) } else { 1.0 };
-        let accepted = loop {
-            for ((t, xi), di) in trial.iter_mut().zip(x.iter()).zip(&direction) {
-                *t = xi + step * di;
-            }
-            let trial_value = f(&trial, &mut trial_g);
-            if trial_value <= value + ARMIJO * step * slope {
-                break Some(trial_value);
-            }
-            step *= 0.5;
-            if step < 1e-20 {
-                break None;
-            }
-        };
-        let Some(new_value) = accepted else { break };
-        let stalled = value - new_value <= 4.0 * f64::EPSILON * value.abs().max(1.0);
-        let s: Vec<f64> = trial.iter().zip(x.iter()).map(|(t, xi)| t - xi).collect();
-        let y: Vec<f64> = trial_g.iter().zip(&g).map(|(a, b)| a - b).collect();
-        let ys = dot(&y, &s);
-        if ys > 0.0 {
-            if steps.len() == MEMORY {
-                steps.remove(0);
-            }
-            steps.push((s, y, 1.0 / ys));
-        }
-        x.copy_from_slice(&trial);
-        g.copy_from_slice(&trial_g);
-        value = new_value;
-        if stalled {
-            break;
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// The value at the start point is wanted.
+    Start,
+    /// The value at `trial` is wanted.
+    LineSearch,
+    Done,
+}
+
+impl Search {
+    pub fn new(x: Vec<f64>, tolerance: f64, max_iterations: usize) -> Search {
+        let n = x.len();
+        Search {
+            trial: x.clone(),
+            x,
+            g: vec![0.0; n],
+            value: f64::INFINITY,
+            steps: Vec::with_capacity(MEMORY),
+            direction: vec![0.0; n],
+            slope: 0.0,
+            step: 0.0,
+            phase: Phase::Start,
+            iterations: 0,
+            tolerance,
+            max_iterations,
         }
     }
-    Minimum { value, iterations, gradient: max_abs(&g) }
+
+    /// Where the function is wanted next; None once the search has stopped.
+    pub fn point(&self) -> Option<&[f64]> {
+        match self.phase {
+            Phase::Start => Some(&self.x),
+            Phase::LineSearch => Some(&self.trial),
+            Phase::Done => None,
+        }
+    }
+
+    /// The function's value and gradient at [`Search::point`].
+    pub fn tell(&mut self, value: f64, gradient: &[f64]) {
+        match self.phase {
+            Phase::Start => {
+                self.value = value;
+                self.g.copy_from_slice(gradient);
+                self.next_iteration();
+            }
+            Phase::LineSearch if value <= self.value + ARMIJO * self.step * self.slope => self.accept(value, gradient),
+            Phase::LineSearch => {
+                self.step *= 0.5;
+                if self.step < 1e-20 {
+                    self.phase = Phase::Done;
+                } else {
+                    self.set_trial();
+                }
+            }
+            Phase::Done => panic!("a stopped search was told a value"),
+        }
+    }
+
+    /// The current point (the minimum once stopped).
+    pub fn x(&self) -> &[f64] {
+        &self.x
+    }
+
+    /// How many iterations the search took.
+    #[cfg(test)]
+    pub fn iterations(&self) -> usize {
+        self.iterations
+    }
+
+    fn next_iteration(&mut self) {
+        if self.iterations >= self.max_iterations || max_abs(&self.g) <= self.tolerance {
+            self.phase = Phase::Done;
+            return;
+        }
+        self.iterations += 1;
+        let direction = two_loop(&self.g, &self.steps);
+        let slope = dot(&direction, &self.g);
+        // Not a descent direction (rounding): restart from the gradient.
+        (self.direction, self.slope) = if slope < 0.0 {
+            (direction, slope)
+        } else {
+            self.steps.clear();
+            (self.g.iter().map(|v| -v).collect(), -dot(&self.g, &self.g))
+        };
+        self.step = if self.steps.is_empty() { (1.0 / max_abs(&self.g)).min(1.0) } else { 1.0 };
+        self.set_trial();
+        self.phase = Phase::LineSearch;
+    }
+
+    fn set_trial(&mut self) {
+        for ((t, xi), di) in self.trial.iter_mut().zip(&self.x).zip(&self.direction) {
+            *t = xi + self.step * di;
+        }
+    }
+
+    fn accept(&mut self, new_value: f64, trial_g: &[f64]) {
+        let stalled = self.value - new_value <= 4.0 * f64::EPSILON * self.value.abs().max(1.0);
+        let s: Vec<f64> = self.trial.iter().zip(&self.x).map(|(t, xi)| t - xi).collect();
+        let y: Vec<f64> = trial_g.iter().zip(&self.g).map(|(a, b)| a - b).collect();
+        let ys = dot(&y, &s);
+        if ys > 0.0 {
+            if self.steps.len() == MEMORY {
+                self.steps.remove(0);
+            }
+            self.steps.push((s, y, 1.0 / ys));
+        }
+        self.x.copy_from_slice(&self.trial);
+        self.g.copy_from_slice(trial_g);
+        self.value = new_value;
+        if stalled {
+            self.phase = Phase::Done;
+        } else {
+            self.next_iteration();
+        }
+    }
 }
 
 /// The L-BFGS direction -H g from the stored steps.
@@ -119,15 +187,17 @@ mod tests {
 
     #[test]
     fn it_finds_the_minimum_of_rosenbrocks_valley() {
-        let mut x = [-1.2, 1.0];
-        let m = minimize(&mut x, 1e-10, 500, |x, g| {
+        let mut search = Search::new(vec![-1.2, 1.0], 1e-10, 500);
+        let mut value = f64::NAN;
+        while let Some(x) = search.point() {
             let (a, b) = (x[0], x[1]);
-            g[0] = -2.0 * (1.0 - a) - 400.0 * a * (b - a * a);
-            g[1] = 200.0 * (b - a * a);
-            (1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2)
-        });
+            let g = [-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a)];
+            value = (1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2);
+            search.tell(value, &g);
+        }
+        let x = search.x();
         // It stops when a step no longer lowers the value past its rounding: there, near 1e-16.
-        assert!((x[0] - 1.0).abs() < 1e-6 && (x[1] - 1.0).abs() < 1e-6, "{x:?} {m:?}");
-        assert!(m.value < 1e-12 && m.iterations < 500, "{m:?}");
+        assert!((x[0] - 1.0).abs() < 1e-6 && (x[1] - 1.0).abs() < 1e-6, "{x:?}");
+        assert!(value < 1e-12 && search.iterations() < 500, "{value} after {}", search.iterations());
     }
 }

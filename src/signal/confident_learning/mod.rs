@@ -15,6 +15,7 @@
 //! - [`table`] and [`report`]: the files read and written, and the whole run over NIH's labels.
 
 pub mod folds;
+mod kernel;
 mod lbfgs;
 pub mod probe;
 pub mod report;
@@ -67,8 +68,16 @@ pub struct OutOfFold {
     pub findings: Vec<FindingProbes>,
 }
 
+/// How many fits [`out_of_fold`] runs for `folds` folds: one per pair of folds (a path over the
+/// grid), then one per fold (at each finding's chosen strength). Its progress counts these.
+pub fn fit_count(folds: usize) -> usize {
+    folds * (folds - 1) / 2 + folds
+}
+
 /// Out-of-fold probabilities of every finding over every image of `features` (row i is the
-/// image of `patients[i]`). `done` is called with each finding's name as it finishes.
+/// image of `patients[i]`). Every finding's probes on the same rows are fitted together (one pass
+/// over the features serves them all); the fits of different rows run on separate threads.
+/// `done` is called as each fit finishes, with the folds it left out.
 pub fn out_of_fold(
     features: &FeatureMatrix,
     patients: &[u32],
@@ -77,74 +86,123 @@ pub fn out_of_fold(
     done: &(dyn Fn(&str) + Sync),
 ) -> OutOfFold {
     assert_eq!(patients.len(), features.rows, "a patient per image");
-    let folds = patient_folds(patients, settings.folds, settings.fold_seed);
-    let probes = findings
+    let (k, grid) = (settings.folds, &settings.grid);
+    let folds = patient_folds(patients, k, settings.fold_seed);
+    for f in findings {
+        assert_eq!(f.labels.len(), features.rows, "{}: a label per image", f.finding);
+    }
+    let skipped: Vec<Option<String>> = findings.iter().map(|f| skip_reason(&folds, &f.labels, k)).collect();
+    let probed: Vec<usize> = (0..findings.len()).filter(|&i| skipped[i].is_none()).collect();
+    let labels: Vec<&[bool]> = probed.iter().map(|&i| findings[i].labels.as_slice()).collect();
+    let rows_outside = |held: &[usize]| -> Vec<usize> { (0..folds.len()).filter(|&i| !held.contains(&folds[i])).collect() };
+    let rows_in = |fold: usize| -> Vec<usize> { (0..folds.len()).filter(|&i| folds[i] == fold).collect() };
+
+    // Per pair of folds f < g, a path over the grid on the rest. Its probes predict g for outer
+    // fold f and f for outer fold g: the inner losses of the regularisation's choice.
+    let pairs: Vec<(usize, usize)> = (0..k).flat_map(|f| (f + 1..k).map(move |g| (f, g))).collect();
+    // Per pair: each finding's path, and its summed losses on the two held-out folds.
+    type PairFit = (Vec<Vec<probe::Probe>>, Vec<[Vec<f64>; 2]>);
+    let pair_fits: Vec<PairFit> = pairs
         .par_iter()
+        .map(|&(f, g)| {
+            let paths = probe::fit_paths(features, &rows_outside(&[f, g]), &labels, grid);
+            let (held_f, held_g) = (rows_in(f), rows_in(g));
+            done(&format!("folds {} and {} held out", f + 1, g + 1));
+            let losses = paths
+                .iter()
+                .zip(&labels)
+                .map(|(path, y)| {
+                    let summed = |held: &[usize]| -> Vec<f64> {
+                        path.iter().map(|p| probe::log_loss(p, features, held, y) * held.len() as f64).collect()
+                    };
+                    [summed(&held_g), summed(&held_f)]
+                })
+                .collect();
+            (paths, losses)
+        })
+        .collect();
+    let pair_losses: Vec<&Vec<[Vec<f64>; 2]>> = pair_fits.iter().map(|(_, losses)| losses).collect();
+    // Summed log loss per (finding, outer fold, strength), in the order of the pairs.
+    let mut inner = vec![vec![vec![0.0; grid.len()]; k]; probed.len()];
+    for (&(f, g), losses) in pairs.iter().zip(pair_losses) {
+        for (finding, [on_g, on_f]) in losses.iter().enumerate() {
+            for ci in 0..grid.len() {
+                inner[finding][f][ci] += on_g[ci];
+                inner[finding][g][ci] += on_f[ci];
+            }
+        }
+    }
+    // Each fold's strength per finding: the lowest mean loss; on a tie the stronger
+    // regularisation (the grid ascends).
+    let mean_loss: Vec<Vec<Vec<f64>>> = inner
+        .into_iter()
+        .map(|per_fold| {
+            per_fold
+                .into_iter()
+                .enumerate()
+                .map(|(f, losses)| losses.iter().map(|l| l / (folds.len() - rows_in(f).len()) as f64).collect())
+                .collect()
+        })
+        .collect();
+    let chosen: Vec<Vec<usize>> = mean_loss
+        .iter()
+        .map(|per_fold| {
+            per_fold.iter().map(|mean: &Vec<f64>| (0..grid.len()).fold(0, |b, ci| if mean[ci] < mean[b] { ci } else { b })).collect()
+        })
+        .collect();
+    let finals: Vec<Vec<probe::Probe>> = (0..k)
+        .into_par_iter()
         .map(|f| {
-            assert_eq!(f.labels.len(), features.rows, "{}: a label per image", f.finding);
-            let probes = finding_probes(features, &folds, f, settings);
-            done(&f.finding);
+            let cs: Vec<f64> = chosen.iter().map(|c| grid[c[f]]).collect();
+            // Each search starts from the probe at its strength fitted without f and one more
+            // fold (the first pair that leaves f out): nearly these rows, nearly this minimum.
+            let other = usize::from(f == 0);
+            let pair = pairs.iter().position(|&p| p == (f.min(other), f.max(other))).expect("every pair was fitted");
+            let starts: Vec<&probe::Probe> = chosen.iter().enumerate().map(|(i, c)| &pair_fits[pair].0[i][c[f]]).collect();
+            let probes = probe::fit_each(features, &rows_outside(&[f]), &labels, &cs, Some(&starts));
+            done(&format!("fold {} held out", f + 1));
             probes
         })
         .collect();
-    OutOfFold { settings: settings.clone(), folds, findings: probes }
+
+    let mut results = findings
+        .iter()
+        .zip(&skipped)
+        .map(|(f, why)| FindingProbes {
+            finding: f.finding.clone(),
+            probabilities: Vec::new(),
+            chosen_c: Vec::new(),
+            inner_log_loss: Vec::new(),
+            skipped: why.clone(),
+        })
+        .collect::<Vec<_>>();
+    for (slot, &i) in probed.iter().enumerate() {
+        let mut probabilities = vec![f64::NAN; folds.len()];
+        for (f, fold_probes) in finals.iter().enumerate() {
+            for row in rows_in(f) {
+                probabilities[row] = fold_probes[slot].probability(features.row(row));
+            }
+        }
+        let r = &mut results[i];
+        r.probabilities = probabilities;
+        r.chosen_c = chosen[slot].iter().map(|&ci| grid[ci]).collect();
+        r.inner_log_loss = mean_loss[slot].clone();
+    }
+    OutOfFold { settings: settings.clone(), folds, findings: results }
 }
 
-fn finding_probes(features: &FeatureMatrix, folds: &[usize], finding: &FindingLabels, settings: &ProbeSettings) -> FindingProbes {
-    let k = settings.folds;
-    let labels = &finding.labels;
-    let skipped = |why: String| FindingProbes {
-        finding: finding.finding.clone(),
-        probabilities: Vec::new(),
-        chosen_c: Vec::new(),
-        inner_log_loss: Vec::new(),
-        skipped: Some(why),
-    };
-    // Every probe is fitted with two folds held out at most: each class must be outside any two.
+/// Why a finding gets no probe: every probe is fitted with two folds held out at most, so each
+/// class must be outside any two.
+fn skip_reason(folds: &[usize], labels: &[bool], k: usize) -> Option<String> {
     let mut per_fold = vec![[0usize; 2]; k];
     for (&f, &y) in folds.iter().zip(labels) {
         per_fold[f][usize::from(y)] += 1;
     }
-    for class in [true, false] {
+    [true, false].into_iter().find_map(|class| {
         let folds_with = per_fold.iter().filter(|c| c[usize::from(class)] > 0).count();
-        if folds_with < 3 {
-            let which = if class { "positives" } else { "negatives" };
-            return skipped(format!("NIH's {which} fall in {folds_with} of {k} folds; a probe needs them in at least 3"));
-        }
-    }
-
-    let rows_outside = |held: &[usize]| -> Vec<usize> { (0..folds.len()).filter(|&i| !held.contains(&folds[i])).collect() };
-    let rows_in = |fold: usize| -> Vec<usize> { (0..folds.len()).filter(|&i| folds[i] == fold).collect() };
-    let grid = &settings.grid;
-    // Summed log loss per (outer fold, strength): the inner fold g of outer fold f is predicted by
-    // the probe fitted without f and g, the same probe that predicts f for outer fold g.
-    let mut inner = vec![vec![0.0; grid.len()]; k];
-    for f in 0..k {
-        for g in f + 1..k {
-            let train = rows_outside(&[f, g]);
-            let (held_f, held_g) = (rows_in(f), rows_in(g));
-            for (ci, p) in probe::fit_path(features, &train, labels, grid).iter().enumerate() {
-                inner[f][ci] += probe::log_loss(p, features, &held_g, labels) * held_g.len() as f64;
-                inner[g][ci] += probe::log_loss(p, features, &held_f, labels) * held_f.len() as f64;
-            }
-        }
-    }
-    let mut probabilities = vec![f64::NAN; folds.len()];
-    let mut chosen_c = Vec::with_capacity(k);
-    let mut inner_log_loss = Vec::with_capacity(k);
-    for (f, losses) in inner.into_iter().enumerate() {
-        let train = rows_outside(&[f]);
-        let mean: Vec<f64> = losses.iter().map(|l| l / train.len() as f64).collect();
-        // The lowest loss; on a tie the stronger regularisation (the grid ascends).
-        let best = (0..grid.len()).fold(0, |b, ci| if mean[ci] < mean[b] { ci } else { b });
-        let p = probe::fit(features, &train, labels, grid[best]);
-        for i in rows_in(f) {
-            probabilities[i] = p.probability(features.row(i));
-        }
-        chosen_c.push(grid[best]);
-        inner_log_loss.push(mean);
-    }
-    FindingProbes { finding: finding.finding.clone(), probabilities, chosen_c, inner_log_loss, skipped: None }
+        let which = if class { "positives" } else { "negatives" };
+        (folds_with < 3).then(|| format!("NIH's {which} fall in {folds_with} of {k} folds; a probe needs them in at least 3"))
+    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 //! The features are never copied standardised: a probe on `(x - mean) / scale` is the same
 //! linear function of `x` with folded weights, so every pass reads the one f32 matrix.
 
+use super::kernel::{self, sigmoid};
+use super::lbfgs::Search;
+
 /// One vector per image, row-major, in f32 as the engine hands them over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeatureMatrix {
@@ -49,69 +52,133 @@ const MAX_ITERATIONS: usize = 5_000;
 /// Fits a probe with inverse regularisation `c` on `rows` of `features`, whose labels are
 /// `labels[row]`.
 pub fn fit(features: &FeatureMatrix, rows: &[usize], labels: &[bool], c: f64) -> Probe {
-    fit_path(features, rows, labels, &[c]).remove(0)
+    fit_each(features, rows, &[labels], &[c], None).remove(0)
 }
 
 /// One probe per strength of `grid` (ascending) on the same rows: each fit starts where the
-/// previous, more regularised one ended, and the standardisation is computed once.
+/// previous, more regularised one ended.
 pub fn fit_path(features: &FeatureMatrix, rows: &[usize], labels: &[bool], grid: &[f64]) -> Vec<Probe> {
-    let (mean, scale) = standardisation(features, rows);
-    let d = features.dims;
-    // Parameters in the standardised space: d weights, then the intercept.
-    let mut theta = vec![0.0; d + 1];
-    let mut probes = Vec::with_capacity(grid.len());
-    for &c in grid {
-        minimize(features, rows, labels, (&mean, &scale), c, &mut theta);
-        let (w, b) = theta.split_at(d);
-        let weights: Vec<f64> = w.iter().zip(&scale).map(|(wk, s)| wk / s).collect();
-        let bias = b[0] - linear_f64(&weights, &mean);
-        probes.push(Probe { weights, bias });
-    }
-    probes
+    fit_paths(features, rows, &[labels], grid).remove(0)
 }
 
-/// Minimises the objective at strength `c` from `theta` (standardised weights, then the
-/// intercept), in place. The features are read raw: the standardisation is folded in.
-fn minimize(
-    features: &FeatureMatrix,
-    rows: &[usize],
-    labels: &[bool],
-    (mean, scale): (&[f64], &[f64]),
-    c: f64,
-    theta: &mut [f64],
-) -> super::lbfgs::Minimum {
-    let d = features.dims;
-    let n = rows.len() as f64;
-    let mut folded = vec![0.0; d];
-    let mut residual_sum = vec![0.0; d];
-    super::lbfgs::minimize(theta, TOLERANCE, MAX_ITERATIONS, |theta, grad| {
-        let (w, b) = theta.split_at(d);
-        for k in 0..d {
-            folded[k] = w[k] / scale[k];
+/// [`fit_path`] for several findings on the same rows, fitted together: the standardisation is
+/// computed once, and every step of every finding's search at one strength shares a pass over
+/// the features ([`super::kernel`]). Each finding's probes are the bits it would get alone.
+pub fn fit_paths(features: &FeatureMatrix, rows: &[usize], labels: &[&[bool]], grid: &[f64]) -> Vec<Vec<Probe>> {
+    let objective = Objective::new(features, rows);
+    let mut thetas = vec![vec![0.0; features.dims + 1]; labels.len()];
+    let mut paths: Vec<Vec<Probe>> = vec![Vec::with_capacity(grid.len()); labels.len()];
+    for &c in grid {
+        objective.minimize(labels, &vec![c; labels.len()], &mut thetas);
+        for (path, theta) in paths.iter_mut().zip(&thetas) {
+            path.push(objective.probe(theta));
         }
-        let offset = b[0] - linear_f64(&folded, mean);
-        residual_sum.iter_mut().for_each(|v| *v = 0.0);
-        let (mut loss, mut total_residual) = (0.0, 0.0);
-        for &i in rows {
-            let x = features.row(i);
-            let z = linear(&folded, x) + offset;
-            let y = if labels[i] { 1.0 } else { 0.0 };
-            loss += softplus(z) - y * z;
-            let r = sigmoid(z) - y;
-            total_residual += r;
-            for (acc, &xk) in residual_sum.iter_mut().zip(x) {
-                *acc += r * f64::from(xk);
+    }
+    paths
+}
+
+/// One probe per finding on the same rows, each at its own strength `cs[i]`, fitted together.
+/// `starts`, when given, are where each search begins (a probe fitted on rows like these): the
+/// minimum is the same, fewer steps away than from zero.
+pub fn fit_each(features: &FeatureMatrix, rows: &[usize], labels: &[&[bool]], cs: &[f64], starts: Option<&[&Probe]>) -> Vec<Probe> {
+    let objective = Objective::new(features, rows);
+    let mut thetas = match starts {
+        Some(starts) => starts.iter().map(|p| objective.theta_of(p)).collect(),
+        None => vec![vec![0.0; features.dims + 1]; labels.len()],
+    };
+    objective.minimize(labels, cs, &mut thetas);
+    thetas.iter().map(|theta| objective.probe(theta)).collect()
+}
+
+/// The objective on some rows, in the standardised space: parameters are `d` weights, then the
+/// intercept. The features are read raw: the standardisation is folded in.
+struct Objective<'a> {
+    features: &'a FeatureMatrix,
+    rows: &'a [usize],
+    mean: Vec<f64>,
+    scale: Vec<f64>,
+}
+
+impl<'a> Objective<'a> {
+    fn new(features: &'a FeatureMatrix, rows: &'a [usize]) -> Self {
+        let (mean, scale) = standardisation(features, rows);
+        Objective { features, rows, mean, scale }
+    }
+
+    /// The probe of `theta` as a function of the raw features.
+    fn probe(&self, theta: &[f64]) -> Probe {
+        let (w, b) = theta.split_at(self.features.dims);
+        let weights: Vec<f64> = w.iter().zip(&self.scale).map(|(wk, s)| wk / s).collect();
+        let bias = b[0] - linear_f64(&weights, &self.mean);
+        Probe { weights, bias }
+    }
+
+    /// The parameters of `probe` in this objective's standardised space (the inverse of
+    /// [`Self::probe`]).
+    fn theta_of(&self, probe: &Probe) -> Vec<f64> {
+        let mut theta: Vec<f64> = probe.weights.iter().zip(&self.scale).map(|(w, s)| w * s).collect();
+        theta.push(probe.bias + linear_f64(&probe.weights, &self.mean));
+        theta
+    }
+
+    /// Minimises each finding's objective (labels `labels[i]`, strength `cs[i]`) from
+    /// `thetas[i]`, in place. The searches run in lock-step: each pass over the rows serves
+    /// every search still running.
+    fn minimize(&self, labels: &[&[bool]], cs: &[f64], thetas: &mut [Vec<f64>]) {
+        let mut searches: Vec<Search> = thetas.iter().map(|t| Search::new(t.clone(), TOLERANCE, MAX_ITERATIONS)).collect();
+        loop {
+            let running: Vec<usize> = (0..searches.len()).filter(|&i| searches[i].point().is_some()).collect();
+            if running.is_empty() {
+                break;
+            }
+            let answers: Vec<(f64, Vec<f64>)> = {
+                let points: Vec<&[f64]> = running.iter().map(|&i| searches[i].point().expect("running")).collect();
+                let run_labels: Vec<&[bool]> = running.iter().map(|&i| labels[i]).collect();
+                let run_cs: Vec<f64> = running.iter().map(|&i| cs[i]).collect();
+                self.evaluate(&points, &run_labels, &run_cs)
+            };
+            for (&i, (value, gradient)) in running.iter().zip(answers) {
+                searches[i].tell(value, &gradient);
             }
         }
-        // d/dw_k of the loss: sum_i r_i (x_ik - mean_k) / scale_k; all divided by C * n.
-        let mut penalty = 0.0;
-        for k in 0..d {
-            grad[k] = ((residual_sum[k] - mean[k] * total_residual) / scale[k] + w[k] / c) / n;
-            penalty += w[k] * w[k];
+        for (theta, search) in thetas.iter_mut().zip(&searches) {
+            theta.copy_from_slice(search.x());
         }
-        grad[d] = total_residual / n;
-        (loss + penalty / (2.0 * c)) / n
-    })
+    }
+
+    /// The objective's value and gradient at each point, divided by the number of rows.
+    fn evaluate(&self, points: &[&[f64]], labels: &[&[bool]], cs: &[f64]) -> Vec<(f64, Vec<f64>)> {
+        let d = self.features.dims;
+        let n = self.rows.len() as f64;
+        let folded: Vec<(Vec<f64>, f64)> = points
+            .iter()
+            .map(|theta| {
+                let (w, b) = theta.split_at(d);
+                let folded: Vec<f64> = w.iter().zip(&self.scale).map(|(wk, s)| wk / s).collect();
+                let offset = b[0] - linear_f64(&folded, &self.mean);
+                (folded, offset)
+            })
+            .collect();
+        let requests: Vec<kernel::Request<'_>> =
+            folded.iter().zip(labels).map(|((folded, offset), labels)| kernel::Request { folded, offset: *offset, labels }).collect();
+        let sums = kernel::pass(&self.features.values, d, self.rows, &requests);
+        sums.into_iter()
+            .zip(points)
+            .zip(cs)
+            .map(|((sums, theta), &c)| {
+                let w = &theta[..d];
+                let mut grad = vec![0.0; d + 1];
+                // d/dw_k of the loss: sum_i r_i (x_ik - mean_k) / scale_k; all divided by C * n.
+                let mut penalty = 0.0;
+                for k in 0..d {
+                    grad[k] = ((sums.weighted[k] - self.mean[k] * sums.residual) / self.scale[k] + w[k] / c) / n;
+                    penalty += w[k] * w[k];
+                }
+                grad[d] = sums.residual / n;
+                ((sums.loss + penalty / (2.0 * c)) / n, grad)
+            })
+            .collect()
+    }
 }
 
 /// Each dimension's mean and standard deviation (divided by n) over `rows`; a constant dimension
@@ -171,24 +238,6 @@ fn linear(w: &[f64], x: &[f32]) -> f64 {
 
 fn linear_f64(w: &[f64], x: &[f64]) -> f64 {
     w.iter().zip(x).map(|(a, b)| a * b).sum()
-}
-
-fn sigmoid(z: f64) -> f64 {
-    if z >= 0.0 {
-        1.0 / (1.0 + (-z).exp())
-    } else {
-        let e = z.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// log(1 + e^z) without overflow.
-fn softplus(z: f64) -> f64 {
-    if z > 0.0 {
-        z + (-z).exp().ln_1p()
-    } else {
-        z.exp().ln_1p()
-    }
 }
 
 #[cfg(test)]
