@@ -154,7 +154,9 @@ fn a_build_asked_for_confident_learning_carries_both_views() {
     let spec = derived_spec(&s, "cl.yaml", CONFIDENT_SIGNAL);
     let a = build(&spec, &s.path("one"), &s.cache(), &["--jobs", "2"]).success();
     let log = stderr(&a);
-    assert!(log.contains("features: 640 images x 16 (vision_tower_mean), 0 from the cache, 640 computed"), "{log}");
+    // The scoring pass keeps its features: the confident view reads them back, none computed.
+    assert!(log.contains("infer: the features of 640 images kept from their scoring pass"), "{log}");
+    assert!(log.contains("features: 640 images x 16 (vision_tower_mean), 640 from the cache, 0 computed"), "{log}");
     assert!(log.contains("confident learning: ") && log.contains("(3 folds by patient)"), "{log}");
     bin().arg("verify").arg(s.path("one")).assert().success();
 

@@ -379,4 +379,23 @@ fn features_are_the_vision_towers_mean_and_repeat_to_the_byte() {
     assert!(said.contains(&format!("640 images x {hidden} features (vision_tower_mean")), "{said}");
     run("b.parquet", "1");
     assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("b.parquet")).unwrap());
+
+    // With confident learning in the spec, the scoring pass keeps its images' features: the same
+    // bits as a features pass computes (here for one shard's images, through a cache of its own).
+    let cl_spec = s.write("cl.yaml", &format!("extends: {}\nsignal:\n  confident_learning: {{}}\n", spec("s1a.yaml").display()));
+    let cache = s.path("scoring-cache");
+    let infer = bin().arg("infer").arg(&cl_spec).args(["--shard", "1/20", "--no-progress", "--cache-dir"]).arg(&cache).assert().success();
+    let kept = bin()
+        .arg("features")
+        .arg(&cl_spec)
+        .arg("--out")
+        .arg(s.path("c.parquet"))
+        .args(["--no-progress", "--cache-dir"])
+        .arg(&cache)
+        .assert()
+        .success();
+    let said = stdout(&kept);
+    let from_cache: usize = said.split(" from the cache").next().and_then(|t| t.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(from_cache > 0 && from_cache < 640, "one shard's features come from its scoring pass: {said}\n{}", stderr(&infer));
+    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("c.parquet")).unwrap());
 }

@@ -143,6 +143,19 @@ pub fn run_features(
     Ok(FeaturesReport { cached: vectors.len() - computed, computed, vectors, cache_problems: cache.take_problems() })
 }
 
+/// Keeps in `cache` the vector a scoring pass gave for `job`, checked as a computed one is.
+pub(super) fn keep(
+    cache: &FeatureCache,
+    scorer: &dyn Scorer,
+    scorer_hash: &str,
+    job: &ImageJob,
+    image_sha256: &str,
+    v: &[f32],
+) -> Result<(), InferError> {
+    check(scorer, job, v)?;
+    cache.put(&job.name, image_sha256, scorer_hash, v)
+}
+
 fn check(scorer: &dyn Scorer, job: &ImageJob, v: &[f32]) -> Result<(), InferError> {
     if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
         return Err(fail(scorer, format!("image {}: features that are not finite numbers", job.name)));

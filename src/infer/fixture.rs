@@ -89,6 +89,12 @@ impl Scorer for FixtureScorer {
         crate::vlm::Family::Qwen2Vl.name()
     }
 
+    /// Its scores, and the same vectors as [`Self::image_features`], as the native engine keeps
+    /// them from its scoring pass.
+    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<super::ScoresAndFeatures, InferError> {
+        Ok((self.score_pass(images, questions)?, Some(self.image_features(images)?)))
+    }
+
     /// Sixteen numbers drawn from a hash of the image's bytes: they exercise the features' path
     /// and carry no information about the image.
     fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {

@@ -176,6 +176,9 @@ pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Questio
     }
 }
 
+/// A pass's scores per image, and each image's feature vector where the scorer kept them.
+pub type ScoresAndFeatures = (Vec<Vec<YesNo>>, Option<Vec<Vec<f32>>>);
+
 /// A VLM (or stand-in) that answers yes/no questions about one image.
 pub trait Scorer: Sync {
     fn identity(&self) -> &ScorerIdentity;
@@ -190,6 +193,13 @@ pub trait Scorer: Sync {
     /// depend on what else is in its pass.
     fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
         images.iter().map(|image| self.score(image, questions)).collect()
+    }
+    /// [`Self::score_pass`], and each image's feature vector (see [`IMAGE_FEATURES`]) where the
+    /// backend has it in hand from the same pass (the native engine's vision tower output): no
+    /// second pass over the images for confident learning. None where it has not; the vectors
+    /// must be the bits [`Self::image_features`] gives.
+    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<ScoresAndFeatures, InferError> {
+        Ok((self.score_pass(images, questions)?, None))
     }
     /// Greedy answers to each image's prompts (`prompts[i]` for `images[i]`), decoded together.
     fn generate(

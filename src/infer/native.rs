@@ -202,23 +202,17 @@ impl NativeScorer {
         let slot = rayon::current_thread_index().unwrap_or(0) % self.engines.len();
         self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))
     }
-}
 
-impl Scorer for NativeScorer {
-    fn identity(&self) -> &ScorerIdentity {
-        &self.identity
-    }
-
-    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
-        Ok(self.score_pass(std::slice::from_ref(image), questions)?.remove(0))
-    }
-
-    fn images_per_pass(&self) -> usize {
-        self.images_per_pass
-    }
-
-    fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
+    /// The scores of a pass, and with `keep_features` each image's feature vector from the vision
+    /// tower's output the pass computed anyway.
+    fn score_pass_keeping(
+        &self,
+        images: &[ImageInput<'_>],
+        questions: &[Question],
+        keep_features: bool,
+    ) -> Result<super::ScoresAndFeatures, InferError> {
         let prepared = self.pixel_values(images)?;
+
         let names = images.iter().map(|i| i.name).collect::<Vec<_>>().join(", ");
         let mut loaded = self.engine()?;
         let Loaded { engine, prompts } = &mut *loaded;
@@ -250,7 +244,38 @@ impl Scorer for NativeScorer {
                 all.extend(part);
             }
         }
-        Ok(scores)
+        let kept = keep_features
+            .then(|| {
+                images
+                    .iter()
+                    .zip(&features)
+                    .map(|(image, f)| feature_vector(f).map_err(|e| err(format!("image {}: {e}", image.name))))
+                    .collect()
+            })
+            .transpose()?;
+        Ok((scores, kept))
+    }
+}
+
+impl Scorer for NativeScorer {
+    fn identity(&self) -> &ScorerIdentity {
+        &self.identity
+    }
+
+    fn score(&self, image: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
+        Ok(self.score_pass(std::slice::from_ref(image), questions)?.remove(0))
+    }
+
+    fn images_per_pass(&self) -> usize {
+        self.images_per_pass
+    }
+
+    fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
+        Ok(self.score_pass_keeping(images, questions, false)?.0)
+    }
+
+    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<super::ScoresAndFeatures, InferError> {
+        self.score_pass_keeping(images, questions, true)
     }
 
     fn generate(
@@ -307,9 +332,7 @@ impl Scorer for NativeScorer {
             .iter()
             .zip(&pixel_values)
             .map(|(image, (values, grid))| {
-                let features = loaded.engine.model.encode_image(values, *grid);
-                let mean = features.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu);
-                Vec::<f32>::try_from(&mean).map_err(|e| err(format!("image {}: reading its features: {e}", image.name)))
+                feature_vector(&loaded.engine.model.encode_image(values, *grid)).map_err(|e| err(format!("image {}: {e}", image.name)))
             })
             .collect()
     }
@@ -317,6 +340,14 @@ impl Scorer for NativeScorer {
     fn family(&self) -> &'static str {
         self.family.name()
     }
+}
+
+/// An image's feature vector ([`super::IMAGE_FEATURES`]): the mean of the tower's output over
+/// the image's merged tokens, in f32. The scoring pass and a features pass both call this on the
+/// same bits (the tower's output does not depend on what shares its pass).
+fn feature_vector(features: &crate::vlm::ImageFeatures) -> Result<Vec<f32>, String> {
+    let mean = features.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu);
+    Vec::<f32>::try_from(&mean).map_err(|e| format!("reading its features: {e}"))
 }
 
 fn file_sha256(path: &std::path::Path) -> Result<String, InferError> {

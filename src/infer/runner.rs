@@ -55,6 +55,8 @@ pub struct InferReport {
     pub scores: Vec<Option<ImageScores>>,
     pub cached: usize,
     pub computed: usize,
+    /// Images whose feature vectors the scoring pass gave and the feature cache now holds.
+    pub features_kept: usize,
     /// Cache entries that failed their check (set aside, scored again).
     pub cache_problems: Vec<super::CacheProblem>,
 }
@@ -62,18 +64,23 @@ pub struct InferReport {
 enum Outcome {
     Skipped,
     Cached(ImageScores),
-    Computed(ImageScores),
+    /// Scored here; whether the pass's feature vector was kept.
+    Computed(ImageScores, bool),
 }
 
 /// Cache temp files older than this were left by a killed run.
 pub(super) const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// Scores every image of `images` this run covers, from `cache` where it has them. With
+/// `features`, the images scored here keep the feature vectors their pass gives (where the
+/// scorer gives them) in that cache, for confident learning.
 pub fn run(
     images: &[ImageJob],
     scorer: &dyn Scorer,
     questions: &[Question],
     questions_hash: &str,
     cache: &ScoreCache,
+    features: Option<&super::FeatureCache>,
     options: &RunOptions,
 ) -> Result<InferReport, InferError> {
     let scorer_hash = scorer.identity().hash();
@@ -107,14 +114,30 @@ pub fn run(
             .iter()
             .map(|(_, job, bytes, key, decoded)| ImageInput { name: &job.name, sha256: &key.image_sha256, bytes, image: decoded })
             .collect();
-        let scored = scorer.score_pass(&inputs, questions)?;
+        let (scored, vectors) = match features {
+            Some(_) => scorer.score_pass_with_features(&inputs, questions)?,
+            None => (scorer.score_pass(&inputs, questions)?, None),
+        };
+        let mut kept = vec![false; inputs.len()];
+        if let (Some(features), Some(vectors)) = (features, vectors) {
+            if vectors.len() != inputs.len() {
+                return Err(InferError::Scorer {
+                    backend: format!("{:?}", scorer.identity().backend),
+                    message: format!("returned features for {} images of a pass of {}", vectors.len(), inputs.len()),
+                });
+            }
+            for (((_, job, _, key, _), v), kept) in misses.iter().zip(vectors).zip(&mut kept) {
+                super::features::keep(features, scorer, &scorer_hash, job, &key.image_sha256, &v)?;
+                *kept = true;
+            }
+        }
         if scored.len() != inputs.len() {
             return Err(InferError::Scorer {
                 backend: format!("{:?}", scorer.identity().backend),
                 message: format!("returned scores for {} images of a pass of {}", scored.len(), inputs.len()),
             });
         }
-        for ((at, job, _, key, _), scores) in misses.into_iter().zip(scored) {
+        for (((at, job, _, key, _), scores), kept) in misses.into_iter().zip(scored).zip(kept) {
             if scores.len() != questions.len() {
                 return Err(InferError::Scorer {
                     backend: format!("{:?}", scorer.identity().backend),
@@ -123,7 +146,7 @@ pub fn run(
             }
             super::check_finite(scorer.identity(), &job.name, questions, &scores)?;
             cache.put(&key, &job.name, &question_ids, &scores)?;
-            outcomes[at] = Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores });
+            outcomes[at] = Outcome::Computed(ImageScores { image_sha256: key.image_sha256, scores }, kept);
             bar.inc(1);
         }
         Ok(outcomes)
@@ -139,8 +162,13 @@ pub fn run(
         .collect();
     bar.finish_and_clear();
 
-    let mut report =
-        InferReport { scores: Vec::with_capacity(images.len()), cached: 0, computed: 0, cache_problems: cache.take_problems() };
+    let mut report = InferReport {
+        scores: Vec::with_capacity(images.len()),
+        cached: 0,
+        computed: 0,
+        features_kept: 0,
+        cache_problems: cache.take_problems(),
+    };
     for outcome in outcomes {
         report.scores.push(match outcome {
             Outcome::Skipped => None,
@@ -148,8 +176,9 @@ pub fn run(
                 report.cached += 1;
                 Some(s)
             }
-            Outcome::Computed(s) => {
+            Outcome::Computed(s, kept) => {
                 report.computed += 1;
+                report.features_kept += usize::from(kept);
                 Some(s)
             }
         });

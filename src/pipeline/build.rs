@@ -132,16 +132,20 @@ fn infer_all(spec: &ResolvedSpec, options: &BuildOptions, prepared: &Prepared, l
     let backend = &scorer.identity().backend;
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
-    let report = infer::run(&prepared.jobs, scorer, &prepared.questions, &prepared.questions_hash, &cache, &run)?;
+    let features = super::features_kept_by_scoring(spec, options)?;
+    let report = infer::run(&prepared.jobs, scorer, &prepared.questions, &prepared.questions_hash, &cache, features.as_ref(), &run)?;
     for problem in &report.cache_problems {
         log(&format!("infer: {problem}"));
     }
     log(&format!("infer: {} images from the cache, {} scored by {backend}", report.cached, report.computed));
+    if report.features_kept > 0 {
+        log(&format!("infer: the features of {} images kept from their scoring pass", report.features_kept));
+    }
     let scores: Vec<ImageScores> = report.scores.into_iter().map(|s| s.expect("every image is in the unsharded run")).collect();
     let second_scores = match &prepared.second_scorer {
         None => None,
         Some(second) => {
-            let report = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
+            let report = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, None, &run)?;
             for problem in &report.cache_problems {
                 log(&format!("infer (second opinion): {problem}"));
             }

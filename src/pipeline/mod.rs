@@ -299,10 +299,19 @@ pub fn infer_shard(spec: &ResolvedSpec, options: &BuildOptions, shard: Option<Sh
     let prepared = prepare(spec, options)?;
     let cache = ScoreCache::open(&options.cache_dir)?;
     let run = RunOptions { jobs: options.jobs, shard, progress: options.progress };
-    let mut report = infer::run(&prepared.jobs, prepared.scorer.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
+    let features = features_kept_by_scoring(spec, options)?;
+    let mut report = infer::run(
+        &prepared.jobs,
+        prepared.scorer.as_ref(),
+        &prepared.questions,
+        &prepared.questions_hash,
+        &cache,
+        features.as_ref(),
+        &run,
+    )?;
     // A second opinion's scores go into the same cache, under its own scorer's keys.
     if let Some(second) = &prepared.second_scorer {
-        let more = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, &run)?;
+        let more = infer::run(&prepared.jobs, second.as_ref(), &prepared.questions, &prepared.questions_hash, &cache, None, &run)?;
         report.computed += more.computed;
         report.cached += more.cached;
         report.cache_problems.extend(more.cache_problems);
@@ -349,6 +358,15 @@ pub fn image_features(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Ima
 
 /// Every prepared image's name and feature vector, from the feature cache or the scorer: what
 /// `features` writes and what a build's confident learning reads.
+/// The feature cache the scoring pass keeps its images' features in, when the spec asks for
+/// confident learning (which then reads them back instead of encoding each image again).
+fn features_kept_by_scoring(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Option<infer::FeatureCache>, BuildError> {
+    Ok(match spec.signal.confident_learning {
+        Some(_) => Some(infer::FeatureCache::open(&options.cache_dir)?),
+        None => None,
+    })
+}
+
 fn selected_features(prepared: &Prepared, options: &BuildOptions) -> Result<(Vec<String>, infer::FeaturesReport), BuildError> {
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
     let cache = infer::FeatureCache::open(&options.cache_dir)?;
