@@ -114,11 +114,7 @@ impl Lanes for Portable {
         }
         std::array::from_fn(|g| {
             let a = &acc[g];
-            let mut sum = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-            for k in body..x.len() {
-                sum = w[g][k].mul_add(f64::from(x[k]), sum);
-            }
-            sum
+            dot_tail(((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])), w[g], x, body)
         })
     }
 
@@ -139,6 +135,16 @@ impl Lanes for Portable {
     }
 }
 
+/// A dot product's lanes summed into `sum`, and the features past the last whole chunk of
+/// [`LANES`] added one at a time.
+#[inline(always)]
+fn dot_tail(mut sum: f64, w: &[f64], x: &[f32], body: usize) -> f64 {
+    for k in body..x.len() {
+        sum = w[k].mul_add(f64::from(x[k]), sum);
+    }
+    sum
+}
+
 /// The features past the last whole chunk of [`LANES`], one at a time.
 #[inline(always)]
 fn tail(xs: &[&[f32]], r: &[[f64; GROUP]], sums: &mut [f64], dims: usize, body: usize) {
@@ -157,7 +163,7 @@ fn tail(xs: &[&[f32]], r: &[[f64; GROUP]], sums: &mut [f64], dims: usize, body: 
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{pass_with, tail, Lanes, Request, Sums, GROUP, LANES};
+    use super::{dot_tail, pass_with, tail, Lanes, Request, Sums, GROUP, LANES};
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn pass(features: &[f32], dims: usize, rows: &[usize], requests: &[Request<'_>]) -> Vec<Sums> {
@@ -193,11 +199,7 @@ mod avx2 {
                     // Lane l + lane l + 4, then ((0 + 1) + (2 + 3)): the portable order.
                     let mut s = [0.0f64; 4];
                     _mm256_storeu_pd(s.as_mut_ptr(), _mm256_add_pd(acc[g][0], acc[g][1]));
-                    let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
-                    for k in body..x.len() {
-                        sum = w[g][k].mul_add(f64::from(x[k]), sum);
-                    }
-                    sum
+                    dot_tail((s[0] + s[1]) + (s[2] + s[3]), w[g], x, body)
                 })
             }
         }
