@@ -142,6 +142,32 @@ fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
     rows
 }
 
+/// Every image row's `cl_false_labels` and `cl_omissions`, by image.
+fn image_issue_columns(release: &std::path::Path) -> std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> {
+    use arrow_array::{Array, ListArray, StringArray};
+    let mut out = std::collections::BTreeMap::new();
+    for shard in files_under(&release.join("data/images")) {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&shard).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let image = batch.column_by_name("image_index").unwrap().clone();
+            let image = image.as_any().downcast_ref::<StringArray>().unwrap();
+            let list = |name: &str, i: usize| -> Vec<String> {
+                let column = batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+                let values = column.as_any().downcast_ref::<ListArray>().unwrap().value(i);
+                values.as_any().downcast_ref::<StringArray>().unwrap().iter().map(|v| v.unwrap().to_string()).collect()
+            };
+            for i in 0..batch.num_rows() {
+                out.insert(image.value(i).to_string(), (list("cl_false_labels", i), list("cl_omissions", i)));
+            }
+        }
+    }
+    out
+}
+
 const CONFIDENT_SIGNAL: &str = "signal:\n  confident_learning:\n    folds: 3\n    grid: [0.1, 1]\n";
 
 /// `signal.confident_learning` in a spec: the build probes every image it scored, each pair row
@@ -187,6 +213,22 @@ fn a_build_asked_for_confident_learning_carries_both_views() {
         }
     }
     assert!(rows.iter().any(|r| r.4 == Some(true)), "some label is named an issue");
+
+    // The image table carries each image's issues, split by what NIH said.
+    let mut expected: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> = Default::default();
+    for f in report["findings"].as_array().unwrap().iter().filter(|f| f["finding"] != "No Finding") {
+        for issue in f["issues"].as_array().unwrap() {
+            let entry = expected.entry(issue["image_index"].as_str().unwrap().to_string()).or_default();
+            let list = if issue["nih_label"].as_bool().unwrap() { &mut entry.0 } else { &mut entry.1 };
+            list.push(f["finding"].as_str().unwrap().to_string());
+        }
+    }
+    let table = image_issue_columns(&s.path("one"));
+    assert_eq!(table.len(), 640, "every image has its row");
+    let with_issues: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> =
+        table.into_iter().filter(|(_, (a, b))| !a.is_empty() || !b.is_empty()).collect();
+    assert_eq!(with_issues, expected);
+    assert!(expected.values().any(|(false_labels, _)| !false_labels.is_empty()), "some image has a label named false");
 
     // Both views set the class: the answers' class (by agreement) moves only at its extremes.
     let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("one/build.lock")).unwrap()).unwrap();

@@ -77,6 +77,19 @@ impl FeatureCache {
         self.entries.put(&key(image_sha256, scorer_hash), &entry)
     }
 
+    /// Keeps the vector a scoring pass gave for `job`, checked as a computed one is.
+    pub(super) fn keep(
+        &self,
+        scorer: &dyn Scorer,
+        scorer_hash: &str,
+        job: &ImageJob,
+        image_sha256: &str,
+        v: &[f32],
+    ) -> Result<(), InferError> {
+        check(scorer, job, v)?;
+        self.put(&job.name, image_sha256, scorer_hash, v)
+    }
+
     /// Entries that failed their check since the last call, each set aside and computed again.
     pub fn take_problems(&self) -> Vec<super::CacheProblem> {
         self.entries.take_problems()
@@ -141,19 +154,6 @@ pub fn run_features(
         return Err(fail(scorer, format!("image {}: {} features where the first image has {}", job.name, v.len(), vectors[0].len())));
     }
     Ok(FeaturesReport { cached: vectors.len() - computed, computed, vectors, cache_problems: cache.take_problems() })
-}
-
-/// Keeps in `cache` the vector a scoring pass gave for `job`, checked as a computed one is.
-pub(super) fn keep(
-    cache: &FeatureCache,
-    scorer: &dyn Scorer,
-    scorer_hash: &str,
-    job: &ImageJob,
-    image_sha256: &str,
-    v: &[f32],
-) -> Result<(), InferError> {
-    check(scorer, job, v)?;
-    cache.put(&job.name, image_sha256, scorer_hash, v)
 }
 
 fn check(scorer: &dyn Scorer, job: &ImageJob, v: &[f32]) -> Result<(), InferError> {

@@ -127,7 +127,7 @@ pub fn run(
                 });
             }
             for (((_, job, _, key, _), v), kept) in misses.iter().zip(vectors).zip(&mut kept) {
-                super::features::keep(features, scorer, &scorer_hash, job, &key.image_sha256, &v)?;
+                features.keep(scorer, &scorer_hash, job, &key.image_sha256, &v)?;
                 *kept = true;
             }
         }

@@ -10,10 +10,11 @@ use super::{BuildError, BuildOptions, Prepared};
 use crate::card::{ConfidentFindingCard, ConfidentLearningCard};
 use crate::infer::IMAGE_FEATURES;
 use crate::inputs::ResolvedSpec;
+use crate::shard::images::ImageIssues;
 use crate::shard::pairs::ConfidentRow;
 use crate::signal::confident_learning::report::{self, LabelIssues};
 use crate::signal::confident_learning::FeatureMatrix;
-use crate::vocab::LABELS;
+use crate::vocab::{LABELS, NO_FINDING};
 
 /// The file in the release with every finding's probes and rules (the format `label-issues`
 /// writes): what a reader needs to repeat or question each flag.
@@ -26,6 +27,8 @@ pub struct ConfidentView {
     /// probability that the finding is present and whether the label is an issue; None where
     /// the finding had no probe.
     cells: Vec<Vec<Option<(f64, bool)>>>,
+    /// Per selected image, its labels named issues, by what NIH said (the image table's).
+    images: Vec<ImageIssues>,
     /// The features' length.
     pub dims: usize,
 }
@@ -58,6 +61,11 @@ impl ConfidentView {
             grid: settings.grid,
             findings,
         }
+    }
+
+    /// The labels of selected image `image` named issues.
+    pub fn image_issues(&self, image: usize) -> &ImageIssues {
+        &self.images[image]
     }
 
     /// Whether confident learning names the label of `image` and `label` an issue; None where
@@ -113,6 +121,16 @@ pub fn confident_view(
             cell[label] = Some((probes.probabilities[at], flagged.contains(image.image_index.as_str())));
         }
     }
+    // Per image, its issues in vocabulary order ("No Finding" left out, as in the error trace).
+    let selected: HashMap<&str, usize> = images.iter().enumerate().map(|(i, image)| (image.image_index.as_str(), i)).collect();
+    let mut per_image = vec![ImageIssues::default(); images.len()];
+    for (label, finding) in LABELS.iter().zip(&issues.findings).filter(|(l, _)| **l != NO_FINDING) {
+        for issue in &finding.issues {
+            let Some(&at) = selected.get(issue.image_index.as_str()) else { continue };
+            let list = if issue.nih_label { &mut per_image[at].false_labels } else { &mut per_image[at].omissions };
+            list.push(label);
+        }
+    }
     let probed = issues.findings.iter().filter(|f| f.rules.is_some()).count();
     let (wrong, missed) =
         issues.findings.iter().flat_map(|f| &f.issues).fold((0, 0), |(w, m), i| if i.nih_label { (w + 1, m) } else { (w, m + 1) });
@@ -121,5 +139,5 @@ pub fn confident_view(
         findings.len(),
         settings.folds
     ));
-    Ok(Some(ConfidentView { issues, cells, dims }))
+    Ok(Some(ConfidentView { issues, cells, images: per_image, dims }))
 }

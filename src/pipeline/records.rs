@@ -145,6 +145,7 @@ impl<'a> RecordTable<'a> {
                     trace: &self.signal.traces[i],
                     reasoning_trace: self.reasoning.map(|r| &r.traces[i]),
                     report: self.reports.map(|r| &r[i]),
+                    confident: self.confident.map(|c| c.image_issues(i)),
                 }
             })
             .collect()

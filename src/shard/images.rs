@@ -24,6 +24,17 @@ pub struct ImageRecord<'a> {
     pub reasoning_trace: Option<&'a TextTrace>,
     /// S4: the report and its traces.
     pub report: Option<&'a ImageReport>,
+    /// Confident learning's verdicts on the image's labels.
+    pub confident: Option<&'a ImageIssues>,
+}
+
+/// The labels of one image confident learning names issues, by what NIH said.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImageIssues {
+    /// Findings NIH lists that the probe confidently says absent.
+    pub false_labels: Vec<&'static str>,
+    /// Findings NIH left out that the probe confidently says present.
+    pub omissions: Vec<&'static str>,
 }
 
 /// The image table with the columns of the series `set` names.
@@ -87,6 +98,10 @@ fn to_batch(schema: &arrow_schema::SchemaRef, rows: &[ImageRecord<'_>]) -> Resul
         ]);
         columns.extend(text_trace_columns(&reports.iter().map(|r| &r.against_nih).collect::<Vec<_>>()));
         columns.extend(text_trace_columns(&reports.iter().map(|r| &r.against_model).collect::<Vec<_>>()));
+    }
+    if has_column(schema, "cl_false_labels") {
+        let issues: Vec<&ImageIssues> = rows.iter().map(|r| r.confident.expect("confident learning judges every image")).collect();
+        columns.extend([string_lists(&issues, |i| i.false_labels.as_slice()), string_lists(&issues, |i| i.omissions.as_slice())]);
     }
     RecordBatch::try_new(schema.clone(), columns)
 }

@@ -269,6 +269,21 @@ pub const CONFIDENT_LEARNING_COLUMNS: [ColumnDoc; 2] = [
     ),
 ];
 
+/// Confident learning's verdicts per image (`signal.confident_learning`): appended to the image
+/// table after every other column, beside the answers' error trace.
+pub const CONFIDENT_LEARNING_IMAGE_COLUMNS: [ColumnDoc; 2] = [
+    column(
+        "cl_false_labels",
+        ColumnType::ListUtf8,
+        "The findings NIH lists for the image that confident learning names label issues: the probe, trained on NIH's labels out of fold, confidently says absent. In vocabulary order; \"No Finding\" is left out, as in the error trace.",
+    ),
+    column(
+        "cl_omissions",
+        ColumnType::ListUtf8,
+        "The findings NIH left out that confident learning names label issues: the probe confidently says present. In vocabulary order; \"No Finding\" is left out.",
+    ),
+];
+
 /// Which later series' columns a release carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ColumnSet {
@@ -302,11 +317,12 @@ pub fn pair_columns(set: ColumnSet) -> Vec<ColumnDoc> {
     PAIR_COLUMNS.iter().chain(diagnose).chain(reason).chain(second).chain(confident).copied().collect()
 }
 
-/// The image table's columns: S1's, then S3's trace, then S4's report.
+/// The image table's columns: S1's, then S3's trace, then S4's report, then confident learning's.
 pub fn image_columns(set: ColumnSet) -> Vec<ColumnDoc> {
     let reason: &[ColumnDoc] = if set.reason { &REASON_TRACE_COLUMNS } else { &[] };
     let report: &[ColumnDoc] = if set.report { &REPORT_COLUMNS } else { &[] };
-    IMAGE_COLUMNS.iter().chain(reason).chain(report).copied().collect()
+    let confident: &[ColumnDoc] = if set.confident_learning { &CONFIDENT_LEARNING_IMAGE_COLUMNS } else { &[] };
+    IMAGE_COLUMNS.iter().chain(reason).chain(report).chain(confident).copied().collect()
 }
 
 /// Whether a table's schema holds a column (the batch builders add the columns it names).
