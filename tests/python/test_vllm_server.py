@@ -265,7 +265,11 @@ def test_a_server_stopped_mid_build_fails_it_clearly_and_the_rerun_completes(ser
         _, err = run.communicate(timeout=1200)
         failed_after = time.monotonic() - stopped_at
         assert run.returncode != 0
-        assert stopped.url in err and "Connection refused" in err, err
+        # Either the retries find the port closed, or vLLM, stopping, answers a request in flight
+        # as aborted, without the logprobs asked for: the build fails on it, naming the server's model.
+        refused = stopped.url in err and "Connection refused" in err
+        aborted = "answered without first-token logprobs" in err
+        assert refused or aborted, err
         assert not (path / "out").exists(), "a failed build leaves no release"
         kept = len(glob.glob(str(path / "cache" / "**" / "*.json"), recursive=True))
         assert kept >= 10
