@@ -100,6 +100,21 @@ fn bad_settings_and_inputs_are_refused_before_anything_is_written() {
     assert!(stderr(&both).contains("cannot be used with"), "{}", stderr(&both));
 }
 
+/// Every record batch of the Parquet shards directly in `dir` (not its subfolders).
+fn record_batches(dir: &std::path::Path) -> Vec<arrow_array::RecordBatch> {
+    files_under(dir)
+        .into_iter()
+        .filter(|p| p.parent() == Some(dir))
+        .flat_map(|shard| {
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&shard).unwrap())
+                .unwrap()
+                .build()
+                .unwrap()
+                .map(|batch| batch.unwrap())
+        })
+        .collect()
+}
+
 /// A pair row's `image_index`, `label`, `nih_label`, `cl_confidence`, `cl_label_issue`,
 /// `agreement` and `trust_class`.
 type ConfidentCells = (String, String, bool, Option<f64>, Option<bool>, f64, String);
@@ -108,35 +123,27 @@ type ConfidentCells = (String, String, bool, Option<f64>, Option<bool>, f64, Str
 fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
     use arrow_array::{Array, BooleanArray, Float64Array, StringArray};
     let mut rows = Vec::new();
-    for shard in files_under(&release.join("data")).into_iter().filter(|p| p.parent() == Some(&release.join("data"))) {
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&shard).unwrap())
-            .unwrap()
-            .build()
-            .unwrap();
-        for batch in reader {
-            let batch = batch.unwrap();
-            let column = |name: &str| batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).clone();
-            let (image, label) = (column("image_index"), column("label"));
-            let (image, label) =
-                (image.as_any().downcast_ref::<StringArray>().unwrap(), label.as_any().downcast_ref::<StringArray>().unwrap());
-            let (nih, p, issue) = (column("nih_label"), column("cl_confidence"), column("cl_label_issue"));
-            let nih = nih.as_any().downcast_ref::<BooleanArray>().unwrap();
-            let (agreement, class) = (column("agreement"), column("trust_class"));
-            let agreement = agreement.as_any().downcast_ref::<Float64Array>().unwrap();
-            let class = class.as_any().downcast_ref::<StringArray>().unwrap();
-            let p = p.as_any().downcast_ref::<Float64Array>().unwrap();
-            let issue = issue.as_any().downcast_ref::<BooleanArray>().unwrap();
-            for i in 0..batch.num_rows() {
-                rows.push((
-                    image.value(i).to_string(),
-                    label.value(i).to_string(),
-                    nih.value(i),
-                    (!p.is_null(i)).then(|| p.value(i)),
-                    (!issue.is_null(i)).then(|| issue.value(i)),
-                    agreement.value(i),
-                    class.value(i).to_string(),
-                ));
-            }
+    for batch in record_batches(&release.join("data")) {
+        let column = |name: &str| batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).clone();
+        let (image, label) = (column("image_index"), column("label"));
+        let (image, label) = (image.as_any().downcast_ref::<StringArray>().unwrap(), label.as_any().downcast_ref::<StringArray>().unwrap());
+        let (nih, p, issue) = (column("nih_label"), column("cl_confidence"), column("cl_label_issue"));
+        let nih = nih.as_any().downcast_ref::<BooleanArray>().unwrap();
+        let (agreement, class) = (column("agreement"), column("trust_class"));
+        let agreement = agreement.as_any().downcast_ref::<Float64Array>().unwrap();
+        let class = class.as_any().downcast_ref::<StringArray>().unwrap();
+        let p = p.as_any().downcast_ref::<Float64Array>().unwrap();
+        let issue = issue.as_any().downcast_ref::<BooleanArray>().unwrap();
+        for i in 0..batch.num_rows() {
+            rows.push((
+                image.value(i).to_string(),
+                label.value(i).to_string(),
+                nih.value(i),
+                (!p.is_null(i)).then(|| p.value(i)),
+                (!issue.is_null(i)).then(|| issue.value(i)),
+                agreement.value(i),
+                class.value(i).to_string(),
+            ));
         }
     }
     rows
@@ -146,23 +153,16 @@ fn confident_columns(release: &std::path::Path) -> Vec<ConfidentCells> {
 fn image_issue_columns(release: &std::path::Path) -> std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> {
     use arrow_array::{Array, ListArray, StringArray};
     let mut out = std::collections::BTreeMap::new();
-    for shard in files_under(&release.join("data/images")) {
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&shard).unwrap())
-            .unwrap()
-            .build()
-            .unwrap();
-        for batch in reader {
-            let batch = batch.unwrap();
-            let image = batch.column_by_name("image_index").unwrap().clone();
-            let image = image.as_any().downcast_ref::<StringArray>().unwrap();
-            let list = |name: &str, i: usize| -> Vec<String> {
-                let column = batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
-                let values = column.as_any().downcast_ref::<ListArray>().unwrap().value(i);
-                values.as_any().downcast_ref::<StringArray>().unwrap().iter().map(|v| v.unwrap().to_string()).collect()
-            };
-            for i in 0..batch.num_rows() {
-                out.insert(image.value(i).to_string(), (list("cl_false_labels", i), list("cl_omissions", i)));
-            }
+    for batch in record_batches(&release.join("data/images")) {
+        let image = batch.column_by_name("image_index").unwrap().clone();
+        let image = image.as_any().downcast_ref::<StringArray>().unwrap();
+        let list = |name: &str, i: usize| -> Vec<String> {
+            let column = batch.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+            let values = column.as_any().downcast_ref::<ListArray>().unwrap().value(i);
+            values.as_any().downcast_ref::<StringArray>().unwrap().iter().map(|v| v.unwrap().to_string()).collect()
+        };
+        for i in 0..batch.num_rows() {
+            out.insert(image.value(i).to_string(), (list("cl_false_labels", i), list("cl_omissions", i)));
         }
     }
     out

@@ -508,14 +508,14 @@ fn mislabel_metrics(judged: &[&Judged<'_>], o: &EvalOptions) -> MislabelMetrics 
 }
 
 fn class_detection(judged: &[&Judged<'_>], classes: &[TrustClass], mislabeled: usize) -> ClassDetection {
-    let flagged: Vec<&&Judged<'_>> =
-        judged.iter().filter(|j| TrustClass::parse(&j.row.trust_class).is_some_and(|c| classes.contains(&c))).collect();
+    let name = classes.iter().map(|c| c.name()).collect::<Vec<_>>().join("+");
+    verdict_detection(judged, name, mislabeled, |j| TrustClass::parse(&j.row.trust_class).is_some_and(|c| classes.contains(&c)))
+}
+
+/// A verdict "mislabeled" (`flags` says which rows it names) against the mislabeled rows.
+fn verdict_detection(judged: &[&Judged<'_>], name: String, mislabeled: usize, flags: impl Fn(&Judged<'_>) -> bool) -> ClassDetection {
+    let flagged: Vec<&&Judged<'_>> = judged.iter().filter(|j| flags(j)).collect();
     let caught = flagged.iter().filter(|j| j.row.nih_label != j.gold).count();
     let ratio = |n: usize, d: usize| (d > 0).then(|| n as f64 / d as f64);
-    ClassDetection {
-        classes: classes.iter().map(|c| c.name()).collect::<Vec<_>>().join("+"),
-        flagged: flagged.len(),
-        precision: ratio(caught, flagged.len()),
-        recall: ratio(caught, mislabeled),
-    }
+    ClassDetection { classes: name, flagged: flagged.len(), precision: ratio(caught, flagged.len()), recall: ratio(caught, mislabeled) }
 }

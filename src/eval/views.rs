@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::metrics::{auroc, average_precision};
-use super::{join, mislabel_metrics, ClassDetection, EvalOptions, FamilyMetrics, GoldLabels, Judged, ReleaseRow};
+use super::{join, mislabel_metrics, verdict_detection, ClassDetection, EvalOptions, FamilyMetrics, GoldLabels, Judged, ReleaseRow};
 use crate::signal::joint_rule::{self, FitRow};
 use crate::signal::{agreement, ClassThresholds};
 
@@ -120,14 +120,7 @@ pub(super) fn compare(
 
 /// `cl_label_issue` read as a verdict "mislabeled".
 fn issue_detection(judged: &[Judged<'_>]) -> ClassDetection {
+    let refs: Vec<&Judged<'_>> = judged.iter().collect();
     let mislabeled = judged.iter().filter(|j| j.row.nih_label != j.gold).count();
-    let flagged: Vec<&Judged<'_>> = judged.iter().filter(|j| j.row.confident.is_some_and(|c| c.label_issue)).collect();
-    let caught = flagged.iter().filter(|j| j.row.nih_label != j.gold).count();
-    let ratio = |n: usize, d: usize| (d > 0).then(|| n as f64 / d as f64);
-    ClassDetection {
-        classes: LABEL_ISSUE.to_string(),
-        flagged: flagged.len(),
-        precision: ratio(caught, flagged.len()),
-        recall: ratio(caught, mislabeled),
-    }
+    verdict_detection(&refs, LABEL_ISSUE.to_string(), mislabeled, |j| j.row.confident.is_some_and(|c| c.label_issue))
 }
