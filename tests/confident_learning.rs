@@ -328,6 +328,30 @@ fn a_release_without_confident_learning_cannot_be_ranked_by_it() {
     assert!(!s.path("plan.json").exists());
 }
 
+/// `features` chooses the vector the probes read: build.lock and the card say which, and each
+/// definition has its own cache entries (a build under the other reads none of them).
+#[test]
+fn the_features_definition_is_the_specs_and_keeps_its_own_cache_entries() {
+    let s = Scratch::new();
+    let tower = derived_spec(&s, "tower.yaml", CONFIDENT_SIGNAL);
+    let log = stderr(&build(&tower, &s.path("tower"), &s.cache(), &[]).success());
+    assert!(log.contains("(vision_tower_mean), 640 from the cache, 0 computed"), "{log}");
+    let lock = std::fs::read_to_string(s.path("tower/build.lock")).unwrap();
+    assert!(!lock.contains("\"features\""), "the default is not written, so earlier releases keep their bytes");
+
+    let decoder = derived_spec(&s, "decoder.yaml", &format!("{CONFIDENT_SIGNAL}    features: decoder_prefix_end\n"));
+    let log = stderr(&build(&decoder, &s.path("decoder"), &s.cache(), &[]).success());
+    // The scores come from the cache, so no scoring pass kept these: all computed.
+    assert!(log.contains("(decoder_prefix_end), 0 from the cache, 640 computed"), "{log}");
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(s.path("decoder/build.lock")).unwrap()).unwrap();
+    assert_eq!(lock["spec"]["signal"]["confident_learning"]["features"], "decoder_prefix_end");
+    let card = std::fs::read_to_string(s.path("decoder/README.md")).unwrap();
+    assert!(card.contains("decoder_prefix_end"), "the card names the features");
+    let issues = |dir: &str| std::fs::read(s.path(&format!("{dir}/label_issues.json"))).unwrap();
+    assert_ne!(issues("tower"), issues("decoder"), "other vectors, other probes");
+    bin().arg("verify").arg(s.path("decoder")).assert().success();
+}
+
 #[test]
 fn confident_learning_settings_are_checked_with_their_key() {
     let s = Scratch::new();
@@ -336,6 +360,7 @@ fn confident_learning_settings_are_checked_with_their_key() {
         ("signal:\n  confident_learning:\n    grid: [1, 0.1]\n", "ascending"),
         ("signal:\n  confident_learning:\n    grid: []\n", "at least one positive"),
         ("signal:\n  confident_learning:\n    fold: 5\n", "unknown field `fold`"),
+        ("signal:\n  confident_learning:\n    features: tower\n", "unknown variant `tower`"),
     ] {
         let spec = derived_spec(&s, "bad.yaml", yaml);
         let err = stderr(&build(&spec, &s.path("out"), &s.cache(), &[]).failure());

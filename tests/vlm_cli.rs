@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use std::path::Path;
 
 fn model(family: &str) -> String {
     repo().join("fixtures/vlm").join(family).display().to_string()
@@ -352,50 +353,49 @@ fn bench_prep_reads_a_processor_config_as_its_preprocessor() {
     assert!(err.contains("processor_config.json: key image_processor.min_pixels"), "{err}");
 }
 
-/// `features` on the sample with the engine: the mean of the vision tower's merged tokens, one
-/// vector per selected image as wide as the decoder, finite, the same bytes whatever `--jobs`.
+/// `features` on the sample with the engine, for each definition: one vector per selected image
+/// as wide as the decoder, finite, the same bytes whatever `--jobs`; and with confident learning
+/// in the spec, the scoring pass keeps the same bits a features pass computes.
 #[test]
-fn features_are_the_vision_towers_mean_and_repeat_to_the_byte() {
+fn features_of_each_definition_repeat_to_the_byte_and_are_kept_by_scoring() {
+    for definition in ["vision_tower_mean", "decoder_prefix_end"] {
+        features_repeat_and_are_kept(definition);
+    }
+}
+
+fn features_repeat_and_are_kept(definition: &str) {
     let s = Scratch::new();
-    let run = |out: &str, jobs: &str| {
+    let features = |spec: &Path, out: &str, cache: &Path, extra: &[&str]| {
         let a = bin()
             .arg("features")
-            .arg(spec("s1a.yaml"))
+            .arg(spec)
             .arg("--out")
             .arg(s.path(out))
-            .args(["--no-progress", "--jobs", jobs])
-            .arg("--cache-dir")
-            .arg(s.cache())
+            .args(["--no-progress", "--cache-dir"])
+            .arg(cache)
+            .args(extra)
             .assert()
             .success();
         stdout(&a)
     };
-    let said = run("a.parquet", "2");
+    let said = features(&spec("s1a.yaml"), "a.parquet", &s.cache(), &["--definition", definition, "--jobs", "2"]);
     let hidden = {
         let config: serde_json::Value =
             serde_json::from_slice(&std::fs::read(repo().join("fixtures/vlm/trained/qwen2_vl/config.json")).unwrap()).unwrap();
         config["text_config"]["hidden_size"].as_u64().unwrap()
     };
-    assert!(said.contains(&format!("640 images x {hidden} features (vision_tower_mean")), "{said}");
-    run("b.parquet", "1");
-    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("b.parquet")).unwrap());
+    assert!(said.contains(&format!("640 images x {hidden} features ({definition}")), "{said}");
+    features(&spec("s1a.yaml"), "b.parquet", &s.path("other-cache"), &["--definition", definition, "--jobs", "1"]);
+    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("b.parquet")).unwrap(), "{definition}");
 
     // With confident learning in the spec, the scoring pass keeps its images' features: the same
     // bits as a features pass computes (here for one shard's images, through a cache of its own).
-    let cl_spec = s.write("cl.yaml", &format!("extends: {}\nsignal:\n  confident_learning: {{}}\n", spec("s1a.yaml").display()));
+    let cl_spec = s
+        .write("cl.yaml", &format!("extends: {}\nsignal:\n  confident_learning: {{features: {definition}}}\n", spec("s1a.yaml").display()));
     let cache = s.path("scoring-cache");
     let infer = bin().arg("infer").arg(&cl_spec).args(["--shard", "1/20", "--no-progress", "--cache-dir"]).arg(&cache).assert().success();
-    let kept = bin()
-        .arg("features")
-        .arg(&cl_spec)
-        .arg("--out")
-        .arg(s.path("c.parquet"))
-        .args(["--no-progress", "--cache-dir"])
-        .arg(&cache)
-        .assert()
-        .success();
-    let said = stdout(&kept);
+    let said = features(&cl_spec, "c.parquet", &cache, &[]);
     let from_cache: usize = said.split(" from the cache").next().and_then(|t| t.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap();
     assert!(from_cache > 0 && from_cache < 640, "one shard's features come from its scoring pass: {said}\n{}", stderr(&infer));
-    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("c.parquet")).unwrap());
+    assert_eq!(std::fs::read(s.path("a.parquet")).unwrap(), std::fs::read(s.path("c.parquet")).unwrap(), "{definition}");
 }

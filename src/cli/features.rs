@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::build::RunArgs;
-use bpals_release::infer::IMAGE_FEATURES;
+use bpals_release::infer::FeatureDefinition;
 use bpals_release::pipeline;
 use bpals_release::signal::confident_learning::table;
 
@@ -18,15 +18,20 @@ pub struct FeaturesArgs {
     /// The features file to write (Parquet: `image_index`, `features`).
     #[arg(long)]
     out: PathBuf,
+    /// Which vector of each image: the spec's `signal.confident_learning.features` where it
+    /// names confident learning, else vision_tower_mean.
+    #[arg(long, value_enum)]
+    definition: Option<FeatureDefinition>,
     #[command(flatten)]
     run: RunArgs,
 }
 
 pub fn run(args: FeaturesArgs) -> anyhow::Result<ExitCode> {
     let spec = args.run.load(&args.spec)?;
-    let found = pipeline::image_features(&spec, &args.run.options(PathBuf::new()))?;
+    let definition = args.definition.or(spec.signal.confident_learning.as_ref().map(|c| c.features)).unwrap_or_default();
+    let found = pipeline::image_features(&spec, &args.run.options(PathBuf::new()), definition)?;
     let metadata = vec![
-        ("bpals.features".to_string(), IMAGE_FEATURES.to_string()),
+        ("bpals.features".to_string(), definition.name().to_string()),
         ("bpals.scorer".to_string(), serde_json::to_string(&found.scorer)?),
         ("bpals.scorer_hash".to_string(), found.scorer.hash()),
     ];
@@ -35,8 +40,9 @@ pub fn run(args: FeaturesArgs) -> anyhow::Result<ExitCode> {
     bpals_release::review::write_all(&[(&args.out, &bytes)])?;
     let dims = report.vectors.first().map_or(0, Vec::len);
     println!(
-        "wrote {} images x {dims} features ({IMAGE_FEATURES}, {}) to {}",
+        "wrote {} images x {dims} features ({}, {}) to {}",
         found.names.len(),
+        definition.name(),
         found.scorer.model_id,
         args.out.display()
     );

@@ -47,7 +47,9 @@ pub fn run(args: LabelIssuesArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--findings: unknown finding {unknown:?}: expected one of {}", LABELS.join(", "));
     }
     let defaults = ProbeSettings::default();
+    // The file's vectors are what they are; the probes' settings record no definition of theirs.
     let settings = ProbeSettings {
+        features: defaults.features,
         folds: args.folds.unwrap_or(defaults.folds),
         fold_seed: args.fold_seed.unwrap_or(defaults.fold_seed),
         grid: if args.grid.is_empty() { defaults.grid } else { args.grid.clone() },

@@ -1,4 +1,4 @@
-//! Every image's feature vector from a scorer (see [`super::IMAGE_FEATURES`]), for confident
+//! Every image's feature vector from a scorer (see [`super::FeatureDefinition`]), for confident
 //! learning's probes: cached per image under a content key (image bytes, scorer, definition) in
 //! the score cache's location, so a second run, or a run on another machine sharing a bucket,
 //! reads what the first computed. Parallel over passes as scoring is; results in input order.
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
 use super::store::{CacheLocation, EntryStore};
-use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer, IMAGE_FEATURES};
+use super::{FeatureDefinition, ImageInput, ImageJob, InferError, RunOptions, Scorer};
 use crate::hashing::sha256_parts;
 
 /// What an entry holds: the vector as little-endian f32 bytes in base64 (a 4,096-wide vector is
@@ -23,14 +23,11 @@ struct Entry {
     f32_le_base64: String,
 }
 
-/// The feature cache: one entry per (image, scorer, definition).
+/// The feature cache of one definition: one entry per (image, scorer, definition).
 #[derive(Debug, Clone)]
 pub struct FeatureCache {
     entries: EntryStore,
-}
-
-fn key(image_sha256: &str, scorer_hash: &str) -> String {
-    sha256_parts(&["bpals-features/1", image_sha256, scorer_hash, IMAGE_FEATURES])
+    definition: FeatureDefinition,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -38,8 +35,17 @@ fn b64() -> base64::engine::GeneralPurpose {
 }
 
 impl FeatureCache {
-    pub fn open(location: &CacheLocation) -> Result<Self, InferError> {
-        Ok(FeatureCache { entries: location.open("features-v1")? })
+    pub fn open(location: &CacheLocation, definition: FeatureDefinition) -> Result<Self, InferError> {
+        Ok(FeatureCache { entries: location.open("features-v1")?, definition })
+    }
+
+    /// Which vectors this cache holds.
+    pub fn definition(&self) -> FeatureDefinition {
+        self.definition
+    }
+
+    fn key(&self, image_sha256: &str, scorer_hash: &str) -> String {
+        sha256_parts(&["bpals-features/1", image_sha256, scorer_hash, self.definition.name()])
     }
 
     /// The cached vector, or None on a miss; an entry that fails its check is a miss, reported
@@ -54,15 +60,15 @@ impl FeatureCache {
             if entry.image_sha256 != image_sha256 {
                 return Err((format!("image sha256 {image_sha256}"), entry.image_sha256.clone()));
             }
-            if entry.definition != IMAGE_FEATURES {
-                return Err((format!("features {IMAGE_FEATURES}"), entry.definition.clone()));
+            if entry.definition != self.definition.name() {
+                return Err((format!("features {}", self.definition.name()), entry.definition.clone()));
             }
             match decode(entry) {
                 Some(v) if v.iter().all(|x| x.is_finite()) => Ok(()),
                 _ => Err((format!("{} finite features", entry.dims), "unreadable or not finite features".into())),
             }
         };
-        Ok(self.entries.get(&key(image_sha256, scorer_hash), check)?.and_then(|entry: Entry| decode(&entry)))
+        Ok(self.entries.get(&self.key(image_sha256, scorer_hash), check)?.and_then(|entry: Entry| decode(&entry)))
     }
 
     pub fn put(&self, image: &str, image_sha256: &str, scorer_hash: &str, values: &[f32]) -> Result<(), InferError> {
@@ -70,11 +76,11 @@ impl FeatureCache {
         let entry = Entry {
             image: image.to_string(),
             image_sha256: image_sha256.to_string(),
-            definition: IMAGE_FEATURES.to_string(),
+            definition: self.definition.name().to_string(),
             dims: values.len(),
             f32_le_base64: b64().encode(bytes),
         };
-        self.entries.put(&key(image_sha256, scorer_hash), &entry)
+        self.entries.put(&self.key(image_sha256, scorer_hash), &entry)
     }
 
     /// Keeps the vector a scoring pass gave for `job`, checked as a computed one is.
@@ -135,7 +141,7 @@ pub fn run_features(
         if !misses.is_empty() {
             let inputs: Vec<ImageInput<'_>> =
                 misses.iter().map(|(_, job, bytes, sha, image)| ImageInput { name: &job.name, sha256: sha, bytes, image }).collect();
-            let vectors = scorer.image_features(&inputs)?;
+            let vectors = scorer.image_features(&inputs, cache.definition)?;
             for ((at, job, _, sha, _), v) in misses.iter().zip(vectors) {
                 check(scorer, job, &v)?;
                 cache.put(&job.name, sha, &scorer_hash, &v)?;

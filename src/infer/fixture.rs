@@ -2,7 +2,7 @@
 //! and benchmarked without weights. Its scores carry no medical information: they are a hash of
 //! the image bytes and the question. Builds that use it are demos, and publish refuses them.
 
-use super::{Answer, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, FeatureDefinition, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::stable_u64;
 use crate::release_spec::{Backend, ModelSpec, Question};
 
@@ -91,17 +91,26 @@ impl Scorer for FixtureScorer {
 
     /// Its scores, and the same vectors as [`Self::image_features`], as the native engine keeps
     /// them from its scoring pass.
-    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<super::ScoresAndFeatures, InferError> {
-        Ok((self.score_pass(images, questions)?, Some(self.image_features(images)?)))
+    fn score_pass_with_features(
+        &self,
+        images: &[ImageInput<'_>],
+        questions: &[Question],
+        definition: FeatureDefinition,
+    ) -> Result<super::ScoresAndFeatures, InferError> {
+        Ok((self.score_pass(images, questions)?, Some(self.image_features(images, definition)?)))
     }
 
-    /// Sixteen numbers drawn from a hash of the image's bytes: they exercise the features' path
-    /// and carry no information about the image.
-    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
+    /// Sixteen numbers drawn from a hash of the image's bytes and the definition: they exercise
+    /// the features' path and carry no information about the image.
+    fn image_features(&self, images: &[ImageInput<'_>], definition: FeatureDefinition) -> Result<Vec<Vec<f32>>, InferError> {
         Ok(images
             .iter()
             .map(|image| {
-                (0..16u64).map(|k| (unit(splitmix(stable_u64(&["fixture-features", image.sha256]) ^ k)) * 2.0 - 1.0) as f32).collect()
+                let seed = match definition {
+                    FeatureDefinition::VisionTowerMean => stable_u64(&["fixture-features", image.sha256]),
+                    other => stable_u64(&["fixture-features", image.sha256, other.name()]),
+                };
+                (0..16u64).map(|k| (unit(splitmix(seed ^ k)) * 2.0 - 1.0) as f32).collect()
             })
             .collect())
     }

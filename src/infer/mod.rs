@@ -194,11 +194,17 @@ pub trait Scorer: Sync {
     fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
         images.iter().map(|image| self.score(image, questions)).collect()
     }
-    /// [`Self::score_pass`], and each image's feature vector (see [`IMAGE_FEATURES`]) where the
+    /// [`Self::score_pass`], and each image's feature vector (as `definition` says) where the
     /// backend has it in hand from the same pass (the native engine's vision tower output): no
     /// second pass over the images for confident learning. None where it has not; the vectors
     /// must be the bits [`Self::image_features`] gives.
-    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<ScoresAndFeatures, InferError> {
+    fn score_pass_with_features(
+        &self,
+        images: &[ImageInput<'_>],
+        questions: &[Question],
+        definition: FeatureDefinition,
+    ) -> Result<ScoresAndFeatures, InferError> {
+        let _ = definition;
         Ok((self.score_pass(images, questions)?, None))
     }
     /// Greedy answers to each image's prompts (`prompts[i]` for `images[i]`), decoded together.
@@ -215,10 +221,10 @@ pub trait Scorer: Sync {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
-    /// One feature vector per image, for confident learning's probes (see
-    /// [`IMAGE_FEATURES`]). A backend that has none says so.
-    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
-        let _ = images;
+    /// One feature vector per image, for confident learning's probes, as `definition` says. A
+    /// backend that has none says so.
+    fn image_features(&self, images: &[ImageInput<'_>], definition: FeatureDefinition) -> Result<Vec<Vec<f32>>, InferError> {
+        let _ = (images, definition);
         Err(InferError::Scorer {
             backend: self.identity().backend.name().into(),
             message: "a served model returns no image features: bring a features file made elsewhere (`label-issues --features`)".into(),
@@ -226,10 +232,8 @@ pub trait Scorer: Sync {
     }
 }
 
-/// What an image's feature vector is: the mean over the image's merged tokens of the vision
-/// tower's output (the embeddings that replace the image's placeholder tokens), one value per
-/// dimension of the decoder's hidden state, averaged in f32 from the model's dtype.
-pub const IMAGE_FEATURES: &str = "vision_tower_mean";
+/// What an image's feature vector is (the spec's `signal.confident_learning.features`).
+pub use crate::release_spec::FeatureDefinition;
 
 /// What a libtorch-free binary says when asked to run the VLM engine.
 pub const NO_VLM_FEATURE: &str = "this binary was built without the `vlm` feature (no libtorch): run the command through \

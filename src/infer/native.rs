@@ -10,12 +10,12 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{Answer, DecodingSettings, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
+use super::{Answer, DecodingSettings, FeatureDefinition, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::DigestCache;
 use crate::release_spec::{ModelSpec, Question};
 use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use crate::vlm::generate::{GenerationImage, GenerationPrompt};
-use crate::vlm::model::PassImage;
+use crate::vlm::model::{PassImage, PromptImage};
 use crate::vlm::shared_prefix::PrefixAttention;
 use crate::vlm::{pixels, Thinking};
 
@@ -203,13 +203,13 @@ impl NativeScorer {
         self.engines[slot].lock().map_err(|_| err("the engine panicked on an earlier image"))
     }
 
-    /// The scores of a pass, and with `keep_features` each image's feature vector from the vision
-    /// tower's output the pass computed anyway.
+    /// The scores of a pass, and with `keep` each image's feature vector, from the vision tower's
+    /// output the pass computed anyway.
     fn score_pass_keeping(
         &self,
         images: &[ImageInput<'_>],
         questions: &[Question],
-        keep_features: bool,
+        keep: Option<FeatureDefinition>,
     ) -> Result<super::ScoresAndFeatures, InferError> {
         let prepared = self.pixel_values(images)?;
 
@@ -244,15 +244,8 @@ impl NativeScorer {
                 all.extend(part);
             }
         }
-        let kept = keep_features
-            .then(|| {
-                images
-                    .iter()
-                    .zip(&features)
-                    .map(|(image, f)| feature_vector(f).map_err(|e| err(format!("image {}: {e}", image.name))))
-                    .collect()
-            })
-            .transpose()?;
+        let kept =
+            keep.map(|definition| feature_vectors(engine, images, &features, &prepared, definition, self.images_per_pass)).transpose()?;
         Ok((scores, kept))
     }
 }
@@ -271,11 +264,16 @@ impl Scorer for NativeScorer {
     }
 
     fn score_pass(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<Vec<Vec<YesNo>>, InferError> {
-        Ok(self.score_pass_keeping(images, questions, false)?.0)
+        Ok(self.score_pass_keeping(images, questions, None)?.0)
     }
 
-    fn score_pass_with_features(&self, images: &[ImageInput<'_>], questions: &[Question]) -> Result<super::ScoresAndFeatures, InferError> {
-        self.score_pass_keeping(images, questions, true)
+    fn score_pass_with_features(
+        &self,
+        images: &[ImageInput<'_>],
+        questions: &[Question],
+        definition: FeatureDefinition,
+    ) -> Result<super::ScoresAndFeatures, InferError> {
+        self.score_pass_keeping(images, questions, Some(definition))
     }
 
     fn generate(
@@ -325,16 +323,13 @@ impl Scorer for NativeScorer {
         self.notes.clone()
     }
 
-    fn image_features(&self, images: &[ImageInput<'_>]) -> Result<Vec<Vec<f32>>, InferError> {
-        let pixel_values = self.pixel_values(images)?;
+    fn image_features(&self, images: &[ImageInput<'_>], definition: FeatureDefinition) -> Result<Vec<Vec<f32>>, InferError> {
+        let prepared = self.pixel_values(images)?;
         let loaded = self.engine()?;
-        images
-            .iter()
-            .zip(&pixel_values)
-            .map(|(image, (values, grid))| {
-                feature_vector(&loaded.engine.model.encode_image(values, *grid)).map_err(|e| err(format!("image {}: {e}", image.name)))
-            })
-            .collect()
+        let engine = &loaded.engine;
+        let inputs: Vec<_> = prepared.iter().map(|(values, grid)| (values, *grid)).collect();
+        let features = engine.model.encode_pass(&inputs, self.images_per_pass);
+        feature_vectors(engine, images, &features, &prepared, definition, self.images_per_pass)
     }
 
     fn family(&self) -> &'static str {
@@ -342,12 +337,49 @@ impl Scorer for NativeScorer {
     }
 }
 
-/// An image's feature vector ([`super::IMAGE_FEATURES`]): the mean of the tower's output over
-/// the image's merged tokens, in f32. The scoring pass and a features pass both call this on the
-/// same bits (the tower's output does not depend on what shares its pass).
-fn feature_vector(features: &crate::vlm::ImageFeatures) -> Result<Vec<f32>, String> {
-    let mean = features.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu);
-    Vec::<f32>::try_from(&mean).map_err(|e| format!("reading its features: {e}"))
+/// The question a prompt is rendered with where only its image's prefix runs
+/// ([`FeatureDefinition::DecoderPrefixEnd`]): the engine stops at the token that closes the
+/// image, so these words never reach the decoder.
+const PREFIX_ONLY_QUESTION: &str = "Describe this image.";
+
+/// Each image's feature vector as `definition` says, from the tower's output `features` (one per
+/// image, from [`crate::vlm::model::VlModel::encode_pass`]). The scoring pass and a features pass
+/// both call this on the same bits: neither the tower's output nor the prefix's state depends on
+/// what shares its pass.
+fn feature_vectors(
+    engine: &Engine,
+    images: &[ImageInput<'_>],
+    features: &[crate::vlm::ImageFeatures],
+    prepared: &[(tch::Tensor, (usize, usize, usize))],
+    definition: FeatureDefinition,
+    pass_images: usize,
+) -> Result<Vec<Vec<f32>>, InferError> {
+    let vectors: Vec<tch::Tensor> = match definition {
+        FeatureDefinition::VisionTowerMean => features
+            .iter()
+            .map(|f| f.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu))
+            .collect(),
+        FeatureDefinition::DecoderPrefixEnd => {
+            let prompts = prepared
+                .iter()
+                .map(|(_, grid)| engine.dir.prompt(PREFIX_ONLY_QUESTION, *grid, Thinking::Off).map(|p| p.input_ids))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(engine_err("the image's prefix"))?;
+            let inputs: Vec<PromptImage<'_>> = prompts
+                .iter()
+                .zip(features)
+                .zip(prepared)
+                .map(|((ids, f), (_, grid))| PromptImage { ids, features: f, grid: *grid })
+                .collect();
+            let names = images.iter().map(|i| i.name).collect::<Vec<_>>().join(", ");
+            engine.model.prefix_end_states(&inputs, pass_images).map_err(engine_err(format!("image {names}")))?
+        }
+    };
+    images
+        .iter()
+        .zip(vectors)
+        .map(|(image, v)| Vec::<f32>::try_from(&v).map_err(|e| err(format!("image {}: reading its features: {e}", image.name))))
+        .collect()
 }
 
 fn file_sha256(path: &std::path::Path) -> Result<String, InferError> {

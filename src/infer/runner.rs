@@ -115,7 +115,7 @@ pub fn run(
             .map(|(_, job, bytes, key, decoded)| ImageInput { name: &job.name, sha256: &key.image_sha256, bytes, image: decoded })
             .collect();
         let (scored, vectors) = match features {
-            Some(_) => scorer.score_pass_with_features(&inputs, questions)?,
+            Some(features) => scorer.score_pass_with_features(&inputs, questions, features.definition())?,
             None => (scorer.score_pass(&inputs, questions)?, None),
         };
         let mut kept = vec![false; inputs.len()];

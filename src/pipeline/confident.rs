@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{BuildError, BuildOptions, Prepared};
 use crate::card::{ConfidentFindingCard, ConfidentLearningCard};
-use crate::infer::IMAGE_FEATURES;
+use crate::infer::FeatureDefinition;
 use crate::inputs::ResolvedSpec;
 use crate::shard::images::ImageIssues;
 use crate::shard::pairs::ConfidentRow;
@@ -29,7 +29,8 @@ pub struct ConfidentView {
     cells: Vec<Vec<Option<(f64, bool)>>>,
     /// Per selected image, its labels named issues, by what NIH said (the image table's).
     images: Vec<ImageIssues>,
-    /// The features' length.
+    /// What the features are, and their length.
+    pub definition: FeatureDefinition,
     pub dims: usize,
 }
 
@@ -54,7 +55,7 @@ impl ConfidentView {
             .collect();
         ConfidentLearningCard {
             images: self.issues.images,
-            features: IMAGE_FEATURES,
+            features: self.definition.name(),
             dims: self.dims,
             folds: settings.folds,
             fold_seed: settings.fold_seed,
@@ -93,14 +94,15 @@ pub fn confident_view(
     log: &dyn Fn(&str),
 ) -> Result<Option<ConfidentView>, BuildError> {
     let Some(settings) = &spec.signal.confident_learning else { return Ok(None) };
-    let (names, found) = super::selected_features(prepared, options)?;
+    let (names, found) = super::selected_features(prepared, options, settings.features)?;
     for problem in &found.cache_problems {
         log(&format!("features: {problem}"));
     }
     let dims = found.vectors.first().map_or(0, Vec::len);
     log(&format!(
-        "features: {} images x {dims} ({IMAGE_FEATURES}), {} from the cache, {} computed",
+        "features: {} images x {dims} ({}), {} from the cache, {} computed",
         names.len(),
+        settings.features.name(),
         found.cached,
         found.computed
     ));
@@ -139,5 +141,5 @@ pub fn confident_view(
         findings.len(),
         settings.folds
     ));
-    Ok(Some(ConfidentView { issues, cells, images: per_image, dims }))
+    Ok(Some(ConfidentView { issues, cells, images: per_image, definition: settings.features, dims }))
 }

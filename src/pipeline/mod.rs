@@ -349,27 +349,35 @@ pub struct ImageFeaturesTable {
     pub demo_reasons: Vec<String>,
 }
 
-/// The feature vector of every image the spec selects (see [`infer::IMAGE_FEATURES`]).
-pub fn image_features(spec: &ResolvedSpec, options: &BuildOptions) -> Result<ImageFeaturesTable, BuildError> {
+/// The feature vector of every image the spec selects, as `definition` says.
+pub fn image_features(
+    spec: &ResolvedSpec,
+    options: &BuildOptions,
+    definition: infer::FeatureDefinition,
+) -> Result<ImageFeaturesTable, BuildError> {
     let prepared = prepare(spec, options)?;
-    let (names, report) = selected_features(&prepared, options)?;
+    let (names, report) = selected_features(&prepared, options, definition)?;
     Ok(ImageFeaturesTable { names, report, scorer: prepared.scorer.identity().clone(), demo_reasons: prepared.demo_reasons })
 }
 
-/// Every prepared image's name and feature vector, from the feature cache or the scorer: what
-/// `features` writes and what a build's confident learning reads.
 /// The feature cache the scoring pass keeps its images' features in, when the spec asks for
 /// confident learning (which then reads them back instead of encoding each image again).
 fn features_kept_by_scoring(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Option<infer::FeatureCache>, BuildError> {
-    Ok(match spec.signal.confident_learning {
-        Some(_) => Some(infer::FeatureCache::open(&options.cache_dir)?),
+    Ok(match &spec.signal.confident_learning {
+        Some(settings) => Some(infer::FeatureCache::open(&options.cache_dir, settings.features)?),
         None => None,
     })
 }
 
-fn selected_features(prepared: &Prepared, options: &BuildOptions) -> Result<(Vec<String>, infer::FeaturesReport), BuildError> {
+/// Every prepared image's name and feature vector, from the feature cache or the scorer: what
+/// `features` writes and what a build's confident learning reads.
+fn selected_features(
+    prepared: &Prepared,
+    options: &BuildOptions,
+    definition: infer::FeatureDefinition,
+) -> Result<(Vec<String>, infer::FeaturesReport), BuildError> {
     let run = RunOptions { jobs: options.jobs, shard: None, progress: options.progress };
-    let cache = infer::FeatureCache::open(&options.cache_dir)?;
+    let cache = infer::FeatureCache::open(&options.cache_dir, definition)?;
     let report = infer::run_features(&prepared.jobs, prepared.scorer.as_ref(), &cache, &run)?;
     Ok((prepared.jobs.iter().map(|j| j.name.clone()).collect(), report))
 }

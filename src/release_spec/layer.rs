@@ -385,6 +385,7 @@ impl Merge for SignalLayer {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfidentLearningLayer {
+    pub features: Option<super::types::FeatureDefinition>,
     pub folds: Option<usize>,
     pub fold_seed: Option<u64>,
     pub grid: Option<Vec<f64>>,

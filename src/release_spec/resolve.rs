@@ -438,6 +438,7 @@ fn resolve_signal(r: &Resolver<'_>, layer: Option<SignalLayer>) -> Result<Signal
         confident_learning: s.confident_learning.map(|c| {
             let defaults = ConfidentLearningSpec::default();
             ConfidentLearningSpec {
+                features: c.features.unwrap_or(defaults.features),
                 folds: c.folds.unwrap_or(defaults.folds),
                 fold_seed: c.fold_seed.unwrap_or(defaults.fold_seed),
                 grid: c.grid.unwrap_or(defaults.grid),

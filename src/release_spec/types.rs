@@ -334,6 +334,10 @@ pub struct SignalSpec {
 /// spec and a rebuild repeats).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConfidentLearningSpec {
+    /// Which vector of each image the probes read. Written only where it is not the default,
+    /// so the files of releases made before it was a choice keep their bytes.
+    #[serde(skip_serializing_if = "FeatureDefinition::is_default")]
+    pub features: FeatureDefinition,
     /// Folds split by patient.
     pub folds: usize,
     /// Seeds the patients' order before they are dealt into folds.
@@ -344,7 +348,38 @@ pub struct ConfidentLearningSpec {
 
 impl Default for ConfidentLearningSpec {
     fn default() -> Self {
-        ConfidentLearningSpec { folds: 5, fold_seed: 0, grid: vec![0.001, 0.01, 0.1, 1.0, 10.0] }
+        ConfidentLearningSpec { features: FeatureDefinition::default(), folds: 5, fold_seed: 0, grid: vec![0.001, 0.01, 0.1, 1.0, 10.0] }
+    }
+}
+
+/// What an image's feature vector is, for confident learning's probes. Both come from the pass
+/// that scores the image: the vision tower runs once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum FeatureDefinition {
+    /// The mean over the image's merged tokens of the vision tower's output (the embeddings that
+    /// replace the image's placeholder tokens), one value per dimension of the decoder's hidden
+    /// state.
+    #[default]
+    VisionTowerMean,
+    /// The decoder's final hidden state (after its last norm) at the token that closes the
+    /// image, the prompt run up to that token: what the language model has made of the image
+    /// before any question. Costs one more decoder pass over the image's prefix.
+    DecoderPrefixEnd,
+}
+
+impl FeatureDefinition {
+    pub fn is_default(&self) -> bool {
+        *self == FeatureDefinition::default()
+    }
+
+    /// The name in specs, build.lock, the card and the cache.
+    pub fn name(self) -> &'static str {
+        match self {
+            FeatureDefinition::VisionTowerMean => "vision_tower_mean",
+            FeatureDefinition::DecoderPrefixEnd => "decoder_prefix_end",
+        }
     }
 }
 

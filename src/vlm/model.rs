@@ -97,6 +97,45 @@ impl VlModel {
         out
     }
 
+    /// The decoder's final hidden state (after its last norm) at the token that closes each
+    /// image's run of placeholder tokens (`<|vision_end|>`, Gemma's end of image), as (hidden,)
+    /// f32 on the CPU. Each prompt runs only up to that token, so what follows (the question)
+    /// does not reach it. Grouped, padded and spared as [`Self::encode_pass`] groups its images,
+    /// so an image's state is the same bits whichever images share its pass.
+    pub fn prefix_end_states(&self, images: &[PromptImage<'_>], pass_images: usize) -> Result<Vec<Tensor>, VlmError> {
+        let mut ends = Vec::with_capacity(images.len());
+        for PromptImage { ids, .. } in images {
+            let start =
+                ids.iter().position(|&i| i == self.image_token_id).ok_or_else(|| VlmError::Input("the prompt holds no image".into()))?;
+            let end = start + ids[start..].iter().take_while(|&&i| i == self.image_token_id).count();
+            if end >= ids.len() {
+                return Err(VlmError::Input("no token closes the prompt's image".into()));
+            }
+            ends.push(end);
+        }
+        let size = pass_images.max(1);
+        let padded = self.padded_pass(size);
+        let mut out = Vec::with_capacity(images.len());
+        let order: Vec<usize> = (0..images.len()).collect();
+        let prefix = |i: usize| (images[i].grid, &images[i].ids[..=ends[i]]);
+        for run in order.chunk_by(|&a, &b| prefix(a) == prefix(b)) {
+            for group in run.chunks(size) {
+                let mut members: Vec<PromptImage<'_>> = group.iter().map(|&i| images[i]).collect();
+                while members.len() < padded {
+                    members.push(members[members.len() - 1]);
+                }
+                let len = ends[group[0]] + 1;
+                let states = tch::no_grad(|| -> Result<Tensor, VlmError> {
+                    let (embeds, positions, deepstack) = self.prefix_input(&members, len)?;
+                    let hidden = self.text.forward(&embeds, &positions, &mut DecoderCache::default(), deepstack.as_ref());
+                    Ok(hidden.select(1, len as i64 - 1).to_kind(Kind::Float).to_device(Device::Cpu))
+                })?;
+                out.extend((0..group.len() as i64).map(|row| states.get(row)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Token embeddings (1, len, hidden) with the image's run of placeholder tokens replaced by
     /// the image embeddings.
     fn embed(&self, ids: &[u32], image_embeds: Option<&Tensor>) -> Result<Embedded, VlmError> {
@@ -373,10 +412,11 @@ impl VlModel {
 type PrefixInput = (Embedded, Tensor, Option<Deepstack>);
 
 /// A prompt about an image, as its prefix is run: its ids, and the image's features and grid.
-struct PromptImage<'a> {
-    ids: &'a [u32],
-    features: &'a ImageFeatures,
-    grid: (usize, usize, usize),
+#[derive(Clone, Copy)]
+pub struct PromptImage<'a> {
+    pub ids: &'a [u32],
+    pub features: &'a ImageFeatures,
+    pub grid: (usize, usize, usize),
 }
 
 /// One image's part of a scoring pass: its prompts, its vision features, its patch grid.

@@ -223,7 +223,7 @@ mod tests {
     }
 
     fn settings() -> ProbeSettings {
-        ProbeSettings { folds: 4, fold_seed: 1, grid: vec![0.01, 1.0] }
+        ProbeSettings { folds: 4, fold_seed: 1, grid: vec![0.01, 1.0], ..Default::default() }
     }
 
     #[test]
