@@ -328,6 +328,79 @@ fn a_release_without_confident_learning_cannot_be_ranked_by_it() {
     assert!(!s.path("plan.json").exists());
 }
 
+/// `calibrate --joint` on a release with confident learning fits a rule over the answers and
+/// the probes; a spec naming it builds a release whose classes follow the rule where a finding
+/// has a probe, whose card states it, and whose evaluation cross-fits the rows it was fitted on.
+/// The rule is refused by a spec without confident learning, and under other probes.
+#[test]
+fn a_rule_fitted_over_both_views_sets_the_classes() {
+    let s = Scratch::new();
+    let spec = derived_spec(&s, "cl.yaml", CONFIDENT_SIGNAL);
+    let (release, rule) = (s.path("cl"), s.path("rule.json"));
+    build(&spec, &release, &s.cache(), &[]).success();
+    let truth = repo().join("fixtures/sample/truth.csv");
+    let calibrate = bin().arg("calibrate").arg(&release).arg("--gold").arg(&truth).arg("--joint").arg("--out").arg(&rule).assert();
+    let said = stdout(&calibrate.success());
+    assert!(said.contains("wrote the joint rule of the answers and confident learning (release s1a against truth.csv"), "{said}");
+    let table: serde_json::Value = serde_json::from_slice(&std::fs::read(&rule).unwrap()).unwrap();
+    assert_eq!(table["second_view"], "confident_learning");
+    assert!(table["scorers"]["confident_learning_sha256"].is_string(), "{table}");
+
+    let fitted_spec = s.write("fitted.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", spec.display(), rule.display()));
+    let fitted = s.path("fitted");
+    build(&fitted_spec, &fitted, &s.cache(), &[]).success();
+    bin().arg("verify").arg(&fitted).assert().success();
+    let rule_table = bpals_release::signal::joint_rule::JointRule::read_with_bytes(&rule).unwrap().0;
+    let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(fitted.join("build.lock")).unwrap()).unwrap();
+    let threshold = |key: &str| lock["spec"]["signal"][key].as_f64().unwrap();
+    let (trusted, review, suspect) =
+        (threshold("trusted_min_agreement"), threshold("review_min_agreement"), threshold("suspect_min_agreement"));
+    let (before, after) = (confident_columns(&release), confident_columns(&fitted));
+    assert_eq!(before.len(), after.len());
+    let mut changed = 0;
+    for (was, (image, label, nih, p, _, agreement, class)) in before.iter().zip(&after) {
+        assert_eq!((&was.0, &was.1, was.5), (image, label, *agreement), "the answers' columns stay the answers'");
+        let Some(p) = *p else {
+            assert_eq!(&was.6, class, "{image} {label}: no probe, the answers' class");
+            continue;
+        };
+        let present = |v: f64| if *nih { v } else { 1.0 - v };
+        let joint = rule_table.apply(label, present(*agreement), present(p));
+        let expected = match present(joint) {
+            a if a >= trusted => "trusted",
+            a if a >= review => "review",
+            a if a >= suspect => "suspect",
+            _ => "likely_mislabeled",
+        };
+        assert_eq!(class, expected, "{image} {label}");
+        changed += usize::from(&was.6 != class);
+    }
+    assert!(changed > 0, "the rule moved some class");
+    let card = std::fs::read_to_string(fitted.join("README.md")).unwrap();
+    assert!(card.contains("**The views' rule.**") && card.contains("rule.json`"), "{card}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(fitted.join("eval.json")).unwrap()).unwrap();
+    assert!(eval["joint_rule"]["cross_fitted_rows"].as_u64().unwrap() > 0, "{}", eval["joint_rule"]);
+
+    // Without confident learning the rule has no second view; under other probes, other probabilities.
+    let without = s.write("without.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", fixture_s1a().display(), rule.display()));
+    let err = stderr(&build(&without, &s.path("without"), &s.cache(), &[]).failure());
+    assert!(err.contains("signal.joint_rule") && err.contains("nor signal.confident_learning"), "{err}");
+    let other = s.write(
+        "other.yaml",
+        &format!("extends: {}\nsignal:\n  confident_learning:\n    folds: 4\n  joint_rule: {}\n", fixture_s1a().display(), rule.display()),
+    );
+    let err = stderr(&build(&other, &s.path("other"), &s.cache(), &[]).failure());
+    assert!(err.contains("was fitted on other scores") && err.contains("with confident learning"), "{err}");
+    // A two-family rule (no `second_view`) in a one-family spec is refused by what it combines.
+    let mut family_rule = table.clone();
+    family_rule.as_object_mut().unwrap().remove("second_view");
+    let family_file = s.write("family-rule.json", &serde_json::to_string(&family_rule).unwrap());
+    let family = s.write("family.yaml", &format!("extends: {}\nsignal:\n  joint_rule: {}\n", spec.display(), family_file.display()));
+    let err = stderr(&build(&family, &s.path("family"), &s.cache(), &[]).failure());
+    assert!(err.contains("combines two families") && err.contains("no second_opinion"), "{err}");
+    assert!(!s.path("without").exists() && !s.path("other").exists() && !s.path("family").exists());
+}
+
 /// `features` chooses the vector the probes read: build.lock and the card say which, and each
 /// definition has its own cache entries (a build under the other reads none of them).
 #[test]

@@ -161,7 +161,8 @@ fn a_fitted_joint_rule_is_locked_stated_and_cross_fitted() {
     let out = bin().arg("calibrate").arg(&two).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(&rule).assert().success();
     let text = stdout(&out);
     assert!(
-        text.contains("wrote the joint rule (release s1a against truth.csv, 640 images)") && text.contains("all labels pooled: 776 reads"),
+        text.contains("wrote the joint rule of the two families (release s1a against truth.csv, 640 images)")
+            && text.contains("all labels pooled: 776 reads"),
         "{text}"
     );
     let table: serde_json::Value = serde_json::from_slice(&std::fs::read(&rule).unwrap()).unwrap();
@@ -265,13 +266,13 @@ fn a_joint_rule_needs_two_families_and_a_rule_file() {
     let err = stderr(
         &bin().arg("calibrate").arg(&one).arg("--gold").arg(&gold).arg("--joint").arg("--out").arg(s.path("r.json")).assert().failure(),
     );
-    assert!(err.contains("has one model; a joint rule combines the two families"), "{err}");
+    assert!(err.contains("has one model and no confident learning: a joint rule combines the two families"), "{err}");
     assert!(!s.path("r.json").exists(), "nothing written");
 
     let rule = s.write("rule.json", "{\"format\": \"bpals-joint-rule/1\", \"pooled\": 1}");
     let alone = s.write("alone.yaml", &format!("extends: {}\nsignal:\n  joint_rule: rule.json\n", fixture_s1a().display()));
     let err = stderr(&bin().arg("build").arg(&alone).arg("--dry-run").assert().failure());
-    assert!(err.contains("alone.yaml") && err.contains("signal.joint_rule") && err.contains("asks no second_opinion"), "{err}");
+    assert!(err.contains("alone.yaml") && err.contains("signal.joint_rule") && err.contains("asks neither a second_opinion"), "{err}");
     let spec = s.write("two.yaml", &format!("extends: {}\nsignal:\n  joint_rule: rule.json\n", second_opinion_spec().display()));
     let err = stderr(&bin().arg("build").arg(&spec).arg("--dry-run").assert().failure());
     assert!(

@@ -138,6 +138,8 @@ pub struct ConfidentLearningCard {
     pub fold_seed: u64,
     pub grid: Vec<f64>,
     pub findings: Vec<ConfidentFindingCard>,
+    /// The joint rule over the answers and confident learning, where the spec names one.
+    pub rule: Option<JointRuleCard>,
 }
 
 /// One finding's row of the card's confident-learning table.
@@ -212,12 +214,22 @@ fn three_decimals(v: Option<f64>) -> String {
 impl JointRuleCard {
     pub fn new(file: &str, rule: &crate::signal::joint_rule::JointRule, report: Option<&crate::eval::EvalReport>) -> Self {
         let [(_, own), (_, pooled), (_, mean)] = rule.sources();
-        let figures = report.and_then(|r| r.families.as_ref()).map_or_else(Vec::new, |f| {
-            [("primary model", &f.primary), ("second opinion", &f.second), ("both (the release)", &f.joint)]
-                .into_iter()
-                .map(|(name, m)| (name.to_string(), three_decimals(m.auroc), three_decimals(m.mislabel.ap)))
-                .collect()
-        });
+        let row =
+            |(name, m): (&str, &crate::eval::FamilyMetrics)| (name.to_string(), three_decimals(m.auroc), three_decimals(m.mislabel.ap));
+        let figures = match rule.second_view {
+            crate::signal::joint_rule::SecondView::Family => report.and_then(|r| r.families.as_ref()).map_or_else(Vec::new, |f| {
+                [("primary model", &f.primary), ("second opinion", &f.second), ("both (the release)", &f.joint)]
+                    .into_iter()
+                    .map(row)
+                    .collect()
+            }),
+            crate::signal::joint_rule::SecondView::ConfidentLearning => report.and_then(|r| r.views.as_ref()).map_or_else(Vec::new, |v| {
+                [("the answers", &v.answers), ("confident learning", &v.confident_learning), ("both (the release)", &v.both)]
+                    .into_iter()
+                    .map(row)
+                    .collect()
+            }),
+        };
         let fit = report.and_then(|r| r.joint_rule.as_ref());
         JointRuleCard {
             file: file.to_string(),

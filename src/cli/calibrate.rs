@@ -18,14 +18,25 @@ pub struct CalibrateArgs {
     gold: GoldArgs,
     #[arg(long, value_enum, default_value_t = MethodArg::Platt)]
     method: MethodArg,
-    /// Fit how a two-family release combines its families, per label (logistic stacking of the
-    /// two confidences), instead of a calibration; name the file in a spec as signal.joint_rule.
+    /// Fit how a release combines two views, per label (logistic stacking of their confidences),
+    /// instead of a calibration: its two families, or its answers and confident learning; name
+    /// the file in a spec as signal.joint_rule.
     #[arg(long, conflicts_with = "method")]
     joint: bool,
+    /// With --joint, the second view: `family` (a two-family release; the default there) or
+    /// `confident-learning` (the default for a release with one family and confident learning).
+    #[arg(long, value_enum, requires = "joint")]
+    second_view: Option<SecondViewArg>,
     /// Where to write the calibration JSON (name it in a spec as signal.calibration, or with
     /// --joint as signal.joint_rule).
     #[arg(long)]
     out: PathBuf,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SecondViewArg {
+    Family,
+    ConfidentLearning,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -56,16 +67,24 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
 
 /// `--joint`: the joint rule, and a line per source saying how many labels took it.
 fn run_joint(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    use bpals_release::signal::joint_rule::{RuleSource, JOINT_RULE_FORMAT, MIN_EACH_CLASS};
+    use bpals_release::signal::joint_rule::{RuleSource, SecondView, JOINT_RULE_FORMAT, MIN_EACH_CLASS};
     let ours = |head: &str| head.contains(JOINT_RULE_FORMAT);
     bpals_release::files::check_file(&args.out, "--out", "a joint rule", &ours)?;
     let gold = args.gold.read()?;
-    let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold)?;
+    let view = args.second_view.map(|v| match v {
+        SecondViewArg::Family => SecondView::Family,
+        SecondViewArg::ConfidentLearning => SecondView::ConfidentLearning,
+    });
+    let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold, view)?;
     bpals_release::review::write_all(&[(&args.out, &bpals_release::manifest::to_json_bytes(&rule))])?;
-    println!("wrote the joint rule ({}, {} images) to {}", rule.fitted_on, rule.images.len(), args.out.display());
+    let (views, first, second) = match rule.second_view {
+        SecondView::Family => ("the two families", "primary", "second"),
+        SecondView::ConfidentLearning => ("the answers and confident learning", "answers", "confident learning"),
+    };
+    println!("wrote the joint rule of {views} ({}, {} images) to {}", rule.fitted_on, rule.images.len(), args.out.display());
     match rule.pooled.weights {
         Some(w) => println!(
-            "  all labels pooled: {} reads; weights primary {:.3}, second {:.3}, bias {:.3}",
+            "  all labels pooled: {} reads; weights {first} {:.3}, {second} {:.3}, bias {:.3}",
             rule.pooled.n, w.primary, w.second, w.bias
         ),
         None => println!(

@@ -48,8 +48,14 @@ pub enum EvalError {
     },
     #[error("review plan {plan}: {message}")]
     ReviewPlan { plan: String, message: String },
-    #[error("{}: release {release} has one model; a joint rule combines the two families of a release built with a second_opinion", dir.display())]
+    #[error(
+        "{}: release {release} has one model and no confident learning: a joint rule combines the two families of a \
+         release built with a second_opinion, or the answers with confident learning (signal.confident_learning)",
+        dir.display()
+    )]
     OneFamily { dir: PathBuf, release: String },
+    #[error("{}: release {release} has no {view}: `--second-view {flag}` needs it", dir.display())]
+    NoSecondView { dir: PathBuf, release: String, view: &'static str, flag: &'static str },
     #[error("{}: build.lock: {message}", dir.display())]
     Lock { dir: PathBuf, message: String },
     #[error("no gold judgement in {gold} matches a row of release {release}")]

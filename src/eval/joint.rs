@@ -7,9 +7,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{auroc, join, release_rows::Family, EvalError, GoldLabels, GoldSet, Judged, ReleaseRow};
+use super::{auroc, join, release_rows::Family, ConfidentCells, EvalError, GoldLabels, GoldSet, Judged, ReleaseRow};
 use crate::signal::joint::FLAG_FAMILIES_DISAGREE;
-use crate::signal::joint_rule::{self, FitRow, JointRule, JOINT_RULE_FORMAT};
+use crate::signal::joint_rule::{self, FitRow, JointRule, SecondView, JOINT_RULE_FORMAT};
 use crate::signal::ClassThresholds;
 
 /// A release's joint rule as an evaluation needs it: the rule, and the thresholds its classes
@@ -45,14 +45,32 @@ pub struct JointRuleEval {
 }
 
 /// Fits a release's joint rule on the gold labels (NIH labels only; composite gold labels have
-/// no shipped family confidences).
-pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<JointRule, EvalError> {
+/// no shipped family confidences). `second_view` says what the rule combines with the release's
+/// `confidence`: the second family, or confident learning; by default the second family where
+/// the release has two, else confident learning where it has it.
+pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet, second_view: Option<SecondView>) -> Result<JointRule, EvalError> {
     let manifest = crate::manifest::Manifest::read(dir)?;
     let (_, rows) = super::read_release_rows(dir)?;
-    if rows.first().is_some_and(|r| r.families.is_none()) {
-        return Err(EvalError::OneFamily { dir: dir.into(), release: manifest.release_id });
-    }
-    let reads = fit_rows(&join(&rows, &gold.labels), |_| true);
+    let families = rows.first().is_some_and(|r| r.families.is_some());
+    let confident = rows.iter().any(|r| r.confident.is_some());
+    let view = match (second_view, families, confident) {
+        (Some(SecondView::Family), false, _) => {
+            return Err(EvalError::NoSecondView { dir: dir.into(), release: manifest.release_id, view: "second family", flag: "family" })
+        }
+        (Some(SecondView::ConfidentLearning), _, false) => {
+            return Err(EvalError::NoSecondView {
+                dir: dir.into(),
+                release: manifest.release_id,
+                view: "confident learning",
+                flag: "confident-learning",
+            })
+        }
+        (Some(view), _, _) => view,
+        (None, true, _) => SecondView::Family,
+        (None, false, true) => SecondView::ConfidentLearning,
+        (None, false, false) => return Err(EvalError::OneFamily { dir: dir.into(), release: manifest.release_id }),
+    };
+    let reads = fit_rows(&join(&rows, &gold.labels), |_| true, view);
     if reads.is_empty() {
         return Err(EvalError::NoMatch { gold: gold_path.display().to_string(), release: dir.display().to_string() });
     }
@@ -63,11 +81,22 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
     let bytes = std::fs::read(gold_path).map_err(|source| EvalError::Io { path: gold_path.into(), source })?;
     // The scores it is fitted on: a build under other scorers refuses it.
     let lock = crate::manifest::BuildLock::read(dir)?;
-    let scorers =
-        lock.second_scorer_sha256.map(|second| joint_rule::FittedScorers { primary_sha256: lock.scorer_sha256, second_sha256: second });
+    let scorers = match view {
+        SecondView::Family => lock.second_scorer_sha256.map(|second| joint_rule::FittedScorers {
+            primary_sha256: lock.scorer_sha256,
+            second_sha256: second,
+            confident_learning_sha256: None,
+        }),
+        SecondView::ConfidentLearning => Some(joint_rule::FittedScorers {
+            primary_sha256: lock.scorer_sha256.clone(),
+            second_sha256: lock.scorer_sha256,
+            confident_learning_sha256: Some(crate::hashing::sha256_json(&lock.spec["signal"]["confident_learning"])),
+        }),
+    };
     let gold_name = gold_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     Ok(JointRule {
         format: JOINT_RULE_FORMAT.into(),
+        second_view: view,
         fitted_on: format!("release {} against {gold_name}", manifest.release_id),
         gold_sha256: crate::hashing::sha256_hex(&bytes),
         pooled,
@@ -77,14 +106,18 @@ pub fn fit_joint_rule(dir: &Path, gold_path: &Path, gold: &GoldSet) -> Result<Jo
     })
 }
 
-/// The judged rows of a two-family release whose image `keep` accepts, as fitting input.
-fn fit_rows<'a>(judged: &[Judged<'a>], keep: impl Fn(&str) -> bool) -> Vec<FitRow<'a>> {
+/// The judged rows whose image `keep` accepts, as fitting input: the two families'
+/// confidences, or the release's `confidence` and the probe's probability (rows with a probe).
+fn fit_rows<'a>(judged: &[Judged<'a>], keep: impl Fn(&str) -> bool, view: SecondView) -> Vec<FitRow<'a>> {
     judged
         .iter()
         .filter(|j| keep(&j.row.image_index))
         .filter_map(|&Judged { row, gold }| {
-            let f = row.families.as_ref()?;
-            Some(FitRow { image: &row.image_index, label: &row.label, primary: f.primary_confidence, second: f.second_confidence, gold })
+            let (primary, second) = match view {
+                SecondView::Family => row.families.as_ref().map(|f| (f.primary_confidence, f.second_confidence))?,
+                SecondView::ConfidentLearning => (row.confidence, row.confident?.present(row.nih_label)),
+            };
+            Some(FitRow { image: &row.image_index, label: &row.label, primary, second, gold })
         })
         .collect()
 }
@@ -99,18 +132,35 @@ fn fit_rows<'a>(judged: &[Judged<'a>], keep: impl Fn(&str) -> bool) -> Vec<FitRo
 pub fn cross_fit(rows: &[ReleaseRow], gold: &GoldLabels, joint: &JointRuleInput) -> (Vec<ReleaseRow>, JointRuleEval) {
     let fitted = |image: &str| joint.rule.images.binary_search_by(|i| i.as_str().cmp(image)).is_ok();
     let judged = join(rows, gold);
-    let reads = fit_rows(&judged, fitted);
+    let view = joint.rule.second_view;
+    let reads = fit_rows(&judged, fitted, view);
     let reads = if is_the_fit_of(&joint.rule, &reads) { reads } else { Vec::new() };
     let predicted: BTreeMap<(&str, &str), f64> =
         reads.iter().zip(joint_rule::cross_fitted(&reads)).map(|(r, p)| ((r.image, r.label), p)).collect();
     let out = rows
         .iter()
-        .map(|r| match predicted.get(&(r.image_index.as_str(), r.label.as_str())) {
-            None => r.clone(),
-            Some(&confidence) => {
-                let agreement = crate::signal::agreement(confidence, r.nih_label);
-                let trust_class = joint.classes.class(agreement).name().to_string();
-                ReleaseRow { confidence, agreement, trust_class, ..r.clone() }
+        .map(|r| {
+            let out_of_fold = predicted.get(&(r.image_index.as_str(), r.label.as_str())).copied();
+            match (view, out_of_fold) {
+                (SecondView::Family, None) => r.clone(),
+                (SecondView::Family, Some(confidence)) => {
+                    let agreement = crate::signal::agreement(confidence, r.nih_label);
+                    let trust_class = joint.classes.class(agreement).name().to_string();
+                    ReleaseRow { confidence, agreement, trust_class, ..r.clone() }
+                }
+                // Over confident learning the rule sets only the class: `confidence` stays the
+                // answers' own. The rule's confidence rides with the probe's cells.
+                (SecondView::ConfidentLearning, _) => {
+                    let Some(cells) = r.confident else { return r.clone() };
+                    let joint_confidence =
+                        out_of_fold.unwrap_or_else(|| joint.rule.apply(&r.label, r.confidence, cells.present(r.nih_label)));
+                    let agreement = crate::signal::agreement(joint_confidence, r.nih_label);
+                    ReleaseRow {
+                        trust_class: joint.classes.class(agreement).name().to_string(),
+                        confident: Some(ConfidentCells { joint: Some(joint_confidence), ..cells }),
+                        ..r.clone()
+                    }
+                }
             }
         })
         .collect();

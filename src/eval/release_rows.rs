@@ -38,6 +38,22 @@ pub struct ConfidentCells {
     /// The probe's out-of-fold probability that NIH's label is right.
     pub confidence: f64,
     pub label_issue: bool,
+    /// Where the release names a joint rule over the answers and confident learning: the rule's
+    /// confidence that the finding is present (out-of-fold on rows of images it was fitted on).
+    /// Not a column: the evaluation fills it in.
+    pub joint: Option<f64>,
+}
+
+impl ConfidentCells {
+    /// The probe's probability that the finding is present, for a row whose NIH label is
+    /// `nih_label`.
+    pub fn present(&self, nih_label: bool) -> f64 {
+        if nih_label {
+            self.confidence
+        } else {
+            1.0 - self.confidence
+        }
+    }
 }
 
 /// One family of a two-family release.
@@ -199,9 +215,11 @@ pub fn read_split(dir: &Path, split: Option<&str>) -> Result<(String, Vec<Releas
                     second_logit_yes: floats(&sy.as_list::<i32>().value(i)),
                     second_logit_no: floats(&sn.as_list::<i32>().value(i)),
                 }),
-                confident: confident
-                    .filter(|(p, issue)| p.is_valid(i) && issue.is_valid(i))
-                    .map(|(p, issue)| ConfidentCells { confidence: p.value(i), label_issue: issue.value(i) }),
+                confident: confident.filter(|(p, issue)| p.is_valid(i) && issue.is_valid(i)).map(|(p, issue)| ConfidentCells {
+                    confidence: p.value(i),
+                    label_issue: issue.value(i),
+                    joint: None,
+                }),
             });
         }
         Ok(())

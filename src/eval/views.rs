@@ -24,8 +24,10 @@ pub struct ViewComparison {
     /// Confident learning: the probe's probability, ranked by 1 - `cl_confidence`, its verdict
     /// `cl_label_issue`.
     pub confident_learning: FamilyMetrics,
-    /// Both as the release ships them: ranked by the mean of the two probabilities, classed by
-    /// the release's `trust_class`.
+    /// Both as the release ships them: classed by the release's `trust_class`, ranked by the
+    /// joint rule's confidence where the release names one over confident learning (out-of-fold
+    /// on the rows of images it was fitted on, as their classes are), else by the mean of the two
+    /// probabilities.
     pub both: FamilyMetrics,
     /// Both stacked by a logistic rule fitted on these judgements ([`joint_rule`]'s fit, the
     /// answers as the first view), each row's confidence from the rule fitted without its fold.
@@ -56,7 +58,7 @@ pub(super) fn compare(
         return None;
     }
     let cl = |r: &ReleaseRow| r.confident.expect("filtered on it");
-    let probe_p = |r: &ReleaseRow| if r.nih_label { cl(r).confidence } else { 1.0 - cl(r).confidence };
+    let probe_p = |r: &ReleaseRow| cl(r).present(r.nih_label);
     let reads: Vec<FitRow<'_>> = judged
         .iter()
         .map(|j| FitRow { image: &j.row.image_index, label: &j.row.label, primary: j.row.confidence, second: probe_p(j.row), gold: j.gold })
@@ -74,8 +76,8 @@ pub(super) fn compare(
     };
     let answers: Vec<ReleaseRow> = judged.iter().map(|j| view(j.row.confidence, j.row, class_of(j.row.confidence, j.row))).collect();
     let probes: Vec<ReleaseRow> = judged.iter().map(|j| view(probe_p(j.row), j.row, String::new())).collect();
-    let both: Vec<ReleaseRow> =
-        judged.iter().map(|j| view((j.row.confidence + probe_p(j.row)) / 2.0, j.row, j.row.trust_class.clone())).collect();
+    let both_confidence = |r: &ReleaseRow| cl(r).joint.unwrap_or((r.confidence + probe_p(r)) / 2.0);
+    let both: Vec<ReleaseRow> = judged.iter().map(|j| view(both_confidence(j.row), j.row, j.row.trust_class.clone())).collect();
     let stacked: Vec<ReleaseRow> = judged.iter().zip(&stacked_confidence).map(|(j, &c)| view(c, j.row, class_of(c, j.row))).collect();
     let truth: Vec<bool> = judged.iter().map(|j| j.gold).collect();
     let metrics = |rows: &[ReleaseRow]| {

@@ -17,7 +17,7 @@ use crate::eval::{GoldError, GoldSet};
 use crate::hashing::sha256_hex;
 use crate::release_spec::{self, Backend, EvaluationSpec, GoldFormat, KeyLocation, ReleaseSpec, SpecError};
 use crate::signal::calibration::{Calibration, CalibrationError};
-use crate::signal::joint_rule::{JointRule, JointRuleError};
+use crate::signal::joint_rule::{JointRule, JointRuleError, SecondView};
 
 /// A release spec with the files it names read: what every stage after it works from.
 ///
@@ -381,6 +381,16 @@ fn read_joint_rule(spec: &ReleaseSpec, file: &str) -> Result<JointRuleRef, Input
     let key = "signal.joint_rule";
     let path = spec.base_dir(key).join(file);
     let (rule, bytes) = JointRule::read_with_bytes(&path).map_err(|source| InputsError::JointRule { at: spec.locate(key), source })?;
+    let invalid = |message: &str| InputsError::Invalid { at: spec.locate(key), path: path.clone(), message: message.to_string() };
+    match rule.second_view {
+        SecondView::Family if spec.second_opinion.is_none() => {
+            return Err(invalid("combines two families (fitted on a two-family release), but the spec asks no second_opinion"))
+        }
+        SecondView::ConfidentLearning if spec.signal.confident_learning.is_none() => {
+            return Err(invalid("combines the answers with confident learning, but the spec does not name signal.confident_learning"))
+        }
+        _ => {}
+    }
     Ok(JointRuleRef { file: file.to_string(), sha256: sha256_hex(&bytes), rule })
 }
 

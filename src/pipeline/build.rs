@@ -20,6 +20,7 @@ use crate::reason::Reasoning;
 use crate::release_spec::{series, ReleaseSpec, Split};
 use crate::select::{self, Selection};
 use crate::shard::{self, ShardMeta};
+use crate::signal::joint_rule::SecondView;
 use crate::signal::{self, Signal};
 use crate::source;
 use crate::trial::{self, TrialSample};
@@ -217,18 +218,28 @@ fn derive_signal(
     let (selection, questions) = (&prepared.selection, &prepared.questions);
     let rules = signal::Rules::new(&spec.signal, spec.calibration_table());
     let primary = pool.install(|| signal::derive(selection, scores, questions, &rules));
+    // A joint rule combines the families, or the answers with confident learning, as it says.
+    let rule = spec.joint_rule_table();
+    let family_rule = rule.filter(|r| r.second_view == SecondView::Family);
+    let views_rule = rule.filter(|r| r.second_view == SecondView::ConfidentLearning);
     let (mut sig, families) = match second_scores {
         None => (primary, None),
         Some(second_scores) => {
             let second = pool.install(|| signal::derive(selection, second_scores, questions, &rules));
-            let j = signal::joint::combine(selection, primary, second, &spec.signal, spec.joint_rule_table());
+            let j = signal::joint::combine(selection, primary, second, &spec.signal, family_rule);
             (j.joint, Some(Families { primary: j.primary, second: j.second, family_agreement: j.family_agreement }))
         }
     };
     // With confident learning, both views set the class (before the trial sample and S3 read it).
     if let Some(view) = confident {
         for (pair, row) in sig.pairs.iter_mut().zip(&selection.rows) {
-            pair.trust_class = signal::views::trust_class(pair.trust_class, view.label_issue(row.image, row.label));
+            pair.trust_class = match (views_rule, view.probability(row.image, row.label)) {
+                (Some(rule), Some(p)) => {
+                    let label = crate::vocab::LABELS[row.label];
+                    signal::views::fitted_class(rule, label, pair.confidence, p, row.nih_label, &spec.signal)
+                }
+                _ => signal::views::trust_class(pair.trust_class, view.label_issue(row.image, row.label)),
+            };
         }
     }
     let sizes = if spec.prompts.location.is_some() {
@@ -373,7 +384,10 @@ fn write_card<'a>(
         ),
         coverage: coverage(spec, selection, &prepared.table),
         second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows, report.as_ref()),
-        confident_learning: confident.map(confident::ConfidentView::card),
+        confident_learning: confident.map(|view| {
+            let rule = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::ConfidentLearning);
+            card::ConfidentLearningCard { rule: rule.map(|r| card::JointRuleCard::new(&r.file, &r.rule, report.as_ref())), ..view.card() }
+        }),
     };
     let (readme, license) = card::render(&card_input)?;
     write(&dir.join("README.md"), readme.as_bytes())?;
@@ -415,7 +429,11 @@ fn second_opinion_card(
         classes,
         disagree,
         mean_family_agreement: if rows.is_empty() { 0.0 } else { agreement / rows.len() as f64 },
-        joint_rule: spec.joint_rule.as_ref().map(|r| card::JointRuleCard::new(&r.file, &r.rule, report)),
+        joint_rule: spec
+            .joint_rule
+            .as_ref()
+            .filter(|r| r.rule.second_view == SecondView::Family)
+            .map(|r| card::JointRuleCard::new(&r.file, &r.rule, report)),
     })
 }
 

@@ -61,6 +61,7 @@ impl ConfidentView {
             fold_seed: settings.fold_seed,
             grid: settings.grid,
             findings,
+            rule: None,
         }
     }
 
@@ -75,6 +76,12 @@ impl ConfidentView {
         self.cells[image][label].map(|(_, issue)| issue)
     }
 
+    /// The probe's out-of-fold probability that `label` is present on `image`; None where the
+    /// finding had no probe.
+    pub fn probability(&self, image: usize, label: usize) -> Option<f64> {
+        self.cells[image][label].map(|(p, _)| p)
+    }
+
     /// The view of one pair row: the probability that NIH's label is right, and the flag.
     pub fn row(&self, image: usize, label: usize, nih_label: bool) -> ConfidentRow {
         match self.cells[image][label] {
@@ -82,6 +89,12 @@ impl ConfidentView {
             None => ConfidentRow::default(),
         }
     }
+}
+
+/// sha256 of the probes' settings as build.lock records them (`signal.confident_learning`): what
+/// a joint rule over confident learning records of the probabilities it was fitted on.
+pub fn settings_sha256(settings: &crate::release_spec::ConfidentLearningSpec) -> String {
+    crate::hashing::sha256_json(&serde_json::to_value(settings).expect("in-memory JSON serialization cannot fail"))
 }
 
 /// The view, when the spec asks for it: every selected image's features (from the feature

@@ -34,6 +34,7 @@ use crate::manifest::ToolInfo;
 use crate::release_spec::{gates, ReleaseSpec, SpecError};
 use crate::select::{self, SelectError, Selection};
 use crate::shard::ShardError;
+use crate::signal::joint_rule::SecondView;
 use crate::source::{self, NihTable, SourceError};
 
 /// What stops a build. The spec's errors are boxed: they carry a key's location and a message,
@@ -188,6 +189,28 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let scorer_of = |model| infer::scorer_for(&infer::locate_model(model, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs);
     let scorer = scorer_of(&spec.model)?;
     notes.extend(scorer.notes());
+    let views_rule = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::ConfidentLearning);
+    if let (Some(rule), Some(settings)) = (views_rule, &spec.signal.confident_learning) {
+        let now = (scorer.identity().hash(), confident::settings_sha256(settings));
+        match &rule.rule.scorers {
+            Some(f) if f.primary_sha256 != now.0 || f.confident_learning_sha256.as_deref() != Some(now.1.as_str()) => {
+                return Err(BuildError::RuleOfOtherScores {
+                    spec: spec.path.clone(),
+                    rule: rule.file.clone(),
+                    fitted: format!(
+                        "{} with confident learning {}",
+                        f.primary_sha256,
+                        f.confident_learning_sha256.as_deref().unwrap_or("unrecorded")
+                    ),
+                    now: format!("{} with confident learning {}", now.0, now.1),
+                });
+            }
+            Some(_) => {}
+            None => {
+                notes.push(format!("the joint rule {} does not say which scores it was fitted on: that could not be checked", rule.file))
+            }
+        }
+    }
     let second_scorer = match &spec.second_opinion {
         Some(second) => {
             let s = scorer_of(second)?;
@@ -197,7 +220,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
                 }
             }
             notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
-            if let Some(rule) = &spec.joint_rule {
+            if let Some(rule) = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::Family) {
                 let now = (scorer.identity().hash(), s.identity().hash());
                 match &rule.rule.scorers {
                     Some(f) if (f.primary_sha256.as_str(), f.second_sha256.as_str()) != (now.0.as_str(), now.1.as_str()) => {

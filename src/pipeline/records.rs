@@ -204,7 +204,7 @@ impl<'a> RecordTable<'a> {
                     }),
                     confident: self.confident.and_then(|c| {
                         let cells = c.row(row.image, row.label, row.nih_label);
-                        Some(crate::eval::ConfidentCells { confidence: cells.confidence?, label_issue: cells.label_issue? })
+                        Some(crate::eval::ConfidentCells { confidence: cells.confidence?, label_issue: cells.label_issue?, joint: None })
                     }),
                 }
             })

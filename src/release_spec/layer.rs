@@ -385,10 +385,41 @@ impl Merge for SignalLayer {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfidentLearningLayer {
-    pub features: Option<super::types::FeatureDefinition>,
+    pub features: Option<FeatureDefinition>,
     pub folds: Option<usize>,
     pub fold_seed: Option<u64>,
     pub grid: Option<Vec<f64>>,
+}
+
+/// What an image's feature vector is, for confident learning's probes. Both come from the pass
+/// that scores the image: the vision tower runs once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum FeatureDefinition {
+    /// The mean over the image's merged tokens of the vision tower's output (the embeddings that
+    /// replace the image's placeholder tokens), one value per dimension of the decoder's hidden
+    /// state.
+    #[default]
+    VisionTowerMean,
+    /// The decoder's final hidden state (after its last norm) at the token that closes the
+    /// image, the prompt run up to that token: what the language model has made of the image
+    /// before any question. Costs one more decoder pass over the image's prefix.
+    DecoderPrefixEnd,
+}
+
+impl FeatureDefinition {
+    pub fn is_default(&self) -> bool {
+        *self == FeatureDefinition::default()
+    }
+
+    /// The name in specs, build.lock, the card and the cache.
+    pub fn name(self) -> &'static str {
+        match self {
+            FeatureDefinition::VisionTowerMean => "vision_tower_mean",
+            FeatureDefinition::DecoderPrefixEnd => "decoder_prefix_end",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

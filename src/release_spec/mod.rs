@@ -23,7 +23,10 @@ mod types;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use layer::{Addition, Backend, Compression, DemoWeights, DevicePolicy, Dtype, GoldFormat, RowPolicy, Split, Status, Tier, Visibility};
+pub use layer::{
+    Addition, Backend, Compression, DemoWeights, DevicePolicy, Dtype, FeatureDefinition, GoldFormat, RowPolicy, Split, Status, Tier,
+    Visibility,
+};
 pub use pledge::{PledgeLayer, PledgeSpec, PledgeStep};
 pub use text::is_bidi_control;
 pub use types::*;

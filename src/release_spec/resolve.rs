@@ -99,8 +99,12 @@ pub(super) fn resolve(chain: &[LoadedLayer], env: &dyn Fn(&str) -> Option<String
     let second_opinion = merged.second_opinion.map(|layer| resolve_model(&r, Some(layer), "second_opinion")).transpose()?;
     let prompts = resolve_prompts(&r, merged.prompts)?;
     let signal = resolve_signal(&r, merged.signal)?;
-    if signal.joint_rule.is_some() && second_opinion.is_none() {
-        return Err(r.invalid("signal.joint_rule", "names a joint rule, which combines two families, but the spec asks no second_opinion"));
+    if signal.joint_rule.is_some() && second_opinion.is_none() && signal.confident_learning.is_none() {
+        return Err(r.invalid(
+            "signal.joint_rule",
+            "names a joint rule, which combines two families or the answers with confident learning, but the spec asks \
+             neither a second_opinion nor signal.confident_learning",
+        ));
     }
     if signal.confident_learning.is_some() && model.backend == Backend::Openai {
         return Err(r.invalid(

@@ -162,6 +162,7 @@ mod tests {
             LabelRule { source: RuleSource::Label, weights: Some(Weights { primary: 1.0, second: 0.0, bias: 0.0 }), n: 100, positives: 50 };
         let rule = JointRule {
             format: crate::signal::joint_rule::JOINT_RULE_FORMAT.into(),
+            second_view: crate::signal::joint_rule::SecondView::Family,
             fitted_on: "test".into(),
             gold_sha256: String::new(),
             pooled: listen_to_primary,

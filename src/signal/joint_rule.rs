@@ -1,5 +1,8 @@
 //! A joint rule fitted on expert labels: how a two-family release combines its families'
-//! confidences, per label, instead of their plain mean.
+//! confidences, per label, instead of their plain mean; or how a release with confident learning
+//! combines the model's answers with the probes' probabilities, instead of the rule that needs
+//! both views to agree ([`super::views`]). The file says which (`second_view`); below, "the
+//! families" are the two views either way.
 //!
 //! The rule is logistic stacking: for a row of label L,
 //! `confidence = sigmoid(w_primary * logit(c_primary) + w_second * logit(c_second) + bias)`,
@@ -86,11 +89,32 @@ const MAX_WEIGHT: f64 = 100.0;
 /// NIH ChestX-ray14's images: no rule is fitted on more.
 const MAX_IMAGES: usize = 112_120;
 
+/// What a rule's second view is: the second family's confidence, or confident learning's
+/// out-of-fold probability that the finding is present. The first is always the release's
+/// `confidence` (one family's, or two families' joint).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecondView {
+    #[default]
+    Family,
+    ConfidentLearning,
+}
+
+impl SecondView {
+    pub fn is_family(&self) -> bool {
+        *self == SecondView::Family
+    }
+}
+
 /// A fitted joint rule, as `calibrate --joint` writes it and a spec names it
 /// (`signal.joint_rule`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JointRule {
     pub format: String,
+    /// What the second view is. Absent from the files of two-family rules, which were all there
+    /// were before confident learning.
+    #[serde(default, skip_serializing_if = "SecondView::is_family")]
+    pub second_view: SecondView,
     /// Where the fit came from (release id and gold file name), for the card and the lock.
     pub fitted_on: String,
     /// The gold file's sha256.
@@ -108,12 +132,17 @@ pub struct JointRule {
     pub scorers: Option<FittedScorers>,
 }
 
-/// The two scorers a rule was fitted on.
+/// The two scorers a rule was fitted on. A rule over confident learning has one scorer (both
+/// fields name it) and the probes' settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FittedScorers {
     pub primary_sha256: String,
     pub second_sha256: String,
+    /// sha256 of `signal.confident_learning` as build.lock records it: other probes are other
+    /// probabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confident_learning_sha256: Option<String>,
 }
 
 /// Why a joint rule file cannot be used.
@@ -442,6 +471,7 @@ mod tests {
     fn rule_files_no_fit_makes_are_refused() {
         let honest = JointRule {
             format: JOINT_RULE_FORMAT.into(),
+            second_view: SecondView::Family,
             fitted_on: "release s1a against gold.csv".into(),
             gold_sha256: "ab".repeat(32),
             pooled: LabelRule {

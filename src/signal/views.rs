@@ -14,8 +14,21 @@
 //! positives get low probabilities from any probe, and the rules judge each class against its
 //! own threshold. The answers' `confidence` and `agreement` columns stay the answers' own, so
 //! either view can still be read alone.
+//!
+//! Where expert labels exist, a joint rule fitted on them (`calibrate --joint` on a release with
+//! confident learning) weighs the two views per finding instead ([`fitted_class`]).
 
+use super::joint_rule::JointRule;
 use super::TrustClass;
+use crate::release_spec::SignalSpec;
+
+/// The trust class of a row under a joint rule over the two views: the rule's confidence that the
+/// finding is present, from the answers' `confidence` and the probe's probability `probe`,
+/// read against NIH's label and the spec's thresholds. The rule has weighed the views already,
+/// so its agreement decides, as a fitted rule over two families does.
+pub fn fitted_class(rule: &JointRule, label: &str, answers: f64, probe: f64, nih_label: bool, spec: &SignalSpec) -> TrustClass {
+    super::trust_class(super::agreement(rule.apply(label, answers, probe), nih_label), spec)
+}
 
 /// The trust class of a row whose answers give `answers` and confident learning says
 /// `label_issue` (None where the finding has no probe).
