@@ -142,6 +142,9 @@ pub fn run_features(
             let inputs: Vec<ImageInput<'_>> =
                 misses.iter().map(|(_, job, bytes, sha, image)| ImageInput { name: &job.name, sha256: sha, bytes, image }).collect();
             let vectors = scorer.image_features(&inputs, cache.definition)?;
+            if vectors.len() != misses.len() {
+                return Err(fail(scorer, format!("returned features for {} images of a pass of {}", vectors.len(), misses.len())));
+            }
             for ((at, job, _, sha, _), v) in misses.iter().zip(vectors) {
                 check(scorer, job, &v)?;
                 cache.put(&job.name, sha, &scorer_hash, &v)?;
@@ -171,4 +174,96 @@ fn check(scorer: &dyn Scorer, job: &ImageJob, v: &[f32]) -> Result<(), InferErro
 
 fn fail(scorer: &dyn Scorer, message: String) -> InferError {
     InferError::Scorer { backend: scorer.identity().backend.name().to_string(), message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infer::{DecodingSettings, ImageAnswers, ScorerIdentity, YesNo};
+    use crate::release_spec::{Backend, Question};
+
+    /// A backend whose features are what a broken one might send: `vector` gives image i's, and
+    /// `short` drops the last image's.
+    struct Hostile {
+        identity: ScorerIdentity,
+        vector: fn(usize) -> Vec<f32>,
+        short: bool,
+    }
+
+    impl Hostile {
+        fn new(vector: fn(usize) -> Vec<f32>, short: bool) -> Self {
+            let identity = ScorerIdentity {
+                backend: Backend::Fixture,
+                model_id: "hostile".into(),
+                revision: "v1".into(),
+                commit: None,
+                weights_sha256: None,
+                fixture: true,
+                preprocessing: serde_json::Value::Null,
+                generation: None,
+            };
+            Hostile { identity, vector, short }
+        }
+    }
+
+    impl Scorer for Hostile {
+        fn identity(&self) -> &ScorerIdentity {
+            &self.identity
+        }
+        fn score(&self, _: &ImageInput<'_>, questions: &[Question]) -> Result<Vec<YesNo>, InferError> {
+            Ok(questions.iter().map(|_| YesNo { logit_yes: 0.0, logit_no: 0.0 }).collect())
+        }
+        fn generate(&self, _: &[ImageInput<'_>], _: &[&[String]], _: &DecodingSettings) -> Result<Vec<ImageAnswers>, InferError> {
+            unreachable!("features only")
+        }
+        fn family(&self) -> &'static str {
+            "hostile"
+        }
+        fn images_per_pass(&self) -> usize {
+            4
+        }
+        fn image_features(&self, images: &[ImageInput<'_>], _: FeatureDefinition) -> Result<Vec<Vec<f32>>, InferError> {
+            let keep = images.len() - usize::from(self.short);
+            Ok((0..keep).map(self.vector).collect())
+        }
+    }
+
+    /// Three tiny PNGs, and the jobs that read them.
+    fn images(dir: &std::path::Path) -> Vec<ImageJob> {
+        (0..3u8)
+            .map(|i| {
+                let path = dir.join(format!("{i:08}_000.png"));
+                image::GrayImage::from_pixel(4, 4, image::Luma([i * 40])).save(&path).unwrap();
+                ImageJob { name: format!("{i:08}_000.png"), path }
+            })
+            .collect()
+    }
+
+    fn features_of(scorer: &Hostile) -> Result<FeaturesReport, InferError> {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = images(dir.path());
+        let cache = FeatureCache::open(&CacheLocation::Dir(dir.path().join("cache")), FeatureDefinition::VisionTowerMean).unwrap();
+        run_features(&jobs, scorer, &cache, &RunOptions { jobs: 1, shard: None, progress: false })
+    }
+
+    #[test]
+    fn a_backends_bad_features_are_refused_naming_the_image() {
+        let honest = features_of(&Hostile::new(|i| vec![i as f32, 1.0], false)).unwrap();
+        assert_eq!((honest.vectors.len(), honest.computed), (3, 3));
+
+        let nan = features_of(&Hostile::new(|i| if i == 1 { vec![f32::NAN, 1.0] } else { vec![0.0, 1.0] }, false));
+        let message = nan.unwrap_err().to_string();
+        assert!(message.contains("00000001_000.png") && message.contains("not finite"), "{message}");
+
+        let ragged = features_of(&Hostile::new(|i| vec![0.0; 2 + i], false));
+        let message = ragged.unwrap_err().to_string();
+        assert!(message.contains("00000001_000.png: 3 features where the first image has 2"), "{message}");
+
+        let short = features_of(&Hostile::new(|_| vec![0.0, 1.0], true));
+        let message = short.unwrap_err().to_string();
+        assert!(message.contains("returned features for 2 images of a pass of 3"), "{message}");
+
+        let empty = features_of(&Hostile::new(|_| Vec::new(), false));
+        assert!(empty.unwrap_err().to_string().contains("not finite"));
+    }
 }
