@@ -1,6 +1,6 @@
 """The questions' attention over an image's prefix held once, timed on one attention layer of each
 model's shapes: libtorch's form beside the engine's kernel for the questions' own tokens and the
-merge (benches/kernels/suffix_attention.cu), after the same fused prefix part (PyTorch only).
+merge (src/vlm/cuda_kernels/suffix_attention.cu), after the same fused prefix part (PyTorch only).
 
 The runner's parts table clocks this part as `attention: questions over the prefix`: 0.42 ms an
 image a layer on an H100 for Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B, where the prefix's fused

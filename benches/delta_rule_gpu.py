@@ -12,9 +12,9 @@ tokens, N images a pass; --chunks tries other sizes), in the form the engine run
   graph       the engine's form replayed as one CUDA graph: what the host's launches cost;
   fused       the engine's own kernels, compiled by NVRTC through PyTorch's `torch.cuda._compile_kernel`,
               f32 throughout, on trial in the engine (off by default): the preparation as one
-              block a chunk (benches/kernels/delta_rule_within.cu), and the pass across as one
+              block a chunk (src/vlm/cuda_kernels/delta_rule_within.cu), and the pass across as one
               kernel that holds each head's state on chip through all the chunks
-              (benches/kernels/delta_rule_across.cu).
+              (src/vlm/cuda_kernels/delta_rule_across.cu).
 
 Each prints milliseconds a layer and an image (30 linear layers, as Qwen3.6-35B-A3B), and the
 largest difference of its outputs from the f32 form's. Random inputs in the layer's ranges.

@@ -6,18 +6,18 @@ part runs 4-20% slow; this replays each part alone on one layer's full-size tens
 images: its prefixes, 1,064 tokens each, then its 57 questions of 24 tokens each, as two calls)
 and checks on the GPU what the suite checks on the CPU through the stand-in driver:
 
-  experts: router        benches/kernels/router.cu against libtorch's softmax, top k and
+  experts: router        src/vlm/cuda_kernels/router.cu against libtorch's softmax, top k and
                          renormalisation (src/vlm/moe.rs): the experts chosen, the weights;
-  experts: grouping      benches/kernels/experts.cu's three launches against libtorch's form
+  experts: grouping      src/vlm/cuda_kernels/experts.cu's three launches against libtorch's form
                          (src/vlm/moe.rs, `Experts::grouping`): the same bytes;
   experts: weighted sum  its one launch against the embedding bag; a token alone the same bits;
-  experts: activation    benches/kernels/gated_activation.cu against SiLU and the product
+  experts: activation    src/vlm/cuda_kernels/gated_activation.cu against SiLU and the product
                          (src/vlm/moe.rs), on the grouped rows' two halves;
   MLP: activation        the same kernel on a dense MLP's gate and up, at Qwen3-VL-8B's width
                          (12,288) and its 36 layers (src/vlm/layers.rs, `GatedMlp`);
-  gated norm             benches/kernels/gated_norm.cu against libtorch's five kernels
+  gated norm             src/vlm/cuda_kernels/gated_norm.cu against libtorch's five kernels
                          (src/vlm/families/qwen3_5/linear_attention.rs);
-  rms norm               benches/kernels/rms_norm.cu against libtorch's (src/vlm/layers.rs), a
+  rms norm               src/vlm/cuda_kernels/rms_norm.cu against libtorch's (src/vlm/layers.rs), a
                          weight of 1 + w in f32 as Qwen3.5's norms have it.
 
 The libtorch forms are copies of the engine's, in PyTorch. Each row gives milliseconds for the

@@ -1,7 +1,7 @@
-// benches/kernels/delta_rule_across.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/delta_rule_across.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/delta_rule_across.cu"
+#include "../../src/vlm/cuda_kernels/delta_rule_across.cu"
 
 static_assert(sizeof(shared4) >= SHARED_BYTES, "the emulated shared memory holds the kernel's");
 

@@ -1,7 +1,7 @@
-// benches/kernels/experts.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/experts.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/experts.cu"
+#include "../../src/vlm/cuda_kernels/experts.cu"
 
 namespace {
 int number(void** params, int i) { return launch_argument<int>(params, i); }

@@ -1,7 +1,7 @@
-// benches/kernels/gated_norm.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/gated_norm.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/gated_norm.cu"
+#include "../../src/vlm/cuda_kernels/gated_norm.cu"
 
 namespace {
 template <class T, class Kernel>

@@ -1,7 +1,7 @@
-// benches/kernels/linear_inputs.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/linear_inputs.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/linear_inputs.cu"
+#include "../../src/vlm/cuda_kernels/linear_inputs.cu"
 
 namespace {
 template <class T, class Kernel>

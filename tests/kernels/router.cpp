@@ -1,7 +1,7 @@
-// benches/kernels/router.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/router.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/router.cu"
+#include "../../src/vlm/cuda_kernels/router.cu"
 
 namespace {
 template <class T, class Kernel>

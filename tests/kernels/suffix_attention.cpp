@@ -1,7 +1,7 @@
-// benches/kernels/suffix_attention.cu on the CPU, for the stand-in driver.
+// src/vlm/cuda_kernels/suffix_attention.cu on the CPU, for the stand-in driver.
 #include "emulated_kernels.h"
 
-#include "../../benches/kernels/suffix_attention.cu"
+#include "../../src/vlm/cuda_kernels/suffix_attention.cu"
 
 namespace {
 template <class T, class Kernel>

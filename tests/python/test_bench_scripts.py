@@ -91,17 +91,17 @@ def test_the_delta_rule_bench_prints_a_row_per_chunk_size_and_way():
 
 
 def load_nvrtc():
-    return load_script(ROOT / "benches" / "kernels" / "nvrtc.py")
+    return load_script(ROOT / "src" / "vlm" / "cuda_kernels" / "nvrtc.py")
 
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
 def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_spilling():
-    """ptxas's report, made here without a GPU (benches/kernels/nvrtc.py), for an A100 (sm_80) and
+    """ptxas's report, made here without a GPU (src/vlm/cuda_kernels/nvrtc.py), for an A100 (sm_80) and
     an H100 or H200 (sm_90): nothing spilled to local memory, and few enough registers for two
     blocks of 256 threads an SM, which their shared memory allows on an H100. A width the kernels'
     tiling cannot take is refused when they compile, not at a launch."""
     nvrtc = load_nvrtc()
-    kernels = ROOT / "benches" / "kernels"
+    kernels = ROOT / "src" / "vlm" / "cuda_kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
                     ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", []),
                     ("suffix_attention.cu", []), ("gated_activation.cu", [])]

@@ -1,6 +1,6 @@
-//! The delta rule's kernels: its preparation within each chunk (`benches/kernels/delta_rule_within.cu`,
+//! The delta rule's kernels: its preparation within each chunk (`src/vlm/cuda_kernels/delta_rule_within.cu`,
 //! a chunk's in one block where libtorch's form takes some twenty small kernels over all the
-//! chunks) and its pass across a prefix's chunks (`benches/kernels/delta_rule_across.cu`, each
+//! chunks) and its pass across a prefix's chunks (`src/vlm/cuda_kernels/delta_rule_across.cu`, each
 //! head's state held on chip through all of them where libtorch's form takes five kernels a
 //! chunk).
 

@@ -1,5 +1,5 @@
 //! A mixture of experts' grouping of a pass's rows by expert and its weighted sum of each token's
-//! outputs (`benches/kernels/experts.cu`): three launches and one, where libtorch's forms take
+//! outputs (`src/vlm/cuda_kernels/experts.cu`): three launches and one, where libtorch's forms take
 //! some twenty small kernels and an embedding bag.
 
 use std::ffi::{c_int, c_uint};

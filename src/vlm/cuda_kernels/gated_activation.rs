@@ -1,4 +1,4 @@
-//! A gated MLP's activation (`benches/kernels/gated_activation.cu`): act(gate) times up in one
+//! A gated MLP's activation (`src/vlm/cuda_kernels/gated_activation.cu`): act(gate) times up in one
 //! pass, where libtorch's form takes two kernels and writes the activation out and reads it back.
 
 use std::ffi::{c_int, c_uint};

@@ -1,4 +1,4 @@
-//! A linear-attention layer's gated norm (`benches/kernels/gated_norm.cu`): the delta rule's
+//! A linear-attention layer's gated norm (`src/vlm/cuda_kernels/gated_norm.cu`): the delta rule's
 //! output cast, normed over each head and gated, in one pass where libtorch's form takes five
 //! kernels.
 

@@ -1,4 +1,4 @@
-//! A linear-attention layer's inputs to the delta rule (`benches/kernels/linear_inputs.cu`): its
+//! A linear-attention layer's inputs to the delta rule (`src/vlm/cuda_kernels/linear_inputs.cu`): its
 //! convolution, SiLU and norms in one pass over the projection, where libtorch's form takes some
 //! ten.
 

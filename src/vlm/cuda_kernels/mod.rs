@@ -1,6 +1,6 @@
 //! Kernels of the engine's own on a CUDA device, for the parts libtorch's operations leave the
-//! GPU idle in, a file each here and in `benches/kernels/`: a linear-attention layer's inputs
-//! to the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its
+//! GPU idle in, each a CUDA source (`NAME.cu`) beside the Rust that launches it (`NAME.rs`):
+//! a linear-attention layer's inputs to the delta rule (`linear_inputs`), the delta rule's preparation within each chunk and its
 //! pass across a prefix's chunks (`delta_rule`), the gated norm after it (`gated_norm`), a
 //! mixture of experts' router (`router`), its grouping of rows by expert and its weighted sum
 //! (`experts`), a gated MLP's activation (`gated_activation`), a decoder's RMSNorm
@@ -8,7 +8,7 @@
 //! to the prefix (`suffix_attention`). Each does in one to three launches what libtorch's forms
 //! do in two to twenty small kernels.
 //!
-//! They come as cubins compiled ahead by NVRTC (`benches/kernels/nvrtc.py --out DIR`, one an
+//! They come as cubins compiled ahead by NVRTC (`nvrtc.py --out DIR`, here too, one an
 //! architecture; the GPU bundle carries them) and run through the CUDA driver, which every GPU
 //! node has, on libtorch's default stream, so they are ordered with libtorch's work. No CUDA
 //! toolkit, crate or compiler is needed where they run.
@@ -149,7 +149,7 @@ impl CudaKernels {
         let arch = &self.arch;
         let cubin = dir.join(format!("{file}.{arch}.cubin"));
         let image = std::fs::read(&cubin).map_err(|e| {
-            format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({arch}): make one with `benches/kernels/nvrtc.py --arch {arch} --out DIR`", cubin.display())
+            format!("{}: {e}; {ENV} names a folder without a cubin for this GPU ({arch}): make one with `src/vlm/cuda_kernels/nvrtc.py --arch {arch} --out DIR`", cubin.display())
         })?;
         let mut module: Handle = null_mut();
         let d = &self.driver;

@@ -1,4 +1,4 @@
-//! A decoder's RMSNorm over the hidden size (`benches/kernels/rms_norm.cu`): a row read once and
+//! A decoder's RMSNorm over the hidden size (`src/vlm/cuda_kernels/rms_norm.cu`): a row read once and
 //! written once, where libtorch's form casts it to f32, norms, scales and casts it back.
 
 use std::ffi::{c_int, c_uint};

@@ -1,4 +1,4 @@
-//! A Qwen mixture of experts' router after its linear layer (`benches/kernels/router.cu`): each
+//! A Qwen mixture of experts' router after its linear layer (`src/vlm/cuda_kernels/router.cu`): each
 //! token's softmax, top k and renormalised weights in one launch, where libtorch's form takes
 //! five kernels over the pass.
 

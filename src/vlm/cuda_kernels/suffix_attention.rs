@@ -1,5 +1,5 @@
 //! The questions' attention to their own tokens, merged with their attention to the image's prefix
-//! (`benches/kernels/suffix_attention.cu`): one pass after libtorch's fused prefix kernel, where
+//! (`src/vlm/cuda_kernels/suffix_attention.cu`): one pass after libtorch's fused prefix kernel, where
 //! libtorch's form of [`crate::vlm::shared_prefix`] takes some twenty kernels and six f32 round
 //! trips the size of every question's output.
 

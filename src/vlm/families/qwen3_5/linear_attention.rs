@@ -203,7 +203,7 @@ impl ShortConvolution {
     }
 
     /// [`Self::by_libtorch`] as one launch of the engine's own kernel on a GPU
-    /// (`benches/kernels/linear_inputs.cu`): the convolution, its SiLU, the norms and the repeat
+    /// (`src/vlm/cuda_kernels/linear_inputs.cu`): the convolution, its SiLU, the norms and the repeat
     /// in one pass over the projection.
     fn by_kernel(
         &self,

@@ -5,8 +5,8 @@ runs ptxas, whose report says what no CPU test can: the registers a thread takes
 local memory, and so how many blocks fit on an SM. The suite holds the kernels to it for the
 GPUs the engine is measured on; a GPU session reads the same report beside its timings.
 
-    python3 benches/kernels/nvrtc.py benches/kernels/delta_rule_across.cu --arch sm_90 -DCHUNK=64
-    python3 benches/kernels/nvrtc.py benches/kernels/*.cu --arch sm_80,sm_90,sm_100 --out DIR
+    python3 src/vlm/cuda_kernels/nvrtc.py src/vlm/cuda_kernels/delta_rule_across.cu --arch sm_90 -DCHUNK=64
+    python3 src/vlm/cuda_kernels/nvrtc.py src/vlm/cuda_kernels/*.cu --arch sm_80,sm_90,sm_100 --out DIR
 
 With --out it writes one cubin a kernel file and architecture, DIR/NAME.sm_XX.cubin, which the engine loads
 where BPALS_CUDA_KERNELS names DIR (scripts/gpu-bundle makes them for the bundle).
