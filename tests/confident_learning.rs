@@ -350,6 +350,9 @@ fn a_rule_fitted_over_both_views_sets_the_classes() {
     let fitted = s.path("fitted");
     build(&fitted_spec, &fitted, &s.cache(), &[]).success();
     bin().arg("verify").arg(&fitted).assert().success();
+    // The lock carries the rule: an audit rebuilds the same bytes.
+    let audit = bin().args(["rebuild", "--audit"]).arg(&fitted).arg("--spec").arg(&fitted_spec).assert().success();
+    assert!(stdout(&audit).contains("PASS: every file is identical"), "{}", stdout(&audit));
     let rule_table = bpals_release::signal::joint_rule::JointRule::read_with_bytes(&rule).unwrap().0;
     let lock: serde_json::Value = serde_json::from_slice(&std::fs::read(fitted.join("build.lock")).unwrap()).unwrap();
     let threshold = |key: &str| lock["spec"]["signal"][key].as_f64().unwrap();
