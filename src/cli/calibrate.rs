@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::GoldArgs;
 use bpals_release::signal::calibration::Method;
+use bpals_release::signal::joint_rule::SecondView;
 
 #[derive(Args)]
 pub struct CalibrateArgs {
@@ -26,17 +27,11 @@ pub struct CalibrateArgs {
     /// With --joint, the second view: `family` (a two-family release; the default there) or
     /// `confident-learning` (the default for a release with one family and confident learning).
     #[arg(long, value_enum, requires = "joint")]
-    second_view: Option<SecondViewArg>,
+    second_view: Option<SecondView>,
     /// Where to write the calibration JSON (name it in a spec as signal.calibration, or with
     /// --joint as signal.joint_rule).
     #[arg(long)]
     out: PathBuf,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum SecondViewArg {
-    Family,
-    ConfidentLearning,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -67,15 +62,11 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
 
 /// `--joint`: the joint rule, and a line per source saying how many labels took it.
 fn run_joint(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    use bpals_release::signal::joint_rule::{RuleSource, SecondView, JOINT_RULE_FORMAT, MIN_EACH_CLASS};
+    use bpals_release::signal::joint_rule::{RuleSource, JOINT_RULE_FORMAT, MIN_EACH_CLASS};
     let ours = |head: &str| head.contains(JOINT_RULE_FORMAT);
     bpals_release::files::check_file(&args.out, "--out", "a joint rule", &ours)?;
     let gold = args.gold.read()?;
-    let view = args.second_view.map(|v| match v {
-        SecondViewArg::Family => SecondView::Family,
-        SecondViewArg::ConfidentLearning => SecondView::ConfidentLearning,
-    });
-    let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold, view)?;
+    let rule = bpals_release::eval::fit_joint_rule(&args.dir, &args.gold.gold, &gold, args.second_view)?;
     bpals_release::review::write_all(&[(&args.out, &bpals_release::manifest::to_json_bytes(&rule))])?;
     let (views, first, second) = match rule.second_view {
         SecondView::Family => ("the two families", "primary", "second"),

@@ -142,9 +142,7 @@ pub fn run_features(
             let inputs: Vec<ImageInput<'_>> =
                 misses.iter().map(|(_, job, bytes, sha, image)| ImageInput { name: &job.name, sha256: sha, bytes, image }).collect();
             let vectors = scorer.image_features(&inputs, cache.definition)?;
-            if vectors.len() != misses.len() {
-                return Err(fail(scorer, format!("returned features for {} images of a pass of {}", vectors.len(), misses.len())));
-            }
+            super::check_feature_count(scorer, vectors.len(), misses.len())?;
             for ((at, job, _, sha, _), v) in misses.iter().zip(vectors) {
                 check(scorer, job, &v)?;
                 cache.put(&job.name, sha, &scorer_hash, &v)?;

@@ -176,6 +176,18 @@ pub fn check_finite(identity: &ScorerIdentity, image: &str, questions: &[Questio
     }
 }
 
+/// A scorer gives one feature vector an image of its pass: the scoring pass that keeps them and
+/// a features pass both hold it to that.
+fn check_feature_count(scorer: &dyn Scorer, got: usize, asked: usize) -> Result<(), InferError> {
+    if got != asked {
+        return Err(InferError::Scorer {
+            backend: scorer.identity().backend.name().to_string(),
+            message: format!("returned features for {got} images of a pass of {asked}"),
+        });
+    }
+    Ok(())
+}
+
 /// A pass's scores per image, and each image's feature vector where the scorer kept them.
 pub type ScoresAndFeatures = (Vec<Vec<YesNo>>, Option<Vec<Vec<f32>>>);
 

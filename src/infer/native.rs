@@ -225,17 +225,7 @@ impl NativeScorer {
         let mut scores: Vec<Vec<YesNo>> = images.iter().map(|_| Vec::with_capacity(questions.len())).collect();
         for section in questions.chunk_by(|a, b| a.id.contains('/') == b.id.contains('/')) {
             let texts: Vec<&str> = section.iter().map(|q| q.text.as_str()).collect();
-            let keys: Vec<PromptKey> = prepared.iter().map(|(_, grid)| (*grid, crate::hashing::stable_u64(&texts))).collect();
-            for key in &keys {
-                if let Entry::Vacant(slot) = prompts.entry(*key) {
-                    let rendered = texts
-                        .iter()
-                        .map(|q| engine.dir.prompt(q, key.0, Thinking::Off).map(|p| p.input_ids))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(engine_err("the prompts"))?;
-                    slot.insert(rendered);
-                }
-            }
+            let keys = rendered_prompts(engine, prompts, &prepared, &texts)?;
             let pass: Vec<PassImage<'_>> =
                 features.iter().zip(&keys).map(|(f, key)| PassImage { prompts: &prompts[key], features: f, grid: key.0 }).collect();
             let section_scores =
@@ -244,8 +234,9 @@ impl NativeScorer {
                 all.extend(part);
             }
         }
-        let kept =
-            keep.map(|definition| feature_vectors(engine, images, &features, &prepared, definition, self.images_per_pass)).transpose()?;
+        let kept = keep
+            .map(|definition| feature_vectors(engine, prompts, images, &features, &prepared, definition, self.images_per_pass))
+            .transpose()?;
         Ok((scores, kept))
     }
 }
@@ -325,11 +316,11 @@ impl Scorer for NativeScorer {
 
     fn image_features(&self, images: &[ImageInput<'_>], definition: FeatureDefinition) -> Result<Vec<Vec<f32>>, InferError> {
         let prepared = self.pixel_values(images)?;
-        let loaded = self.engine()?;
-        let engine = &loaded.engine;
+        let mut loaded = self.engine()?;
+        let Loaded { engine, prompts } = &mut *loaded;
         let inputs: Vec<_> = prepared.iter().map(|(values, grid)| (values, *grid)).collect();
         let features = engine.model.encode_pass(&inputs, self.images_per_pass);
-        feature_vectors(engine, images, &features, &prepared, definition, self.images_per_pass)
+        feature_vectors(engine, prompts, images, &features, &prepared, definition, self.images_per_pass)
     }
 
     fn family(&self) -> &'static str {
@@ -342,15 +333,38 @@ impl Scorer for NativeScorer {
 /// image, so these words never reach the decoder.
 const PREFIX_ONLY_QUESTION: &str = "Describe this image.";
 
+/// The token ids of `texts`' prompts for each prepared image's grid, rendered once per grid and
+/// question set into `prompts`; returns each image's key there.
+fn rendered_prompts(
+    engine: &Engine,
+    prompts: &mut HashMap<PromptKey, Vec<Vec<u32>>>,
+    prepared: &[Pixels],
+    texts: &[&str],
+) -> Result<Vec<PromptKey>, InferError> {
+    let keys: Vec<PromptKey> = prepared.iter().map(|(_, grid)| (*grid, crate::hashing::stable_u64(texts))).collect();
+    for key in &keys {
+        if let Entry::Vacant(slot) = prompts.entry(*key) {
+            let rendered = texts
+                .iter()
+                .map(|q| engine.dir.prompt(q, key.0, Thinking::Off).map(|p| p.input_ids))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(engine_err("the prompts"))?;
+            slot.insert(rendered);
+        }
+    }
+    Ok(keys)
+}
+
 /// Each image's feature vector as `definition` says, from the tower's output `features` (one per
 /// image, from [`crate::vlm::model::VlModel::encode_pass`]). The scoring pass and a features pass
 /// both call this on the same bits: neither the tower's output nor the prefix's state depends on
 /// what shares its pass.
 fn feature_vectors(
     engine: &Engine,
+    prompts: &mut HashMap<PromptKey, Vec<Vec<u32>>>,
     images: &[ImageInput<'_>],
     features: &[crate::vlm::ImageFeatures],
-    prepared: &[(tch::Tensor, (usize, usize, usize))],
+    prepared: &[Pixels],
     definition: FeatureDefinition,
     pass_images: usize,
 ) -> Result<Vec<Vec<f32>>, InferError> {
@@ -360,17 +374,9 @@ fn feature_vectors(
             .map(|f| f.embeds.to_kind(tch::Kind::Float).mean_dim(0, false, tch::Kind::Float).to_device(tch::Device::Cpu))
             .collect(),
         FeatureDefinition::DecoderPrefixEnd => {
-            let prompts = prepared
-                .iter()
-                .map(|(_, grid)| engine.dir.prompt(PREFIX_ONLY_QUESTION, *grid, Thinking::Off).map(|p| p.input_ids))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(engine_err("the image's prefix"))?;
-            let inputs: Vec<PromptImage<'_>> = prompts
-                .iter()
-                .zip(features)
-                .zip(prepared)
-                .map(|((ids, f), (_, grid))| PromptImage { ids, features: f, grid: *grid })
-                .collect();
+            let keys = rendered_prompts(engine, prompts, prepared, &[PREFIX_ONLY_QUESTION])?;
+            let inputs: Vec<PromptImage<'_>> =
+                keys.iter().zip(features).map(|(key, f)| PromptImage { ids: &prompts[key][0], features: f, grid: key.0 }).collect();
             let names = images.iter().map(|i| i.name).collect::<Vec<_>>().join(", ");
             engine.model.prefix_end_states(&inputs, pass_images).map_err(engine_err(format!("image {names}")))?
         }

@@ -120,12 +120,7 @@ pub fn run(
         };
         let mut kept = vec![false; inputs.len()];
         if let (Some(features), Some(vectors)) = (features, vectors) {
-            if vectors.len() != inputs.len() {
-                return Err(InferError::Scorer {
-                    backend: format!("{:?}", scorer.identity().backend),
-                    message: format!("returned features for {} images of a pass of {}", vectors.len(), inputs.len()),
-                });
-            }
+            super::check_feature_count(scorer, vectors.len(), inputs.len())?;
             for (((_, job, _, key, _), v), kept) in misses.iter().zip(vectors).zip(&mut kept) {
                 features.keep(scorer, &scorer_hash, job, &key.image_sha256, &v)?;
                 *kept = true;

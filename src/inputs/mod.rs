@@ -296,6 +296,11 @@ impl ResolvedSpec {
     pub fn joint_rule_table(&self) -> Option<&JointRule> {
         self.joint_rule.as_ref().map(|r| &r.rule)
     }
+
+    /// The joint rule, where it combines the release's `confidence` with `second_view`.
+    pub fn joint_rule_of(&self, second_view: SecondView) -> Option<&JointRuleRef> {
+        self.joint_rule.as_ref().filter(|r| r.rule.second_view == second_view)
+    }
 }
 
 /// The model directory a spec names (`model.path`) must exist; a Hub model is looked up in the

@@ -219,9 +219,8 @@ fn derive_signal(
     let rules = signal::Rules::new(&spec.signal, spec.calibration_table());
     let primary = pool.install(|| signal::derive(selection, scores, questions, &rules));
     // A joint rule combines the families, or the answers with confident learning, as it says.
-    let rule = spec.joint_rule_table();
-    let family_rule = rule.filter(|r| r.second_view == SecondView::Family);
-    let views_rule = rule.filter(|r| r.second_view == SecondView::ConfidentLearning);
+    let family_rule = spec.joint_rule_of(SecondView::Family).map(|r| &r.rule);
+    let views_rule = spec.joint_rule_of(SecondView::ConfidentLearning).map(|r| &r.rule);
     let (mut sig, families) = match second_scores {
         None => (primary, None),
         Some(second_scores) => {
@@ -385,8 +384,8 @@ fn write_card<'a>(
         coverage: coverage(spec, selection, &prepared.table),
         second_opinion: second_opinion_card(spec, prepared, derived, main_split, &main_rows, report.as_ref()),
         confident_learning: confident.map(|view| {
-            let rule = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::ConfidentLearning);
-            card::ConfidentLearningCard { rule: rule.map(|r| card::JointRuleCard::new(&r.file, &r.rule, report.as_ref())), ..view.card() }
+            let rule = spec.joint_rule_of(SecondView::ConfidentLearning);
+            view.card(rule.map(|r| card::JointRuleCard::new(&r.file, &r.rule, report.as_ref())))
         }),
     };
     let (readme, license) = card::render(&card_input)?;
@@ -429,11 +428,7 @@ fn second_opinion_card(
         classes,
         disagree,
         mean_family_agreement: if rows.is_empty() { 0.0 } else { agreement / rows.len() as f64 },
-        joint_rule: spec
-            .joint_rule
-            .as_ref()
-            .filter(|r| r.rule.second_view == SecondView::Family)
-            .map(|r| card::JointRuleCard::new(&r.file, &r.rule, report)),
+        joint_rule: spec.joint_rule_of(SecondView::Family).map(|r| card::JointRuleCard::new(&r.file, &r.rule, report)),
     })
 }
 

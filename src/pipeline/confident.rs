@@ -35,8 +35,9 @@ pub struct ConfidentView {
 }
 
 impl ConfidentView {
-    /// What the card says of it.
-    pub fn card(&self) -> ConfidentLearningCard {
+    /// What the card says of it, with the card of the joint rule over both views where the
+    /// spec names one.
+    pub fn card(&self, rule: Option<crate::card::JointRuleCard>) -> ConfidentLearningCard {
         let settings = self.issues.probes.clone().unwrap_or_default();
         let findings = self
             .issues
@@ -61,7 +62,7 @@ impl ConfidentView {
             fold_seed: settings.fold_seed,
             grid: settings.grid,
             findings,
-            rule: None,
+            rule,
         }
     }
 

@@ -189,8 +189,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
     let scorer_of = |model| infer::scorer_for(&infer::locate_model(model, &access)?, &options.cache_dir.local_dir(), rehash, options.jobs);
     let scorer = scorer_of(&spec.model)?;
     notes.extend(scorer.notes());
-    let views_rule = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::ConfidentLearning);
-    if let (Some(rule), Some(settings)) = (views_rule, &spec.signal.confident_learning) {
+    if let (Some(rule), Some(settings)) = (spec.joint_rule_of(SecondView::ConfidentLearning), &spec.signal.confident_learning) {
         let now = (scorer.identity().hash(), confident::settings_sha256(settings));
         match &rule.rule.scorers {
             Some(f) if f.primary_sha256 != now.0 || f.confident_learning_sha256.as_deref() != Some(now.1.as_str()) => {
@@ -220,7 +219,7 @@ pub fn prepare(spec: &ResolvedSpec, options: &BuildOptions) -> Result<Prepared, 
                 }
             }
             notes.extend(s.notes().into_iter().map(|n| format!("second opinion: {n}")));
-            if let Some(rule) = spec.joint_rule.as_ref().filter(|r| r.rule.second_view == SecondView::Family) {
+            if let Some(rule) = spec.joint_rule_of(SecondView::Family) {
                 let now = (scorer.identity().hash(), s.identity().hash());
                 match &rule.rule.scorers {
                     Some(f) if (f.primary_sha256.as_str(), f.second_sha256.as_str()) != (now.0.as_str(), now.1.as_str()) => {

@@ -92,7 +92,7 @@ const MAX_IMAGES: usize = 112_120;
 /// What a rule's second view is: the second family's confidence, or confident learning's
 /// out-of-fold probability that the finding is present. The first is always the release's
 /// `confidence` (one family's, or two families' joint).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum SecondView {
     #[default]

@@ -79,19 +79,30 @@ impl VlModel {
     /// image a pass is [`Self::encode_image`]'s bits (each tower's `forward` is its
     /// `forward_many` of one image).
     pub fn encode_pass(&self, images: &[(&Tensor, (usize, usize, usize))], pass_images: usize) -> Vec<ImageFeatures> {
+        let mut out = Vec::with_capacity(images.len());
+        for (pass, real) in self.padded_passes(images, |a, b| a.1 == b.1, pass_images) {
+            let pixels: Vec<Tensor> = pass.iter().map(|(p, _)| p.to_device(self.device)).collect();
+            let refs: Vec<&Tensor> = pixels.iter().collect();
+            let mut features = tch::no_grad(|| self.vision.forward_many(&refs, pass[0].1));
+            features.truncate(real);
+            out.extend(features);
+        }
+        out
+    }
+
+    /// `items` in the passes the tower and the prefix run them in: runs of consecutive items
+    /// that `same` puts together, `pass_images` at a time, each pass padded by repeats of its
+    /// last item to [`Self::padded_pass`]'s size. With each pass, how many of its items are
+    /// real. Every pass of a build then has one shape, so no item's bits depend on its pass.
+    fn padded_passes<T: Copy>(&self, items: &[T], same: impl Fn(&T, &T) -> bool, pass_images: usize) -> Vec<(Vec<T>, usize)> {
         let size = pass_images.max(1);
         let padded = self.padded_pass(size);
-        let mut out = Vec::with_capacity(images.len());
-        for run in images.chunk_by(|a, b| a.1 == b.1) {
+        let mut out = Vec::new();
+        for run in items.chunk_by(same) {
             for group in run.chunks(size) {
-                let mut pixels: Vec<Tensor> = group.iter().map(|(p, _)| p.to_device(self.device)).collect();
-                while pixels.len() < padded {
-                    pixels.push(pixels[pixels.len() - 1].shallow_clone());
-                }
-                let refs: Vec<&Tensor> = pixels.iter().collect();
-                let mut features = tch::no_grad(|| self.vision.forward_many(&refs, group[0].1));
-                features.truncate(group.len());
-                out.extend(features);
+                let mut pass = group.to_vec();
+                pass.resize(padded, group[group.len() - 1]);
+                out.push((pass, group.len()));
             }
         }
         out
@@ -113,25 +124,17 @@ impl VlModel {
             }
             ends.push(end);
         }
-        let size = pass_images.max(1);
-        let padded = self.padded_pass(size);
         let mut out = Vec::with_capacity(images.len());
-        let order: Vec<usize> = (0..images.len()).collect();
-        let prefix = |i: usize| (images[i].grid, &images[i].ids[..=ends[i]]);
-        for run in order.chunk_by(|&a, &b| prefix(a) == prefix(b)) {
-            for group in run.chunks(size) {
-                let mut members: Vec<PromptImage<'_>> = group.iter().map(|&i| images[i]).collect();
-                while members.len() < padded {
-                    members.push(members[members.len() - 1]);
-                }
-                let len = ends[group[0]] + 1;
-                let states = tch::no_grad(|| -> Result<Tensor, VlmError> {
-                    let (embeds, positions, deepstack) = self.prefix_input(&members, len)?;
-                    let hidden = self.text.forward(&embeds, &positions, &mut DecoderCache::default(), deepstack.as_ref());
-                    Ok(hidden.select(1, len as i64 - 1).to_kind(Kind::Float).to_device(Device::Cpu))
-                })?;
-                out.extend((0..group.len() as i64).map(|row| states.get(row)));
-            }
+        // Each image's prompt up to and with the token that closes its image.
+        let prefixes: Vec<PromptImage<'_>> = images.iter().zip(&ends).map(|(i, &end)| PromptImage { ids: &i.ids[..=end], ..*i }).collect();
+        for (pass, real) in self.padded_passes(&prefixes, |a, b| (a.grid, a.ids) == (b.grid, b.ids), pass_images) {
+            let len = pass[0].ids.len();
+            let states = tch::no_grad(|| -> Result<Tensor, VlmError> {
+                let (embeds, positions, deepstack) = self.prefix_input(&pass, len)?;
+                let hidden = self.text.forward(&embeds, &positions, &mut DecoderCache::default(), deepstack.as_ref());
+                Ok(hidden.select(1, len as i64 - 1).to_kind(Kind::Float).to_device(Device::Cpu))
+            })?;
+            out.extend((0..real as i64).map(|row| states.get(row)));
         }
         Ok(out)
     }
