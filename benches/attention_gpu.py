@@ -1,6 +1,6 @@
 """The questions' attention over an image's prefix held once, timed on one attention layer of each
 model's shapes: libtorch's form beside the engine's kernel for the questions' own tokens and the
-merge (src/vlm/cuda_kernels/suffix_attention.cu), after the same fused prefix part (PyTorch only).
+merge (crates/vlm/src/cuda_kernels/suffix_attention.cu), after the same fused prefix part (PyTorch only).
 
 The runner's parts table clocks this part as `attention: questions over the prefix`: 0.42 ms an
 image a layer on an H100 for Qwen3-VL-30B-A3B and Qwen3.6-35B-A3B, where the prefix's fused
@@ -37,7 +37,7 @@ MODELS = {
 
 def stacked(q, images):
     """The questions' queries (rows, heads, s, d) as one matrix an image and key/value head, as
-    `stacked_queries` in src/vlm/shared_prefix.rs stacks them."""
+    `stacked_queries` in crates/vlm/src/shared_prefix.rs stacks them."""
     rows, heads, s, d = q.shape
     return lambda kv_heads: q.view(images, rows // images, kv_heads, heads // kv_heads, s, d).permute(0, 2, 1, 3, 4, 5).reshape(
         images, kv_heads, -1, d)
@@ -55,7 +55,7 @@ def prefix_part(q, pk, pv, scale):
 
 
 def merged_by_libtorch(q, k, v, out_p, lse, mask, scale):
-    """`attention_in_groups` in src/vlm/shared_prefix.rs after the fused prefix part: the suffix
+    """`attention_in_groups` in crates/vlm/src/shared_prefix.rs after the fused prefix part: the suffix
     causally in products, the two parts merged by log-sum-exp in f32."""
     rows, heads, s, d = q.shape
     images, kv_heads = out_p.shape[:2]
@@ -77,12 +77,12 @@ def merged_by_libtorch(q, k, v, out_p, lse, mask, scale):
 
 
 def shared_bytes(s, d, element):
-    """The kernel's shared memory a block (`shared_bytes` in src/vlm/cuda_kernels/suffix_attention.rs)."""
+    """The kernel's shared memory a block (`shared_bytes` in crates/vlm/src/cuda_kernels/suffix_attention.rs)."""
     return 4 * (s * s + 2 * s) + element * (2 * s * (d + 4 // element) + s * d)
 
 
 def merged_by_kernel(kernel, q, k, v, out_p, lse, mask, scale):
-    """The kernel's launch as src/vlm/cuda_kernels/suffix_attention.rs makes it."""
+    """The kernel's launch as crates/vlm/src/cuda_kernels/suffix_attention.rs makes it."""
     rows, heads, s, d = q.shape
     images, kv_heads = out_p.shape[:2]
     result = torch.empty(rows, s, heads, d, dtype=q.dtype, device=q.device)

@@ -3,7 +3,7 @@
 The engine's parts table puts the Gated DeltaNet's chunked delta rule first in a hybrid model's
 time (Qwen3.5, Qwen3.6), most of it the pass across a prefix's chunks. This replays that pass and
 the chunk preparation before it on the full-size shapes (32 value heads of 128, 17 chunks of 64
-tokens, N images a pass; --chunks tries other sizes), in the form the engine runs (`src/vlm/families/qwen3_5/delta_rule.rs`,
+tokens, N images a pass; --chunks tries other sizes), in the form the engine runs (`crates/vlm/src/families/qwen3_5/delta_rule.rs`,
 `Chunked::states_kept`), and beside it:
 
   tf32        the same products with TF32 allowed (cuBLAS's tensor cores on f32 operands);
@@ -12,9 +12,9 @@ tokens, N images a pass; --chunks tries other sizes), in the form the engine run
   graph       the engine's form replayed as one CUDA graph: what the host's launches cost;
   fused       the engine's own kernels, compiled by NVRTC through PyTorch's `torch.cuda._compile_kernel`,
               f32 throughout, on trial in the engine (off by default): the preparation as one
-              block a chunk (src/vlm/cuda_kernels/delta_rule_within.cu), and the pass across as one
+              block a chunk (crates/vlm/src/cuda_kernels/delta_rule_within.cu), and the pass across as one
               kernel that holds each head's state on chip through all the chunks
-              (src/vlm/cuda_kernels/delta_rule_across.cu).
+              (crates/vlm/src/cuda_kernels/delta_rule_across.cu).
 
 Each prints milliseconds a layer and an image (30 linear layers, as Qwen3.6-35B-A3B), and the
 largest difference of its outputs from the f32 form's. Random inputs in the layer's ranges.

@@ -1,4 +1,4 @@
-"""How the PyTorch-only benches compile and launch the engine's own kernels (src/vlm/cuda_kernels/):
+"""How the PyTorch-only benches compile and launch the engine's own kernels (crates/vlm/src/cuda_kernels/):
 NVRTC through `torch.cuda._compile_kernel`, for the GPU they run on.
 
 Its launches pass each argument as the Python value's C type, and a Python float as a C double:
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-KERNELS = Path(__file__).resolve().parent.parent / "src" / "vlm" / "cuda_kernels"
+KERNELS = Path(__file__).resolve().parent.parent / "crates" / "vlm" / "src" / "cuda_kernels"
 
 
 def float32(x):
@@ -20,7 +20,7 @@ def float32(x):
 
 
 def compile_kernel(file, name, options=(), shared=0):
-    """Kernel `name` of src/vlm/cuda_kernels/FILE.cu compiled by NVRTC for this GPU and allowed `shared`
+    """Kernel `name` of crates/vlm/src/cuda_kernels/FILE.cu compiled by NVRTC for this GPU and allowed `shared`
     bytes of dynamic shared memory, or None and why not."""
     if not hasattr(torch.cuda, "_compile_kernel"):
         return None, f"PyTorch {torch.__version__} has no torch.cuda._compile_kernel"

@@ -6,18 +6,18 @@ part runs 4-20% slow; this replays each part alone on one layer's full-size tens
 images: its prefixes, 1,064 tokens each, then its 57 questions of 24 tokens each, as two calls)
 and checks on the GPU what the suite checks on the CPU through the stand-in driver:
 
-  experts: router        src/vlm/cuda_kernels/router.cu against libtorch's softmax, top k and
-                         renormalisation (src/vlm/moe.rs): the experts chosen, the weights;
-  experts: grouping      src/vlm/cuda_kernels/experts.cu's three launches against libtorch's form
-                         (src/vlm/moe.rs, `Experts::grouping`): the same bytes;
+  experts: router        crates/vlm/src/cuda_kernels/router.cu against libtorch's softmax, top k and
+                         renormalisation (crates/vlm/src/moe.rs): the experts chosen, the weights;
+  experts: grouping      crates/vlm/src/cuda_kernels/experts.cu's three launches against libtorch's form
+                         (crates/vlm/src/moe.rs, `Experts::grouping`): the same bytes;
   experts: weighted sum  its one launch against the embedding bag; a token alone the same bits;
-  experts: activation    src/vlm/cuda_kernels/gated_activation.cu against SiLU and the product
-                         (src/vlm/moe.rs), on the grouped rows' two halves;
+  experts: activation    crates/vlm/src/cuda_kernels/gated_activation.cu against SiLU and the product
+                         (crates/vlm/src/moe.rs), on the grouped rows' two halves;
   MLP: activation        the same kernel on a dense MLP's gate and up, at Qwen3-VL-8B's width
-                         (12,288) and its 36 layers (src/vlm/layers.rs, `GatedMlp`);
-  gated norm             src/vlm/cuda_kernels/gated_norm.cu against libtorch's five kernels
-                         (src/vlm/families/qwen3_5/linear_attention.rs);
-  rms norm               src/vlm/cuda_kernels/rms_norm.cu against libtorch's (src/vlm/layers.rs), a
+                         (12,288) and its 36 layers (crates/vlm/src/layers.rs, `GatedMlp`);
+  gated norm             crates/vlm/src/cuda_kernels/gated_norm.cu against libtorch's five kernels
+                         (crates/vlm/src/families/qwen3_5/linear_attention.rs);
+  rms norm               crates/vlm/src/cuda_kernels/rms_norm.cu against libtorch's (crates/vlm/src/layers.rs), a
                          weight of 1 + w in f32 as Qwen3.5's norms have it.
 
 The libtorch forms are copies of the engine's, in PyTorch. Each row gives milliseconds for the
@@ -42,8 +42,8 @@ PREFIX, QUESTIONS, QUESTION_TOKENS = 1064, 57, 24
 MOE_LAYERS, LINEAR_LAYERS, NORMS = 40, 30, 80  # the 35B's: every layer's experts, its linear layers, two norms a layer
 MOE_INTERMEDIATE = 512  # the 35B's experts' hidden width
 DENSE_INTERMEDIATE, DENSE_LAYERS = 12288, 36  # Qwen3-VL-8B's MLP
-ROWS_A_BLOCK = 8  # src/vlm/cuda_kernels/gated_activation.rs
-GROUP_ROWS = 8  # src/vlm/moe.rs
+ROWS_A_BLOCK = 8  # crates/vlm/src/cuda_kernels/gated_activation.rs
+GROUP_ROWS = 8  # crates/vlm/src/moe.rs
 THREADS, TILE = 256, 512  # every kernel's block; the grouping's assignments a tile (experts.cu)
 
 
@@ -101,7 +101,7 @@ def rms_norm(x, weight, eps):
     return (torch.rms_norm(x.float(), [x.shape[-1]], None, eps) * weight).to(x.dtype)
 
 
-# The engine's kernels, launched as src/vlm/cuda_kernels/ launches them.
+# The engine's kernels, launched as crates/vlm/src/cuda_kernels/ launches them.
 
 def fused_router(kernel, logits, k):
     tokens, experts = logits.shape

@@ -31,7 +31,7 @@ venv="${VLM_VENV:-${BPALS_VENV:-$root/.venv}}"
 work="${VLM_BENCH_DIR:-${TMPDIR:-/tmp}/bpals-vlm-bench}"
 cd "$root"
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" LIBTORCH_USE_PYTORCH=1
-# The engine pins libtorch's CPU kernels (AVX2, MKL's COMPATIBLE branch) for reproducible bytes (src/vlm/cpu_kernels.rs);
+# The engine pins libtorch's CPU kernels (AVX2, MKL's COMPATIBLE branch) for reproducible bytes (crates/vlm/src/cpu_kernels.rs);
 # transformers runs on the same kernels, so the ratio compares like with like.
 export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}" MKL_CBWR="${MKL_CBWR:-COMPATIBLE}" ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}"
 # BENCH_PROFILE=debug reuses the test build (the heavy work is in libtorch either way).

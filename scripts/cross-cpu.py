@@ -12,7 +12,7 @@ step, whether its bits equal the native run's.
   cross-cpu.py compare [--cpus A,B] kernels|layers ...   # the same, natively and under each CPU
 
 The probes run in the PyTorch of scripts/torch-env.sh's venv, whose libtorch the engine links,
-under the kernel pins the engine sets (src/vlm/cpu_kernels.rs) unless the environment sets them
+under the kernel pins the engine sets (crates/vlm/src/cpu_kernels.rs) unless the environment sets them
 otherwise: `MKL_CBWR=AVX2,STRICT cross-cpu.py compare kernels` shows what the old pin did.
 Emulation is about 30 times slower than the host: `layers` on a tiny fixture takes a minute.
 """
@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 
-# The engine's pins (src/vlm/cpu_kernels.rs: PINS). Kept here by hand; tests/cross_cpu.rs checks
+# The engine's pins (crates/vlm/src/cpu_kernels.rs: PINS). Kept here by hand; tests/cross_cpu.rs checks
 # that the two lists agree.
 PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 DEFAULT_CPUS = ["Haswell-v4", "EPYC-Rome-v2"]

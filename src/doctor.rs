@@ -50,11 +50,11 @@ pub struct DoctorReport {
     pub tool: ToolInfo,
     pub vlm_feature: bool,
     /// The model families the native engine runs (`model_type` in a checkpoint's config.json).
-    pub engine_families: Vec<crate::vlm::Family>,
+    pub engine_families: Vec<bpals_vlm::Family>,
     pub libtorch: Option<LibtorchInfo>,
-    /// The CPU kernel pins in force (see `vlm::cpu_kernels`): the engine's CPU logits are the
+    /// The CPU kernel pins in force (see `bpals_vlm::cpu_kernels`): the engine's CPU logits are the
     /// same bits on every AVX2 machine only when each is reproducible.
-    pub cpu_kernels: Vec<crate::vlm::cpu_kernels::KernelSetting>,
+    pub cpu_kernels: Vec<bpals_vlm::cpu_kernels::KernelSetting>,
     /// Where the Hub token comes from; never the token.
     pub hub_token: String,
     pub hf_cache: PathBuf,
@@ -72,10 +72,10 @@ pub struct DoctorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelDirReport {
     pub path: PathBuf,
-    pub family: crate::vlm::Family,
+    pub family: bpals_vlm::Family,
     /// A mixture of experts' shape (experts, per token, sparse layers, shared expert).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub experts: Option<crate::vlm::MoeConfig>,
+    pub experts: Option<bpals_vlm::MoeConfig>,
     pub chat_template_from: &'static str,
     /// Every variable the template reads besides `messages` and `add_generation_prompt`.
     pub template_reads: Vec<String>,
@@ -88,7 +88,7 @@ pub struct ModelDirReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptView {
-    pub thinking: crate::vlm::Thinking,
+    pub thinking: bpals_vlm::Thinking,
     pub question: String,
     pub text: String,
     /// The token ids, the image placeholder once (the engine repeats it per merged patch).
@@ -98,9 +98,9 @@ pub struct PromptView {
 }
 
 /// Opens `dir` as the engine does (no weights are loaded) and renders `question`'s prompt.
-pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport, crate::vlm::VlmError> {
-    use crate::vlm::Thinking;
-    let opened = crate::vlm::ModelDir::open(dir)?;
+pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport, bpals_vlm::VlmError> {
+    use bpals_vlm::Thinking;
+    let opened = bpals_vlm::ModelDir::open(dir)?;
     let merge = opened.config.vision.spatial_merge_size;
     let prompts = [Thinking::Off, Thinking::On]
         .into_iter()
@@ -108,7 +108,7 @@ pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport
             let p = opened.prompt(question, (1, merge, merge), thinking)?;
             Ok(PromptView { thinking, question: question.into(), text: p.text, input_ids: p.input_ids, opens_reasoning: p.opens_reasoning })
         })
-        .collect::<Result<_, crate::vlm::VlmError>>()?;
+        .collect::<Result<_, bpals_vlm::VlmError>>()?;
     Ok(ModelDirReport {
         path: dir.into(),
         family: opened.config.family,
@@ -124,7 +124,7 @@ pub fn model_dir(dir: &std::path::Path, question: &str) -> Result<ModelDirReport
 #[cfg(feature = "vlm")]
 fn libtorch() -> Option<LibtorchInfo> {
     use tch::{Device, Kind, Tensor};
-    crate::vlm::engine::load_cuda_backend(false);
+    bpals_vlm::engine::load_cuda_backend(false);
     let device = Device::cuda_if_available();
     let try_kind = |kind: Kind| {
         std::panic::catch_unwind(|| {
@@ -253,9 +253,9 @@ pub fn report(spec: Option<&ReleaseSpec>) -> DoctorReport {
     DoctorReport {
         tool: ToolInfo::current(),
         vlm_feature: cfg!(feature = "vlm"),
-        engine_families: crate::vlm::Family::ALL.to_vec(),
+        engine_families: bpals_vlm::Family::ALL.to_vec(),
         libtorch,
-        cpu_kernels: crate::vlm::cpu_kernels::settings(),
+        cpu_kernels: bpals_vlm::cpu_kernels::settings(),
         hub_token: crate::hub::token::source().unwrap_or_else(|| "none configured".into()),
         hf_cache,
         model,

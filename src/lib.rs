@@ -4,10 +4,11 @@
 //! The modules follow the pipeline, lowest first; a module imports only those below it
 //! (`tests/architecture.rs` checks this):
 //!
-//! 1. [`memory`], [`vocab`], [`files`], [`hashing`], [`vlm`]: the heap budget untrusted work runs
-//!    under, the label vocabulary, guarded reads and output folders, content hashes and the
-//!    engine; they import nothing above them (the spec checks its model family against the
-//!    engine's list).
+//! 0. The vision-language model engine is a crate of its own, [`bpals_vlm`] (`crates/vlm/`): it
+//!    knows nothing of releases, and every module here may use its public API (the spec checks
+//!    its model family against the engine's list).
+//! 1. [`vocab`], [`files`], [`hashing`]: the label vocabulary, guarded reads and output folders,
+//!    content hashes; they import nothing above them.
 //! 2. [`release_spec`]: the release spec as plain data (reading its YAML layers is its only I/O).
 //! 3. [`manifest`], [`signing`], [`hub`]: the release's file contract, its signature and
 //!    provenance, the Hub client.
@@ -36,7 +37,6 @@ pub mod hub;
 pub mod infer;
 pub mod inputs;
 pub mod manifest;
-pub mod memory;
 pub mod paraphrase;
 pub mod pipeline;
 pub mod publish;
@@ -50,5 +50,4 @@ pub mod signal;
 pub mod signing;
 pub mod source;
 pub mod trial;
-pub mod vlm;
 pub mod vocab;

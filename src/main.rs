@@ -85,7 +85,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // Before anything can start libtorch or a second thread.
-    bpals_release::vlm::cpu_kernels::pin();
+    bpals_vlm::cpu_kernels::pin();
     // A reader that stops early (`bpals-release eval ... | head`) ends the command quietly, as
     // for any Unix tool, instead of a panic at the next line printed. Sockets are unaffected:
     // the standard library sends with MSG_NOSIGNAL.

@@ -1,17 +1,17 @@
 //! The layering of `src/`: each top-level module imports only modules below it in the pipeline,
-//! and no two files of one module import each other (directly or round a circle). The guide's
+//! and no two files of one module import each other (directly or round a circle), in the tool and
+//! in the engine's crate (`crates/vlm/`). The engine cannot import the tool at all (it does not
+//! depend on it), and the tool names only the engine's public surface, listed below. The guide's
 //! architecture notes (docs/src/maintainers/architecture.md) say why the order is what it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may import only modules that come before it.
-const LAYERS: [&str; 30] = [
-    "memory",
+const LAYERS: [&str; 28] = [
     "vocab",
     "files",
     "hashing",
-    "vlm",
     "reports",
     "release_spec",
     "manifest",
@@ -83,6 +83,11 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The engine's crate's source.
+fn engine_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/vlm/src")
+}
+
 /// (file, top-level module) for every library file; `main.rs`, `lib.rs` and `cli/` are the binary.
 fn library_files() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
@@ -122,22 +127,36 @@ fn no_module_imports_one_above_it() {
     assert!(upward.is_empty(), "imports that go up the pipeline:\n  {}", upward.join("\n  "));
 }
 
-#[test]
-fn no_two_files_of_a_module_import_each_other() {
+/// Every file under `root` whose module path is not `root` itself, with that module path.
+fn files_in_modules(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let dir = path.parent().unwrap().to_path_buf();
+            let module = dir.strip_prefix(root).unwrap().to_string_lossy().replace('/', "::");
+            (!module.is_empty()).then_some((path, module))
+        })
+        .collect()
+}
+
+/// Panics when a file among `files` reaches itself through imports of its siblings.
+fn assert_no_sibling_circles(files: Vec<(PathBuf, String)>) {
     // Edges between sibling files (mod.rs, the module's front, is left out: it declares them all).
     let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
-    for (path, top) in library_files() {
-        let dir = path.parent().unwrap().to_path_buf();
-        if path.file_name().unwrap() == "mod.rs" || dir == src() {
+    for (path, module) in files {
+        if path.file_name().unwrap() == "mod.rs" {
             continue;
         }
-        let module = dir.strip_prefix(src()).unwrap().to_string_lossy().replace('/', "::");
+        let dir = path.parent().unwrap().to_path_buf();
         let text = code(&path);
         let mut siblings = names_after(&text, "super::");
-        siblings.extend(names_after(&text, &format!("crate::{module}::")));
+        let from_root = if module.is_empty() { "crate::".to_string() } else { format!("crate::{module}::") };
+        siblings.extend(names_after(&text, &from_root));
         let targets = siblings.into_iter().map(|name| dir.join(format!("{name}.rs"))).filter(|p| p.is_file() && *p != path);
         edges.entry(path.clone()).or_default().extend(targets);
-        let _ = top;
     }
     // A circle exists when some file reaches itself.
     for start in edges.keys() {
@@ -153,18 +172,39 @@ fn no_two_files_of_a_module_import_each_other() {
 }
 
 #[test]
+fn no_two_files_of_a_module_import_each_other() {
+    assert_no_sibling_circles(files_in_modules(&src()));
+}
+
+#[test]
+fn no_two_files_of_an_engine_module_import_each_other() {
+    // The crate's root files are siblings too: lib.rs declares them, as a mod.rs does.
+    let mut files = Vec::new();
+    rust_files(&engine_src(), &mut files);
+    let files = files
+        .into_iter()
+        .filter(|p| p.file_name().unwrap() != "lib.rs")
+        .map(|path| {
+            let module = path.parent().unwrap().strip_prefix(engine_src()).unwrap().to_string_lossy().replace('/', "::");
+            (path, module)
+        })
+        .collect();
+    assert_no_sibling_circles(files);
+}
+
+#[test]
 fn the_engine_families_stand_on_the_shared_config_types_and_point_nowhere_up() {
     // config.rs holds what every family reads config.json into; checkpoint.rs dispatches on the
     // family above both. A family folder may use config.rs, never what is built on the families.
-    let config = code(&src().join("vlm/config.rs"));
+    let config = code(&engine_src().join("config.rs"));
     for up in ["families", "checkpoint", "model_dir", "engine"] {
-        assert!(!names_after(&config, "super::").contains(up) && !names_after(&config, "crate::vlm::").contains(up), "config.rs uses {up}");
+        assert!(!names_after(&config, "super::").contains(up) && !names_after(&config, "crate::").contains(up), "config.rs uses {up}");
     }
     let mut family_files = Vec::new();
-    rust_files(&src().join("vlm/families"), &mut family_files);
+    rust_files(&engine_src().join("families"), &mut family_files);
     for path in family_files {
         let text = code(&path);
-        let used: BTreeSet<String> = names_after(&text, "crate::vlm::").into_iter().chain(names_after(&text, "super::super::")).collect();
+        let used: BTreeSet<String> = names_after(&text, "crate::").into_iter().chain(names_after(&text, "super::super::")).collect();
         for up in ["checkpoint", "model_dir", "engine", "chat_template", "prompt"] {
             assert!(!used.contains(up), "{} uses {up}", path.display());
         }
@@ -195,4 +235,105 @@ fn the_tracked_files_stay_under_25_mib() {
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     let largest: Vec<String> = sizes.iter().take(8).map(|(n, p)| format!("  {n:>10} {p}")).collect();
     assert!(total <= LIMIT, "the tracked files hold {total} bytes, more than {LIMIT} (25 MiB); the largest:\n{}", largest.join("\n"));
+}
+
+/// The engine's public surface: what its crate root makes public, and so all the tool may name.
+/// A change here is a change of the engine's API; say why in its commit.
+const ENGINE_SURFACE: [&str; 29] = [
+    // without libtorch: model directories, chat templates, image sizing, grounding, CPU pins
+    "arithmetic",
+    "chat_template",
+    "config",
+    "cpu_kernels",
+    "grounding",
+    "preprocess",
+    "rope",
+    "ChatTemplate",
+    "ChatTemplateSource",
+    "Family",
+    "GENERATION_CONFIG",
+    "ModelConfig",
+    "ModelDir",
+    "MoeConfig",
+    "PreprocessorConfig",
+    "TextConfig",
+    "TextVariant",
+    "Thinking",
+    "VisionConfig",
+    "VlmError",
+    "YesNo",
+    // with libtorch: the model, its passes and generation
+    "cuda_kernels",
+    "engine",
+    "generate",
+    "model",
+    "pixels",
+    "real_tokens",
+    "shared_prefix",
+    "ImageFeatures",
+];
+
+/// The engine's parts that serve `bench`, not scoring, kept apart in the surface.
+const ENGINE_BENCH_SURFACE: [&str; 2] = ["stage_clock", "throughput"];
+
+/// The names `pub mod NAME;` and `pub use PATH::{A, B as C};` make public in a crate root.
+fn public_names(root: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in root.lines().map(str::trim) {
+        if let Some(module) = line.strip_prefix("pub mod ") {
+            names.insert(module.trim_end_matches(';').to_string());
+        } else if let Some(path) = line.strip_prefix("pub use ") {
+            let path = path.trim_end_matches(';');
+            let items = match path.find('{') {
+                Some(at) => path[at + 1..path.len() - 1].split(',').map(str::trim).collect::<Vec<_>>(),
+                None => vec![path.rsplit("::").next().unwrap()],
+            };
+            names.extend(items.into_iter().filter(|i| !i.is_empty()).map(|i| i.rsplit(" as ").next().unwrap().to_string()));
+        }
+    }
+    names
+}
+
+#[test]
+fn the_engine_shows_the_surface_listed_here() {
+    let root = std::fs::read_to_string(engine_src().join("lib.rs")).unwrap();
+    let shown = public_names(&root);
+    let listed: BTreeSet<String> = ENGINE_SURFACE.iter().chain(&ENGINE_BENCH_SURFACE).map(|s| s.to_string()).collect();
+    assert_eq!(shown, listed, "crates/vlm/src/lib.rs and ENGINE_SURFACE must name the same items");
+}
+
+#[test]
+fn the_tool_names_the_engine_only_through_its_surface() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let surface: BTreeSet<&str> = ENGINE_SURFACE.iter().chain(&ENGINE_BENCH_SURFACE).copied().collect();
+    let mut outside = Vec::new();
+    for path in files {
+        for name in names_after(&code(&path), "bpals_vlm::") {
+            if !surface.contains(name.as_str()) {
+                outside.push(format!("{} names bpals_vlm::{name}", path.strip_prefix(src()).unwrap().display()));
+            }
+        }
+    }
+    assert!(outside.is_empty(), "names outside the engine's surface:\n  {}", outside.join("\n  "));
+}
+
+/// Benchmark machinery is named only by `bench` and the command line (`src/bench/`, `src/cli/`).
+#[test]
+fn only_the_bench_names_the_engines_bench_parts() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut misplaced = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(src()).unwrap();
+        if rel.starts_with("cli") || rel.starts_with("bench") {
+            continue;
+        }
+        for name in names_after(&code(&path), "bpals_vlm::") {
+            if ENGINE_BENCH_SURFACE.contains(&name.as_str()) {
+                misplaced.push(format!("{} names bpals_vlm::{name}", rel.display()));
+            }
+        }
+    }
+    assert!(misplaced.is_empty(), "the engine's bench parts named outside the bench:\n  {}", misplaced.join("\n  "));
 }

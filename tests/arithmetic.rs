@@ -1,4 +1,4 @@
-//! The CPU's arithmetic revision (`vlm::arithmetic::CPU`) names the bits it makes: the committed
+//! The CPU's arithmetic revision (`bpals_vlm::arithmetic::CPU`) names the bits it makes: the committed
 //! fixture models' yes/no logits, scored as a build scores them (the prefix held once, one CPU
 //! thread, passes of one image and of three), are kept in `fixtures/vlm/arithmetic-cpu.json`
 //! under the revision that made them. A change to the engine that changes them must raise the
@@ -14,9 +14,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bpals_release::vlm::arithmetic;
-use bpals_release::vlm::model::{PassImage, VlModel};
-use bpals_release::vlm::{pixels, ModelDir, Thinking, YesNo};
+use bpals_vlm::arithmetic;
+use bpals_vlm::model::{PassImage, VlModel};
+use bpals_vlm::{pixels, ModelDir, Thinking, YesNo};
 use common::repo;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
@@ -30,7 +30,7 @@ const QUESTIONS: [&str; 3] =
 
 #[derive(Serialize, Deserialize, PartialEq, Debug)]
 struct Record {
-    /// `vlm::arithmetic::CPU` when these bits were recorded.
+    /// `bpals_vlm::arithmetic::CPU` when these bits were recorded.
     revision: u32,
     /// Per fixture, per pass size: each score's yes and no logits as f32 bits, in hex.
     logits: BTreeMap<String, BTreeMap<String, Vec<String>>>,

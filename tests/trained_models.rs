@@ -8,9 +8,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
-use bpals_release::vlm::grounding::{BoxStatus, ImageBox};
-use bpals_release::vlm::Thinking;
+use bpals_vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use bpals_vlm::grounding::{BoxStatus, ImageBox};
+use bpals_vlm::Thinking;
 use common::*;
 
 fn trained(family: &str) -> PathBuf {
@@ -156,8 +156,8 @@ fn describe_prints_reasoning_boxes_and_reports() {
 /// Batched decoding (several images, several prompts each, mixed lengths) gives the same tokens
 /// as decoding each prompt alone, in f32 on the CPU.
 fn batched_generation_equals_one_at_a_time(family: &str) {
-    use bpals_release::vlm::generate::{GenerationImage, GenerationPrompt};
-    use bpals_release::vlm::pixels;
+    use bpals_vlm::generate::{GenerationImage, GenerationPrompt};
+    use bpals_vlm::pixels;
     let engine = engine(family);
     let (dir, model) = (&engine.dir, &engine.model);
     let t = training(family);

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use bpals_release::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use bpals_vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
 use common::*;
 
 /// f32 on the GPU against f32 on the CPU: kernel order only.

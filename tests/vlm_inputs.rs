@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use bpals_release::vlm::{self, ChatTemplateSource, Family, ModelDir, Thinking};
+use bpals_vlm::{self as vlm, ChatTemplateSource, Family, ModelDir, Thinking};
 use common::*;
 
 fn fixture(family: &str) -> PathBuf {

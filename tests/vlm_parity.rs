@@ -13,12 +13,12 @@ mod common;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use bpals_release::vlm::generate::{Generated, GenerationImage, GenerationPrompt};
-use bpals_release::vlm::model::{PassImage, VlModel};
-use bpals_release::vlm::real_tokens::SuffixRows;
-use bpals_release::vlm::shared_prefix::PrefixAttention;
-use bpals_release::vlm::stage_clock::StageClock;
-use bpals_release::vlm::{pixels, ImageFeatures, ModelDir, Thinking, YesNo};
+use bpals_vlm::generate::{Generated, GenerationImage, GenerationPrompt};
+use bpals_vlm::model::{PassImage, VlModel};
+use bpals_vlm::real_tokens::SuffixRows;
+use bpals_vlm::shared_prefix::PrefixAttention;
+use bpals_vlm::stage_clock::StageClock;
+use bpals_vlm::{pixels, ImageFeatures, ModelDir, Thinking, YesNo};
 use common::*;
 use tch::{Device, Kind, Tensor};
 

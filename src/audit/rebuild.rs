@@ -176,7 +176,7 @@ impl ArithmeticRevisions {
         let preprocessing = &scorer["preprocessing"];
         let device = preprocessing["device"].as_str()?;
         let locked = preprocessing["scoring"]["arithmetic"].as_str().map(str::to_string);
-        Some(ArithmeticRevisions { locked, now: crate::vlm::arithmetic::revision(device == "cuda") })
+        Some(ArithmeticRevisions { locked, now: bpals_vlm::arithmetic::revision(device == "cuda") })
     }
 
     fn differ(&self) -> bool {
@@ -193,7 +193,7 @@ impl ArithmeticRevisions {
     }
 }
 
-/// The CPU kernel settings (`vlm::cpu_kernels`) a release's scorer recorded and this process's,
+/// The CPU kernel settings (`bpals_vlm::cpu_kernels`) a release's scorer recorded and this process's,
 /// where they differ: each `VARIABLE=value` ("unset" where it was), and how to repeat the
 /// release's.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -207,7 +207,7 @@ pub struct KernelPins {
 impl KernelPins {
     /// From a lock's scorer, against `now` (`cpu_kernels::identity()` of this process).
     pub fn of(scorer: &serde_json::Value, now: &serde_json::Value) -> Option<KernelPins> {
-        use crate::vlm::cpu_kernels::shown;
+        use bpals_vlm::cpu_kernels::shown;
         let locked = scorer["preprocessing"]["cpu_kernels"].as_object()?;
         let mut pins = KernelPins { locked: Vec::new(), now: Vec::new(), repeat: String::new() };
         let mut repeat = Vec::new();
@@ -274,7 +274,7 @@ pub fn rebuild_audit(dir: &Path, options: &RebuildOptions, log: &dyn Fn(&str)) -
         tool_locked: format!("{} {} ({})", lock.tool.name, lock.tool.version, lock.tool.commit),
         tool_now: format!("{} {} ({})", tool_now.name, tool_now.version, tool_now.commit),
         arithmetic: ArithmeticRevisions::of(&lock.scorer),
-        kernel_pins: KernelPins::of(&lock.scorer, &crate::vlm::cpu_kernels::identity()),
+        kernel_pins: KernelPins::of(&lock.scorer, &bpals_vlm::cpu_kernels::identity()),
         inference: if options.cache_dir.is_some() { "reused".into() } else { "rerun".into() },
         files: Vec::new(),
         drift: None,
@@ -650,7 +650,7 @@ mod tests {
     /// another backend's.
     #[test]
     fn the_arithmetic_revisions_come_from_the_locks_scorer() {
-        let now = crate::vlm::arithmetic::revision(false);
+        let now = bpals_vlm::arithmetic::revision(false);
         let same = serde_json::json!({"preprocessing": {"device": "cpu", "scoring": {"arithmetic": now}}});
         let a = ArithmeticRevisions::of(&same).unwrap();
         assert!(!a.differ());
@@ -658,7 +658,7 @@ mod tests {
         let b = ArithmeticRevisions::of(&older).unwrap();
         assert!(b.differ() && b.explain().contains("before the engine recorded its arithmetic"), "{}", b.explain());
         let gpu = serde_json::json!({"preprocessing": {"device": "cuda", "scoring": {"arithmetic": "cuda-0"}}});
-        assert_eq!(ArithmeticRevisions::of(&gpu).unwrap().now, crate::vlm::arithmetic::revision(true));
+        assert_eq!(ArithmeticRevisions::of(&gpu).unwrap().now, bpals_vlm::arithmetic::revision(true));
         assert!(ArithmeticRevisions::of(&serde_json::json!({"preprocessing": {"model": "served"}})).is_none());
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::plots::{histogram, paired_histogram, register_font, write_png, Area, PlotError, PlotFile, BINS, FONT};
-use crate::vlm::grounding::ImageBox;
+use bpals_vlm::grounding::ImageBox;
 
 /// One sample image for the box figure: its pixels, the finding, and both boxes (in its pixels).
 pub struct SampleBoxes {

@@ -383,10 +383,10 @@ pub fn check_templates(dir: &Path, template: &str) -> Result<(), CardError> {
 }
 
 /// The sentence the card's reproducibility line adds where the model scored on the CPU under
-/// other kernels than the engine pins (`vlm::cpu_kernels`), or nothing.
+/// other kernels than the engine pins (`bpals_vlm::cpu_kernels`), or nothing.
 fn unpinned_kernels_note(scorer: &minijinja::Value) -> String {
     let scorer = serde_json::to_value(scorer).unwrap_or_default();
-    let unpinned = crate::vlm::cpu_kernels::unpinned(&scorer["preprocessing"]["cpu_kernels"]);
+    let unpinned = bpals_vlm::cpu_kernels::unpinned(&scorer["preprocessing"]["cpu_kernels"]);
     if unpinned.is_empty() {
         return String::new();
     }

@@ -45,8 +45,8 @@ pub enum DtypeArg {
 
 #[cfg(feature = "vlm")]
 impl DeviceArg {
-    pub fn choice(self) -> bpals_release::vlm::engine::DeviceChoice {
-        use bpals_release::vlm::engine::DeviceChoice;
+    pub fn choice(self) -> bpals_vlm::engine::DeviceChoice {
+        use bpals_vlm::engine::DeviceChoice;
         match self {
             DeviceArg::Auto => DeviceChoice::Auto,
             DeviceArg::Cpu => DeviceChoice::Cpu,
@@ -57,8 +57,8 @@ impl DeviceArg {
 
 #[cfg(feature = "vlm")]
 impl DtypeArg {
-    pub fn choice(self) -> bpals_release::vlm::engine::DtypeChoice {
-        use bpals_release::vlm::engine::DtypeChoice;
+    pub fn choice(self) -> bpals_vlm::engine::DtypeChoice {
+        use bpals_vlm::engine::DtypeChoice;
         match self {
             DtypeArg::Auto => DtypeChoice::Auto,
             DtypeArg::F32 => DtypeChoice::F32,
@@ -69,8 +69,8 @@ impl DtypeArg {
 }
 
 #[cfg(feature = "vlm")]
-pub fn open(args: &EngineArgs) -> Result<bpals_release::vlm::engine::Engine> {
-    use bpals_release::vlm::engine::{Engine, EngineOptions};
+pub fn open(args: &EngineArgs) -> Result<bpals_vlm::engine::Engine> {
+    use bpals_vlm::engine::{Engine, EngineOptions};
     let options = EngineOptions {
         device: args.device.choice(),
         dtype: args.dtype.choice(),

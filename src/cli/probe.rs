@@ -27,8 +27,8 @@ pub fn run(args: ProbeArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
         let engine = super::engine::open(&args.engine)?;
-        let total = |t: &bpals_release::vlm::engine::Timing| t.preprocess + t.vision + t.text;
-        let mut best: Option<bpals_release::vlm::engine::ProbeReport> = None;
+        let total = |t: &bpals_vlm::engine::Timing| t.preprocess + t.vision + t.text;
+        let mut best: Option<bpals_vlm::engine::ProbeReport> = None;
         let mut runs_ms = Vec::with_capacity(args.repeat as usize);
         for _ in 0..args.repeat {
             let report = engine.probe(&args.image, &args.questions)?;

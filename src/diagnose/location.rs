@@ -6,7 +6,7 @@
 
 use super::RowDiagnosis;
 use crate::source::BoundingBox;
-use crate::vlm::grounding::{BoxStatus, ImageBox};
+use bpals_vlm::grounding::{BoxStatus, ImageBox};
 
 /// The patient's side a box's centre lies on.
 pub fn implied_side(b: &BoundingBox, width: u32) -> &'static str {
@@ -101,7 +101,7 @@ mod tests {
             grounding: Some(super::super::RowGrounding {
                 answer: String::new(),
                 truncated: false,
-                grounding: crate::vlm::grounding::Grounding {
+                grounding: bpals_vlm::grounding::Grounding {
                     status,
                     boxes: vec![ImageBox { label: None, x1, y1: 100.0, x2: x1 + 50.0, y2: 150.0 }],
                 },

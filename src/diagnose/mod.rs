@@ -5,7 +5,7 @@
 //!   shared image prefix.
 //! - A box: the answer to the family's grounding prompt (the generation stage), for every
 //!   finding NIH asserts and the spec boxes, parsed strictly and mapped back to the original
-//!   image's pixels ([`crate::vlm::grounding`]).
+//!   image's pixels ([`bpals_vlm::grounding`]).
 //! - Signs: each sign of the finding's vocabulary scored yes/no; a row is flagged when NIH
 //!   asserts the finding and the model sees none of its signs.
 //!
@@ -23,9 +23,9 @@ use crate::release_spec::{PromptSet, Question};
 use crate::select::Selection;
 use crate::signal::trace::{self, ErrorTrace, ErrorTuple, LOCATION};
 use crate::source::BoundingBox;
-use crate::vlm::grounding::{self, Grounding, ImageBox, ImageGeometry};
-use crate::vlm::{Family, YesNo};
 use crate::vocab::LABELS;
+use bpals_vlm::grounding::{self, Grounding, ImageBox, ImageGeometry};
+use bpals_vlm::{Family, YesNo};
 
 /// What S2 adds to one row. Every part is None (or empty) where the spec does not ask it.
 #[derive(Debug, Clone, Default, PartialEq)]

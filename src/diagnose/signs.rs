@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::RowDiagnosis;
 use crate::release_spec::diagnose::{sign_id, SignPrompts};
-use crate::vlm::YesNo;
+use bpals_vlm::YesNo;
 
 pub(super) fn score_row(
     d: &mut RowDiagnosis,

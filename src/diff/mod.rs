@@ -199,7 +199,7 @@ fn cross_family(rows: &[ReleaseRow]) -> Option<Agreement> {
 
 /// A row's i-th question's p_yes, from its shipped logits.
 fn p_yes(row: &ReleaseRow, i: usize) -> f64 {
-    crate::vlm::YesNo { logit_yes: row.logit_yes[i], logit_no: row.logit_no[i] }.p_yes()
+    bpals_vlm::YesNo { logit_yes: row.logit_yes[i], logit_no: row.logit_no[i] }.p_yes()
 }
 
 /// The largest `change` over every question both rows of each pair hold (total over floats: a

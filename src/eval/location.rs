@@ -16,8 +16,8 @@ use serde::Serialize;
 use super::{release_rows, EvalError};
 use crate::diagnose::location::{as_image_box, implied_side, implied_zone};
 use crate::source::BoundingBox;
-use crate::vlm::grounding::ImageBox;
 use crate::vocab::LABELS;
+use bpals_vlm::grounding::ImageBox;
 
 pub const THRESHOLDS: [f64; 3] = [0.1, 0.25, 0.5];
 

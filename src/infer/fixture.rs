@@ -86,7 +86,7 @@ impl Scorer for FixtureScorer {
     }
 
     fn family(&self) -> &'static str {
-        crate::vlm::Family::Qwen2Vl.name()
+        bpals_vlm::Family::Qwen2Vl.name()
     }
 
     /// Its scores, and the same vectors as [`Self::image_features`], as the native engine keeps
@@ -134,7 +134,7 @@ fn fixture_answer(image_sha256: &str, prompt: &str, settings: &super::DecodingSe
             ["upper", "middle", "lower"][at(56, 3) as usize]
         );
         let findings = if listed.is_empty() { "No Finding".to_string() } else { listed.join(", ") };
-        if settings.thinking == crate::vlm::Thinking::On {
+        if settings.thinking == bpals_vlm::Thinking::On {
             if at(60, 8) == 0 {
                 let text = format!("<think>\n{reasoning} Still reading the");
                 return Answer { text, new_tokens: settings.max_new_tokens, truncated: true };

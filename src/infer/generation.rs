@@ -11,7 +11,7 @@ use super::runner::{decode_png, read_image, STALE_TEMP_AGE};
 use super::store::{CacheLocation, EntryStore};
 use super::{ImageInput, ImageJob, InferError, RunOptions, Scorer};
 use crate::hashing::{sha256_json, sha256_parts};
-use crate::vlm::Thinking;
+use bpals_vlm::Thinking;
 
 /// Images decoded together in one batch. On the CPU each worker runs its own batch; the batch
 /// mostly saves per-step overhead, which a few images already amortise.

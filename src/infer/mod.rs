@@ -29,7 +29,7 @@ pub use store::{CacheLocation, CacheProblem};
 use crate::hashing::sha256_json;
 use crate::release_spec::{Backend, ModelSpec, Question};
 
-pub use crate::vlm::YesNo;
+pub use bpals_vlm::YesNo;
 
 /// All question scores of one image, in prompt-set order.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +105,7 @@ pub enum InferError {
         backend: String,
         context: String,
         #[source]
-        source: Box<crate::vlm::VlmError>,
+        source: Box<bpals_vlm::VlmError>,
     },
     #[error("{}", path.display())]
     File {

@@ -13,11 +13,11 @@ use std::sync::Mutex;
 use super::{Answer, DecodingSettings, FeatureDefinition, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hashing::DigestCache;
 use crate::release_spec::{ModelSpec, Question};
-use crate::vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
-use crate::vlm::generate::{GenerationImage, GenerationPrompt};
-use crate::vlm::model::{PassImage, PromptImage};
-use crate::vlm::shared_prefix::PrefixAttention;
-use crate::vlm::{pixels, Thinking};
+use bpals_vlm::engine::{DeviceChoice, DtypeChoice, Engine, EngineOptions};
+use bpals_vlm::generate::{GenerationImage, GenerationPrompt};
+use bpals_vlm::model::{PassImage, PromptImage};
+use bpals_vlm::shared_prefix::PrefixAttention;
+use bpals_vlm::{pixels, Thinking};
 
 pub struct NativeScorer {
     identity: ScorerIdentity,
@@ -28,7 +28,7 @@ pub struct NativeScorer {
     /// before one is taken: on a GPU, where one engine serves every worker, the engine then
     /// never waits for another image's CPU work.
     pixels: PixelSettings,
-    family: crate::vlm::Family,
+    family: bpals_vlm::Family,
     /// Images scored in one pass (`model.images_per_pass`).
     images_per_pass: usize,
     /// Digest cache entries that failed their check while the weights were hashed.
@@ -36,7 +36,7 @@ pub struct NativeScorer {
 }
 
 struct PixelSettings {
-    preprocessor: crate::vlm::PreprocessorConfig,
+    preprocessor: bpals_vlm::PreprocessorConfig,
     device: tch::Device,
 }
 
@@ -56,7 +56,7 @@ fn err(message: impl std::fmt::Display) -> InferError {
 }
 
 /// An engine error, with what the scorer was doing.
-fn engine_err(context: impl std::fmt::Display) -> impl FnOnce(crate::vlm::VlmError) -> InferError {
+fn engine_err(context: impl std::fmt::Display) -> impl FnOnce(bpals_vlm::VlmError) -> InferError {
     move |source| InferError::Engine { backend: "native".into(), context: context.to_string(), source: Box::new(source) }
 }
 
@@ -107,11 +107,11 @@ impl NativeScorer {
             "config_sha256": digest("config.json")?,
             "preprocessor_config_sha256": file_sha256(&engine.dir.preprocessor_file)?,
         });
-        // On the CPU the kernel pins in force shape every bit (`vlm::cpu_kernels`): scores made
+        // On the CPU the kernel pins in force shape every bit (`bpals_vlm::cpu_kernels`): scores made
         // under other pins are another scorer's, and a rebuild must repeat these.
         if engine.model.device == tch::Device::Cpu {
-            preprocessing["cpu_kernels"] = crate::vlm::cpu_kernels::identity();
-            let unpinned = crate::vlm::cpu_kernels::unpinned(&preprocessing["cpu_kernels"]);
+            preprocessing["cpu_kernels"] = bpals_vlm::cpu_kernels::identity();
+            let unpinned = bpals_vlm::cpu_kernels::unpinned(&preprocessing["cpu_kernels"]);
             if !unpinned.is_empty() {
                 notes.push(format!(
                     "the CPU kernels are not the engine's pinned ones ({}): these scores repeat only under the same settings on a \
@@ -121,7 +121,7 @@ impl NativeScorer {
             }
         }
         // Gemma 4's processor sizes images its own way (the Qwen identities stay as they were).
-        if p.sizing != crate::vlm::config::ImageSizing::SmartResize {
+        if p.sizing != bpals_vlm::config::ImageSizing::SmartResize {
             preprocessing["image_sizing"] = serde_json::to_value(p.sizing).expect("plain data");
         }
         // The variables the scores' prompts were rendered with, where the template reads any (a
@@ -137,13 +137,13 @@ impl NativeScorer {
         let device = engine.model.device;
         // The engine's own CUDA kernels, where asked for, load now: a missing cubin or driver
         // stops the build here, before any image is scored.
-        if let Some(Err(e)) = crate::vlm::cuda_kernels::for_device(device) {
-            return Err(InferError::Scorer { backend: "native".into(), message: format!("{}: {e}", crate::vlm::cuda_kernels::ENV) });
+        if let Some(Err(e)) = bpals_vlm::cuda_kernels::for_device(device) {
+            return Err(InferError::Scorer { backend: "native".into(), message: format!("{}: {e}", bpals_vlm::cuda_kernels::ENV) });
         }
         preprocessing["scoring"] = serde_json::json!({
             "prefix": PrefixAttention::for_device(device).name(),
             "images_per_pass": model.images_per_pass,
-            "arithmetic": crate::vlm::arithmetic::revision(device.is_cuda()),
+            "arithmetic": bpals_vlm::arithmetic::revision(device.is_cuda()),
         });
         let identity = ScorerIdentity {
             backend: model.backend,
@@ -276,7 +276,7 @@ impl Scorer for NativeScorer {
         let pixel_values = self.pixel_values(images)?;
         let loaded = self.engine()?;
         let engine = &loaded.engine;
-        let features: Vec<crate::vlm::ImageFeatures> =
+        let features: Vec<bpals_vlm::ImageFeatures> =
             pixel_values.iter().map(|(values, grid)| engine.model.encode_image(values, *grid)).collect();
         let mut rendered = Vec::new();
         for (i, ((_, grid), texts)) in pixel_values.iter().zip(prompts).enumerate() {
@@ -356,14 +356,14 @@ fn rendered_prompts(
 }
 
 /// Each image's feature vector as `definition` says, from the tower's output `features` (one per
-/// image, from [`crate::vlm::model::VlModel::encode_pass`]). The scoring pass and a features pass
+/// image, from [`bpals_vlm::model::VlModel::encode_pass`]). The scoring pass and a features pass
 /// both call this on the same bits: neither the tower's output nor the prefix's state depends on
 /// what shares its pass.
 fn feature_vectors(
     engine: &Engine,
     prompts: &mut HashMap<PromptKey, Vec<Vec<u32>>>,
     images: &[ImageInput<'_>],
-    features: &[crate::vlm::ImageFeatures],
+    features: &[bpals_vlm::ImageFeatures],
     prepared: &[Pixels],
     definition: FeatureDefinition,
     pass_images: usize,
@@ -395,7 +395,7 @@ fn file_sha256(path: &std::path::Path) -> Result<String, InferError> {
 /// What generation reads that a score does not: `generation_config.json`, where the checkpoint
 /// has one (its `eos_token_id` ends an answer).
 fn generation_inputs(dir: &Path) -> Result<Option<serde_json::Value>, InferError> {
-    let path = dir.join(crate::vlm::GENERATION_CONFIG);
+    let path = dir.join(bpals_vlm::GENERATION_CONFIG);
     if !path.is_file() {
         return Ok(None);
     }

@@ -30,8 +30,8 @@ use tokio::sync::Semaphore;
 use super::{Answer, DecodingSettings, ImageAnswers, ImageInput, InferError, Scorer, ScorerIdentity, YesNo};
 use crate::hub::retry::{self, Backoff};
 use crate::release_spec::{Backend, ModelSpec, Question, ServedModel, ServerKind};
-use crate::vlm::chat_template::{THINKING_SWITCH, THINK_CLOSE, THINK_OPEN};
-use crate::vlm::Thinking;
+use bpals_vlm::chat_template::{THINKING_SWITCH, THINK_CLOSE, THINK_OPEN};
+use bpals_vlm::Thinking;
 
 /// The environment variable the API key is read from.
 pub const API_KEY_VAR: &str = "OPENAI_API_KEY";
@@ -101,7 +101,7 @@ fn fail(message: impl Into<String>) -> InferError {
 impl OpenAiScorer {
     pub fn connect(model: &ModelSpec) -> Result<OpenAiScorer, InferError> {
         let served = model.served.clone().ok_or_else(|| fail("model.endpoint is not set"))?;
-        let family = crate::vlm::Family::from_name(&served.family).ok_or_else(|| fail(format!("unknown family {}", served.family)))?.name();
+        let family = bpals_vlm::Family::from_name(&served.family).ok_or_else(|| fail(format!("unknown family {}", served.family)))?.name();
         let client = reqwest::Client::builder()
             .user_agent(format!("{}/{}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(served.timeout_s))
@@ -422,7 +422,7 @@ impl Scorer for OpenAiScorer {
             .map(|(image, answers)| {
                 let (w, h) = (image.image.width(), image.image.height());
                 // The frame the server's model saw: the processor's resize, as the spec's pixel bounds give it.
-                let resized = crate::vlm::preprocess::smart_resize(h as usize, w as usize, 28, self.pixels.0, self.pixels.1)
+                let resized = bpals_vlm::preprocess::smart_resize(h as usize, w as usize, 28, self.pixels.0, self.pixels.1)
                     .map_err(|e| fail(format!("image {}: {e}", image.name)))?;
                 Ok(ImageAnswers { original: (w, h), resized, answers })
             })

@@ -12,8 +12,8 @@ use crate::infer::{GenerationJob, ImageAnswers, ImageJob};
 use crate::release_spec::narrative::ReportPrompts;
 use crate::reports::{Assertion, Labeler, ReportLabels, Side};
 use crate::signal::text_trace::{TextTrace, TextTuple};
-use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
+use bpals_vlm::Thinking;
 
 /// One prompt per image.
 pub fn plan(prompts: &ReportPrompts, images: &[ImageJob]) -> Vec<GenerationJob> {
@@ -70,7 +70,7 @@ pub fn trace(labels: &ReportLabels, reference: &[&'static str], sides: &[(&'stat
 /// block (none when the block never closed).
 pub fn read(answer: &ImageAnswers, references: &References<'_>, labeler: &Labeler, tau: f64, thinking: Thinking) -> ImageReport {
     let a = &answer.answers[0];
-    let report = crate::vlm::chat_template::after_reasoning(&a.text, thinking).unwrap_or("");
+    let report = bpals_vlm::chat_template::after_reasoning(&a.text, thinking).unwrap_or("");
     let labels = labeler.label(report);
     let with = |assertion: Assertion| -> Vec<&'static str> {
         LABELS.into_iter().filter(|l| labels.findings.get(*l).is_some_and(|c| c.label == assertion)).collect()

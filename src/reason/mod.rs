@@ -12,9 +12,9 @@ use crate::release_spec::narrative::ReasoningPrompts;
 use crate::reports::{Assertion, Labeler};
 use crate::select::Selection;
 use crate::signal::text_trace::{TextTrace, TextTuple};
-use crate::vlm::chat_template::opened_block;
-use crate::vlm::Thinking;
 use crate::vocab::{LABELS, NO_FINDING};
+use bpals_vlm::chat_template::opened_block;
+use bpals_vlm::Thinking;
 
 /// The generation work: per image, its distinct prompts, and for each of its rows (row, the
 /// answer that row reads). A per-row prompt asks each row its own question; an image-level one

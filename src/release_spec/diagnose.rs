@@ -158,8 +158,8 @@ pub fn resolve_location(layer: LocationLayer) -> Result<LocationPrompts, (&'stat
     let ground = layer.ground.ok_or(("prompts.location.ground", "is required: a grounding prompt per model family".to_string()))?;
     for (family, text) in &ground {
         // The families whose grounding format the parser knows: the engine's.
-        if crate::vlm::Family::from_name(family).is_none() {
-            let known = crate::vlm::Family::supported();
+        if bpals_vlm::Family::from_name(family).is_none() {
+            let known = bpals_vlm::Family::supported();
             return Err(("prompts.location.ground", format!("unknown model family {family:?}: expected one of {known}")));
         }
         template(Some(text.clone()), "prompts.location.ground", &["{finding}"])?;

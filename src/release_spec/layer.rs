@@ -279,7 +279,7 @@ pub struct ModelLayer {
     pub min_pixels: Option<u64>,
     /// `off` or `on`: whether generation (S3's reasoning, S4's reports) lets the model reason in
     /// its chat template's `<think>` block first. Scores and grounding always render it off.
-    pub thinking: Option<crate::vlm::Thinking>,
+    pub thinking: Option<bpals_vlm::Thinking>,
     /// Backend `openai`: the server's base URL, ending in `/v1`.
     pub endpoint: Option<String>,
     /// Backend `openai`: the served model's family (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`, `qwen3_5`), for its box format.

@@ -371,8 +371,8 @@ fn resolve_served(r: &Resolver<'_>, backend: Backend, m: &ModelLayer, section: &
         return Err(r.invalid(&key("endpoint"), format!("{endpoint:?}: expected the server's base URL, http(s)://HOST[:PORT]/v1")));
     }
     let family = r.req(m.family.clone(), &key("family"))?;
-    if crate::vlm::Family::from_name(&family).is_none() {
-        return Err(r.invalid(&key("family"), format!("{family:?}: expected one of {}", crate::vlm::Family::supported())));
+    if bpals_vlm::Family::from_name(&family).is_none() {
+        return Err(r.invalid(&key("family"), format!("{family:?}: expected one of {}", bpals_vlm::Family::supported())));
     }
     let concurrency = m.concurrency.unwrap_or(16);
     if concurrency == 0 {

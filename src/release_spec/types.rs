@@ -165,10 +165,10 @@ pub struct ModelSpec {
     pub device: DevicePolicy,
     pub max_pixels: Option<u64>,
     pub min_pixels: Option<u64>,
-    /// Generation's chat template switch (see [`crate::vlm::Thinking`]); left out of the spec's
+    /// Generation's chat template switch (see [`bpals_vlm::Thinking`]); left out of the spec's
     /// hash when off, so specs written before it hash as they did.
-    #[serde(skip_serializing_if = "crate::vlm::Thinking::is_off")]
-    pub thinking: crate::vlm::Thinking,
+    #[serde(skip_serializing_if = "bpals_vlm::Thinking::is_off")]
+    pub thinking: bpals_vlm::Thinking,
     /// Backend `openai` only (None otherwise, and then left out of the spec's hash).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedModel>,

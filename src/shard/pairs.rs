@@ -8,7 +8,7 @@ use super::writer::TableLayout;
 use crate::diagnose::RowDiagnosis;
 use crate::infer::YesNo;
 use crate::reason::RowReasoning;
-use crate::vlm::grounding::ImageBox;
+use bpals_vlm::grounding::ImageBox;
 
 /// One row of the pair table, borrowing from the selection and the scores.
 #[derive(Debug, Clone)]

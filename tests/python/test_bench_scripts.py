@@ -10,8 +10,8 @@ form is held to the delta rule token by token (the recurrence as transformers' r
 it), so its timings are of the right arithmetic, and its table is printed for every chunk size.
 The engine's kernels it times on a GPU are compiled here for the GPUs they are measured on
 (ptxas's report), and its launches of them run here through the stand-in CUDA driver that
-executes their source on the CPU (tests/kernels/), as the engine's own test of them does
-(src/vlm/families/qwen3_5/delta_rule.rs).
+executes their source on the CPU (crates/vlm/tests/kernels/), as the engine's own test of them does
+(crates/vlm/src/families/qwen3_5/delta_rule.rs).
 """
 
 import contextlib
@@ -96,7 +96,7 @@ def load_nvrtc():
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
 def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_spilling():
-    """ptxas's report, made here without a GPU (src/vlm/cuda_kernels/nvrtc.py), for an A100 (sm_80) and
+    """ptxas's report, made here without a GPU (crates/vlm/src/cuda_kernels/nvrtc.py), for an A100 (sm_80) and
     an H100 or H200 (sm_90): nothing spilled to local memory, and few enough registers for two
     blocks of 256 threads an SM, which their shared memory allows on an H100. A width the kernels'
     tiling cannot take is refused when they compile, not at a launch."""
@@ -119,15 +119,15 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    """The stand-in CUDA driver (tests/kernels/), built once for this file's tests (a compile of
+    """The stand-in CUDA driver (crates/vlm/tests/kernels/), built once for this file's tests (a compile of
     every kernel) and loaded; its tests run one after another, so they may share its state."""
     return stand_in_driver(tmp_path_factory.mktemp("stand-in"))
 
 
 def stand_in_driver(folder):
-    """The stand-in CUDA driver (tests/kernels/), built into `folder` and loaded."""
+    """The stand-in CUDA driver (crates/vlm/tests/kernels/), built into `folder` and loaded."""
     path = folder / "libcuda-standin.so"
-    sources = sorted((ROOT / "tests" / "kernels").glob("*.cpp"))
+    sources = sorted((ROOT / "crates" / "vlm" / "tests" / "kernels").glob("*.cpp"))
     built = subprocess.run(["c++", "-std=c++20", "-O2", "-shared", "-fPIC", "-o", path, *sources],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
@@ -135,7 +135,7 @@ def stand_in_driver(folder):
 
 
 class StandInKernel:
-    """A kernel of the stand-in CUDA driver (tests/kernels/), called as the bench calls the kernels
+    """A kernel of the stand-in CUDA driver (crates/vlm/tests/kernels/), called as the bench calls the kernels
     `torch.cuda._compile_kernel` makes; its launch refuses another block or shared memory size
     than the kernel's source was written for."""
 
@@ -233,7 +233,7 @@ def test_the_kernels_bench_groups_and_norms_as_the_engine_does():
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
 def test_the_kernels_benchs_launches_give_its_libtorch_forms(driver):
     """The bench's operands, grids and shared memory for the experts' and norms' kernels (its own
-    copies of the launches in src/vlm/cuda_kernels/), run on the CPU through the stand-in driver at
+    copies of the launches in crates/vlm/src/cuda_kernels/), run on the CPU through the stand-in driver at
     small widths: the grouping the same bytes as libtorch's form, the sums and norms within
     rounding. The norms' epsilon large enough to show, had a launch passed it as a double."""
     bench = small_kernels_bench()
@@ -302,7 +302,7 @@ def test_the_attention_benchs_libtorch_form_is_attention_over_prefix_and_questio
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the stand-in driver")
 def test_the_attention_benchs_launch_gives_its_libtorch_form(driver):
     """The bench's operands, grid and shared memory for the suffix attention kernel (its own copy of
-    the launch in src/vlm/cuda_kernels/suffix_attention.rs), through the stand-in driver: libtorch's
+    the launch in crates/vlm/src/cuda_kernels/suffix_attention.rs), through the stand-in driver: libtorch's
     form in bf16 within rounding, an image's questions alone the same bits; the scale passed as an
     f32 (as a double, a launch would scale by another number)."""
     bench = load_attention_bench()

@@ -55,8 +55,8 @@ fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
 /// A preprocessor_config.json as the engine reads it, or a processor_config.json's
 /// `image_processor` object (a Gemma 4 checkpoint has only that file).
 #[cfg(feature = "vlm")]
-fn read_preprocessor(path: &std::path::Path) -> anyhow::Result<bpals_release::vlm::PreprocessorConfig> {
-    use bpals_release::vlm::PreprocessorConfig;
+fn read_preprocessor(path: &std::path::Path) -> anyhow::Result<bpals_vlm::PreprocessorConfig> {
+    use bpals_vlm::PreprocessorConfig;
     let json = read_json(path)?;
     let (settings, at) = match PreprocessorConfig::in_processor_config(&json) {
         Some(image) => (image, "image_processor."),

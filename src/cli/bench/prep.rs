@@ -26,7 +26,7 @@ pub struct BenchPrepArgs {
 pub fn run(args: BenchPrepArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        use bpals_release::vlm::preparation;
+        use bpals_release::bench::preparation;
         let pre = super::read_preprocessor(&args.preprocessor)?;
         let threads = if args.threads.is_empty() {
             let all = std::thread::available_parallelism().map_or(1, usize::from);

@@ -112,7 +112,7 @@ pub enum PrefixAttentionArg {
 pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
     #[cfg(feature = "vlm")]
     {
-        use bpals_release::vlm::{engine, throughput, ModelConfig};
+        use bpals_vlm::{engine, throughput, ModelConfig};
         let config = ModelConfig::from_json(&super::read_json(&args.config)?)
             .map_err(|e| anyhow::anyhow!("{}: key {}: {}", args.config.display(), e.key, e.message))?;
         let config = match args.layers {
@@ -130,15 +130,15 @@ pub fn run(args: BenchScoringArgs) -> Result<ExitCode> {
             peak_tflops: args.peak_tflops,
             project_images: args.project_images,
             prefix_attention: match args.prefix_attention {
-                PrefixAttentionArg::Copied => bpals_release::vlm::shared_prefix::PrefixAttention::Copied,
-                PrefixAttentionArg::Shared => bpals_release::vlm::shared_prefix::PrefixAttention::Shared,
-                PrefixAttentionArg::Fused => bpals_release::vlm::shared_prefix::PrefixAttention::Fused,
+                PrefixAttentionArg::Copied => bpals_vlm::shared_prefix::PrefixAttention::Copied,
+                PrefixAttentionArg::Shared => bpals_vlm::shared_prefix::PrefixAttention::Shared,
+                PrefixAttentionArg::Fused => bpals_vlm::shared_prefix::PrefixAttention::Fused,
             },
             images_per_pass: args.images_per_pass as usize,
             suffix_rows: match args.suffix_rows {
-                SuffixRowsArg::Padded => bpals_release::vlm::real_tokens::SuffixRows::Padded,
-                SuffixRowsArg::Packed => bpals_release::vlm::real_tokens::SuffixRows::Packed,
-                SuffixRowsArg::Deduplicated => bpals_release::vlm::real_tokens::SuffixRows::Deduplicated,
+                SuffixRowsArg::Padded => bpals_vlm::real_tokens::SuffixRows::Padded,
+                SuffixRowsArg::Packed => bpals_vlm::real_tokens::SuffixRows::Packed,
+                SuffixRowsArg::Deduplicated => bpals_vlm::real_tokens::SuffixRows::Deduplicated,
             },
             check_invariance: args.check_invariance,
             parts: args.parts,
