@@ -91,7 +91,7 @@ def test_the_delta_rule_bench_prints_a_row_per_chunk_size_and_way():
 
 
 def load_nvrtc():
-    return load_script(ROOT / "src" / "vlm" / "cuda_kernels" / "nvrtc.py")
+    return load_script(ROOT / "crates" / "vlm" / "src" / "cuda_kernels" / "nvrtc.py")
 
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="this PyTorch is a CPU build: no NVRTC beside it")
@@ -101,7 +101,7 @@ def test_the_engines_kernels_compile_for_the_gpus_they_are_measured_on_without_s
     blocks of 256 threads an SM, which their shared memory allows on an H100. A width the kernels'
     tiling cannot take is refused when they compile, not at a launch."""
     nvrtc = load_nvrtc()
-    kernels = ROOT / "src" / "vlm" / "cuda_kernels"
+    kernels = ROOT / "crates" / "vlm" / "src" / "cuda_kernels"
     kernel_files = [("delta_rule_across.cu", ["-DCHUNK=64", "-DDK=128"]), ("delta_rule_within.cu", ["-DKEY_DIM=128"]),
                     ("linear_inputs.cu", []), ("experts.cu", []), ("gated_norm.cu", []), ("rms_norm.cu", []), ("router.cu", []),
                     ("suffix_attention.cu", []), ("gated_activation.cu", [])]

@@ -5,7 +5,7 @@
 //! The revision of the device a build scores on is in the scorer's identity, so it keys the score
 //! cache and build.lock records it: scores made by an older engine are never mixed into a build
 //! by a newer one, and an auditor who rebuilds with another tool can see whether the two engines
-//! do the same arithmetic. On the CPU the suite enforces it: `tests/arithmetic.rs` keeps the
+//! do the same arithmetic. On the CPU the suite enforces it: `crates/vlm/tests/arithmetic.rs` keeps the
 //! committed fixtures' logit bits under the revision that made them, and fails when the bits
 //! change and the revision does not. No GPU runs in the suite, so a change to the GPU's arithmetic
 //! raises [`CUDA`] by hand.

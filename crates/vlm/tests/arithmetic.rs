@@ -4,10 +4,10 @@
 //! under the revision that made them. A change to the engine that changes them must raise the
 //! revision, or scores cached by the old engine would be mixed into new builds.
 //!
-//! After raising it, record the new bits: `BPALS_RECORD_ARITHMETIC=1 cargo test --features vlm --test arithmetic`.
+//! After raising it, record the new bits: `BPALS_RECORD_ARITHMETIC=1 cargo test -p bpals-vlm --features libtorch --test arithmetic`.
 //! The record is this test's output; the models are the committed fixtures (written by
 //! fixtures/vlm/gen_tiny_*.py and train_tiny.py), the images their goldens' own.
-#![cfg(feature = "vlm")]
+#![cfg(feature = "libtorch")]
 
 mod common;
 
@@ -108,14 +108,14 @@ fn the_cpu_arithmetic_revision_names_the_bits_it_makes() {
             changed.is_empty(),
             "the engine's CPU arithmetic changed these scores' bits ({}), but its revision is still {}: raise \
              vlm::arithmetic::CPU (the change alters every CPU release's bytes: say so in the commit and the changelog), \
-             then record the new bits with BPALS_RECORD_ARITHMETIC=1 cargo test --features vlm --test arithmetic",
+             then record the new bits with BPALS_RECORD_ARITHMETIC=1 cargo test -p bpals-vlm --features libtorch --test arithmetic",
             changed.join("; "),
             now.revision
         );
     } else {
         panic!(
             "vlm::arithmetic::CPU is {}, but {} holds revision {}'s bits: record this revision's with \
-             BPALS_RECORD_ARITHMETIC=1 cargo test --features vlm --test arithmetic",
+             BPALS_RECORD_ARITHMETIC=1 cargo test -p bpals-vlm --features libtorch --test arithmetic",
             now.revision,
             record_path().display(),
             recorded.revision

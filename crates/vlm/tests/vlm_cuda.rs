@@ -1,7 +1,7 @@
 //! The engine on a CUDA device against the CPU, on the fixture models: f32 on the GPU must match
 //! f32 on the CPU closely (the same arithmetic, other kernels), and bf16 on the GPU must stay
 //! within a stated tolerance of it. Needs a GPU: benches/gpu.sh runs these with `--ignored`.
-#![cfg(feature = "vlm")]
+#![cfg(feature = "libtorch")]
 
 mod common;
 

@@ -6,7 +6,7 @@
 //! (Qwen3.5's hybrid decoder on the same images). The mixture-of-experts models are written at
 //! test time by gen_tiny_moe.py (nothing of them is committed), with the python3 on PATH that
 //! has the pinned transformers (scripts/test puts its environment first).
-#![cfg(feature = "vlm")]
+#![cfg(feature = "libtorch")]
 
 mod common;
 
