@@ -195,9 +195,9 @@ impl JointRule {
                 }
                 Some(w) if w.primary < 0.0 || w.second < 0.0 => {
                     return Err(invalid(format!(
-                    "{name}: a family's weight is negative ({}, {}); the fit never makes one (a family that points the wrong way weighs 0)",
-                    w.primary, w.second
-                )))
+                        "{name}: a view's weight is negative ({}, {}); the fit never makes one (a view that points the wrong way weighs 0)",
+                        w.primary, w.second
+                    )))
                 }
                 Some(w) if [w.primary, w.second, w.bias].iter().any(|x| x.abs() > MAX_WEIGHT) => {
                     return Err(invalid(format!(

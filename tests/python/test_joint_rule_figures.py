@@ -86,7 +86,7 @@ def test_a_rule_fitted_on_other_scores_is_judged_by_what_the_release_ships(fitte
 
 
 @pytest.mark.parametrize("name,change,message", [
-    ("negated", lambda r: with_weights(r, -1.0, -0.5, 0.2), "a family's weight is negative"),
+    ("negated", lambda r: with_weights(r, -1.0, -0.5, 0.2), "a view's weight is negative"),
     ("huge", lambda r: with_weights(r, 1e308, 1e308, -1e308), "weights beyond"),
     ("reversed", lambda r: {**r, "images": list(reversed(r["images"]))}, "images must be sorted and unique"),
     ("other-scores", lambda r: {**r, "scorers": {**r["scorers"], "primary_sha256": "0" * 64}}, "was fitted on other scores"),
