@@ -152,8 +152,8 @@ pub(super) mod tests {
 
     use super::DecoderCache;
     use crate::checkpoint::ModelConfig;
+    use crate::families::TextModel;
     use crate::flops::tests::bench_json;
-    use crate::text::TextModel;
     use crate::weights::Weights;
 
     /// Every kind of decoder, as [`small_text`]'s arguments: Qwen's last layer full attention

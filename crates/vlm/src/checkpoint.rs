@@ -22,8 +22,9 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
         let family = Family::of_config(root)?;
-        if family == Family::Gemma4 {
-            return Self::gemma4(root);
+        if let Some(parts) = family.own_config(root) {
+            let (text, vision) = parts?;
+            return Self::with_own_parts(family, root, text, vision);
         }
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
@@ -74,28 +75,25 @@ impl ModelConfig {
             text,
             vision,
             image_token_id: token("image_token_id")?,
-            vision_start_token_id: token("vision_start_token_id")?,
-            vision_end_token_id: token("vision_end_token_id")?,
+            vision_start_token_id: token(family.image_bracket_keys().0)?,
+            vision_end_token_id: token(family.image_bracket_keys().1)?,
         };
         config.check()?;
         Ok(config)
     }
 
-    /// Gemma 4's config: its own text and vision sections; its image brackets are
-    /// `boi_token_id` and `eoi_token_id`.
-    fn gemma4(root: &Value) -> Result<ModelConfig, ConfigError> {
-        use super::families::gemma4;
-        let text = gemma4::text_config(root)?;
-        let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
-        let vision = gemma4::vision_config(vision_obj, text.hidden_size)?;
+    /// A family that reads its text and vision sections its own way (Gemma 4): the shared
+    /// token keys and the checks around its reading.
+    fn with_own_parts(family: Family, root: &Value, text: TextConfig, vision: VisionConfig) -> Result<ModelConfig, ConfigError> {
         let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
+        let (start, end) = family.image_bracket_keys();
         let config = ModelConfig {
-            family: Family::Gemma4,
+            family,
             text,
             vision,
             image_token_id: token("image_token_id")?,
-            vision_start_token_id: token("boi_token_id")?,
-            vision_end_token_id: token("eoi_token_id")?,
+            vision_start_token_id: token(start)?,
+            vision_end_token_id: token(end)?,
         };
         config.check_sizes()?;
         config.check_tokens()?;
@@ -208,8 +206,7 @@ impl ModelConfig {
 impl ModelConfig {
     /// The image tokens are tokens of the vocabulary.
     fn check_tokens(&self) -> Result<(), ConfigError> {
-        let (start, end) =
-            if self.family == Family::Gemma4 { ("boi_token_id", "eoi_token_id") } else { ("vision_start_token_id", "vision_end_token_id") };
+        let (start, end) = self.family.image_bracket_keys();
         for (key, id) in [("image_token_id", self.image_token_id), (start, self.vision_start_token_id), (end, self.vision_end_token_id)] {
             if id as usize >= self.text.vocab_size {
                 return Err(err(key, format!("{id} is not a token of the model's vocabulary (vocab_size {})", self.text.vocab_size)));

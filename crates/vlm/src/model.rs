@@ -6,14 +6,14 @@ use tch::{Device, Kind, Tensor};
 
 use super::checkpoint::ModelConfig;
 use super::error::VlmError;
-use super::families::Family;
+use super::families::TextModel;
 use super::families::{ImageFeatures, VisionTower};
 use super::model_dir::ModelDir;
 use super::real_tokens::{LastTokens, QuestionRows, RealTokens, RowIds, SuffixRows};
 use super::rope;
 use super::shared_prefix::PrefixAttention;
 use super::stage_clock::{Stage, StageClock};
-use super::text::{DecoderCache, Deepstack, Embedded, TextModel};
+use super::text::{DecoderCache, Deepstack, Embedded};
 use super::weights::Weights;
 use super::YesNo;
 
@@ -50,7 +50,7 @@ impl VlModel {
             text: TextModel::load(weights, &config.text, config.image_token_id)?,
             image_token_id: config.image_token_id,
             merge: config.vision.spatial_merge_size,
-            multimodal_positions: config.family != Family::Gemma4,
+            multimodal_positions: config.family.multimodal_positions(),
             parameter_count: weights.parameter_count(),
             device,
             kind,

@@ -320,7 +320,7 @@ impl ModelDir {
         };
         // A video or audio placeholder in the prompt (a question that holds `<|audio|>`, say)
         // stands for media no one feeds: transformers' processor refuses such a prompt.
-        let others = self.config.text.gemma4.as_ref().map_or(&[][..], |g| &g.other_media_token_ids[..]);
+        let others = self.config.text.other_media_token_ids();
         if let Some(&id) = ids.iter().find(|id| others.contains(id)) {
             let name = self.tokenizer.id_to_token(id).unwrap_or_else(|| format!("token {id}"));
             return Err(VlmError::Input(format!(
@@ -331,9 +331,9 @@ impl ModelDir {
         }
         let opens_reasoning = super::chat_template::ends_inside_reasoning(&text);
         let (mut before, mut after) = (ids[..at].to_vec(), ids[at + 1..].to_vec());
-        // Gemma 4's processor writes the image's run between its own brackets, which the
-        // template leaves out.
-        if self.config.family == super::Family::Gemma4 {
+        // Where the template leaves the image's brackets out, its processor writes them
+        // (Gemma 4's), and so does the engine.
+        if !self.config.family.template_writes_image_brackets() {
             before.push(self.config.vision_start_token_id);
             after.insert(0, self.config.vision_end_token_id);
         }

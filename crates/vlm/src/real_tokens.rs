@@ -401,7 +401,7 @@ mod tests {
     use super::*;
     use crate::cache::tests::{small_text, SMALL_DECODERS};
     use crate::cache::DecoderCache;
-    use crate::text::TextModel;
+    use crate::families::TextModel;
     use crate::weights::Weights;
     use tch::Kind;
 

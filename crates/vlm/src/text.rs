@@ -16,7 +16,6 @@ use super::cache::LayerCache;
 use super::config::{LayerKind, TextConfig};
 pub use super::decoder_input::Embedded;
 use super::error::VlmError;
-use super::families::gemma4::text::Gemma4Decoder;
 use super::families::qwen3_5::linear_attention::GatedDeltaNet;
 use super::layers::{self, GatedMlp, RmsNorm, Turn};
 use super::moe::SparseMoe;
@@ -163,110 +162,6 @@ impl DecoderLayer {
     }
 }
 
-/// A family's text decoder: the shared one of the Qwen families, or Gemma 4's own.
-pub enum TextModel {
-    Shared(SharedDecoder),
-    Gemma4(Gemma4Decoder),
-}
-
-impl TextModel {
-    pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
-        Ok(match cfg.gemma4 {
-            Some(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
-            None => TextModel::Shared(SharedDecoder::load(w, cfg)?),
-        })
-    }
-
-    pub fn embed(&self, ids: &Tensor) -> Embedded {
-        match self {
-            TextModel::Shared(d) => Embedded { embeds: d.embed(ids), per_layer: None, image_span: None },
-            TextModel::Gemma4(d) => d.embed(ids),
-        }
-    }
-
-    /// Runs `input` at `positions` (3, batch, seq) after what `cache` holds, causally, and
-    /// returns the final hidden states (batch, seq, hidden).
-    pub fn forward(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) -> Tensor {
-        let embeds = &input.embeds;
-        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-        self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
-    }
-
-    /// Runs `input` at `positions` after what `cache` holds, causally, as [`Self::forward`]
-    /// does, but only as far as the cache needs: no layer after the last that keeps keys, values
-    /// or a state, and of that one only what it keeps. For a prefix whose cache alone is read
-    /// after (scoring's questions, generation's rows); the cache holds the same bits as after
-    /// [`Self::forward`].
-    pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) {
-        let embeds = &input.embeds;
-        let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-        match self {
-            TextModel::Shared(d) => d.fill_cache(embeds, positions, cache, &mask, deepstack),
-            TextModel::Gemma4(d) => d.fill_cache(input, positions, cache, &mask),
-        }
-    }
-
-    /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
-    /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
-    /// `cache` must come from [`DecoderCache::shared`]. `fused`: the prefix part through
-    /// libtorch's fused kernel. `rows`: which tokens of the right-padded rows are real, where
-    /// some are padding (only those go through the projections, norms and MLPs), and whether
-    /// the last layers run on each row's last token alone ([`super::real_tokens`]). Returns the
-    /// final hidden state of each row's last token, (rows, hidden).
-    pub fn forward_shared_prefix(
-        &self,
-        input: &Embedded,
-        positions: &Tensor,
-        cache: &mut DecoderCache,
-        fused: bool,
-        rows: &QuestionRows,
-    ) -> Tensor {
-        let embeds = &input.embeds;
-        let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
-        match self {
-            TextModel::Shared(d) => d.forward_shared_prefix(embeds, positions, cache, &mask, fused, rows),
-            TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused, rows),
-        }
-    }
-
-    /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
-    /// batched decoder hides each row's padding with it. `valid` (batch, seq) marks the real new
-    /// tokens of right-padded rows, so linear layers keep each row's own state.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward_masked(
-        &self,
-        input: &Embedded,
-        positions: &Tensor,
-        cache: &mut DecoderCache,
-        mask: &Tensor,
-        path: AttentionPath,
-        valid: Option<&Tensor>,
-        deepstack: Option<&Deepstack>,
-    ) -> Tensor {
-        match self {
-            TextModel::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
-            // Gemma 4's decoder repeats its key/value heads for every call: `path` is the Qwen
-            // decoder's choice.
-            TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask),
-        }
-    }
-
-    pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        match self {
-            TextModel::Shared(d) => d.logits(hidden),
-            TextModel::Gemma4(d) => d.logits(hidden),
-        }
-    }
-
-    /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
-    pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
-        match self {
-            TextModel::Shared(d) => d.answer_logits(hidden, answer),
-            TextModel::Gemma4(d) => d.answer_logits(hidden, answer),
-        }
-    }
-}
-
 /// The decoder the Qwen families share.
 pub struct SharedDecoder {
     embed_tokens: Tensor,
@@ -324,9 +219,9 @@ impl SharedDecoder {
         Rotary(Turn::new(full.cos().to_kind(Kind::Float), &full.sin().to_kind(Kind::Float)))
     }
 
-    /// See [`TextModel::forward_masked`].
+    /// See [`crate::families::TextModel::forward_masked`].
     #[allow(clippy::too_many_arguments)]
-    fn forward_masked(
+    pub(crate) fn forward_masked(
         &self,
         embeds: &Tensor,
         positions: &Tensor,
@@ -340,10 +235,10 @@ impl SharedDecoder {
         self.forward_steps(embeds, cache, &Step { rotary: &rotary, mask, path, valid, real: None }, deepstack)
     }
 
-    /// Every row of `embeds` after its image's prefix ([`TextModel::forward_shared_prefix`]),
+    /// Every row of `embeds` after its image's prefix ([`crate::families::TextModel::forward_shared_prefix`]),
     /// the residual stream holding only the real tokens where `rows` says which they are, and
     /// where it narrows, in the last layer, each row's last token alone.
-    fn forward_shared_prefix(
+    pub(crate) fn forward_shared_prefix(
         &self,
         embeds: &Tensor,
         positions: &Tensor,
@@ -367,8 +262,15 @@ impl SharedDecoder {
         last.rows_alone(&narrowed)
     }
 
-    /// See [`TextModel::fill_cache`]: every layer but the last whole, the last up to its slot.
-    fn fill_cache(&self, embeds: &Tensor, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor, deepstack: Option<&Deepstack>) {
+    /// See [`crate::families::TextModel::fill_cache`]: every layer but the last whole, the last up to its slot.
+    pub(crate) fn fill_cache(
+        &self,
+        embeds: &Tensor,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        mask: &Tensor,
+        deepstack: Option<&Deepstack>,
+    ) {
         let rotary = self.rotary(positions);
         let step = Step { rotary: &rotary, mask, path: AttentionPath::Repeated, valid: None, real: None };
         let Some(last) = self.layers.len().checked_sub(1) else { return };
@@ -434,7 +336,7 @@ fn mrope_axes(section: &[usize], interleaved: bool) -> Vec<i64> {
 
 /// Additive mask for `seq` new queries after `past` cached positions: query i (absolute
 /// position past + i) sees keys 0..=past + i. Shape (1, 1, seq, past + seq).
-fn causal_mask(seq: i64, past: i64, kind: Kind, device: tch::Device) -> Tensor {
+pub(crate) fn causal_mask(seq: i64, past: i64, kind: Kind, device: tch::Device) -> Tensor {
     let mask = Tensor::ones([seq, past + seq], (Kind::Float, device)).triu(past + 1) * f64::from(f32::MIN);
     mask.to_kind(kind).view([1, 1, seq, past + seq])
 }

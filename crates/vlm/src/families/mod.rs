@@ -4,20 +4,19 @@
 //! `vision.rs` is its vision tower. What the families share stays shared: the text decoder of
 //! the Qwen families ([`super::text`], whose per-family differences are the switches of
 //! [`TextConfig`]), the small layers, the KV cache, the prompt, M-RoPE positions and the batched
-//! decoder. Gemma 4, another lab's design, brings its own decoder (`gemma4/text.rs`) behind the
-//! same [`super::text::TextModel`], with plain positions. The engine sees a family only through
-//! [`Family`], [`VisionTower`], the text model and the [`ImageFeatures`] a tower returns.
+//! decoder. Gemma 4, another lab's design, brings its own config types, decoder and FLOP count
+//! (`gemma4/`) behind the same [`TextModel`], with plain positions.
 //!
-//! Adding a family: a folder here with `vision_config`, `text_variant` and a tower; an arm in
-//! [`Family`], [`VisionTower`] and the grounding parser; fixtures and goldens from a script
-//! under `fixtures/vlm/`.
+//! This file is the registry: the rest of the engine sees a family only through [`Family`]'s
+//! methods, [`VisionTower`], [`TextModel`] and the [`ImageFeatures`] a tower returns, each with
+//! one arm per family. The guide's "Adding a model family" page lists what a new family touches.
 //!
 //! [`TextConfig`]: super::config::TextConfig
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{ConfigError, LayerKind, LinearAttentionConfig, MoeConfig, TextVariant, VisionConfig};
+use super::config::{ConfigError, LayerKind, LinearAttentionConfig, MoeConfig, TextConfig, TextVariant, VisionConfig};
 
 pub mod gemma4;
 pub mod qwen2_5_vl;
@@ -26,6 +25,11 @@ pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod qwen3_vl;
 pub mod qwen3_vl_moe;
+
+/// A family's own FLOP count: text and vision configs, then patches, prefix tokens, questions,
+/// suffix tokens, which layers the questions run whole, and the questions' shared tokens.
+pub(crate) type OwnFlops =
+    fn(&TextConfig, &VisionConfig, usize, usize, usize, usize, crate::flops::QuestionLayers, usize) -> crate::flops::ImageFlops;
 
 /// The Qwen families' image placeholder (Gemma 4's is `<|image|>`).
 pub const QWEN_IMAGE_PAD: &str = "<|image_pad|>";
@@ -80,6 +84,43 @@ impl Family {
             Family::Gemma4 => "<|image|>",
             _ => QWEN_IMAGE_PAD,
         }
+    }
+
+    /// The text and vision sections of a family that reads them its own way (Gemma 4, whose
+    /// config is not the Qwen families' shape); None for a family read by the shared reading.
+    pub(crate) fn own_config(self, root: &Value) -> Option<Result<(TextConfig, VisionConfig), ConfigError>> {
+        match self {
+            Family::Gemma4 => Some(gemma4::model_config(root)),
+            _ => None,
+        }
+    }
+
+    /// A family's own count of the FLOPs of scoring an image, where its decoder is not the
+    /// shared one's shape (Gemma 4's); None for the count in `crate::flops`.
+    pub(crate) fn own_flops(self) -> Option<OwnFlops> {
+        match self {
+            Family::Gemma4 => Some(gemma4::flops::per_image),
+            _ => None,
+        }
+    }
+
+    /// The config.json keys of the tokens that open and close an image's run.
+    pub(crate) fn image_bracket_keys(self) -> (&'static str, &'static str) {
+        match self {
+            Family::Gemma4 => ("boi_token_id", "eoi_token_id"),
+            _ => ("vision_start_token_id", "vision_end_token_id"),
+        }
+    }
+
+    /// Whether the prompt's ids carry the image's brackets around its placeholder: the Qwen
+    /// templates write them; Gemma 4's processor adds them, so the engine does.
+    pub(crate) fn template_writes_image_brackets(self) -> bool {
+        self != Family::Gemma4
+    }
+
+    /// Whether the decoder's positions are M-RoPE's three (time, height, width) or plain ones.
+    pub(crate) fn multimodal_positions(self) -> bool {
+        self != Family::Gemma4
     }
 
     /// The dense family whose vision tower, decoder and prompt a mixture-of-experts family
@@ -182,6 +223,8 @@ impl Family {
 }
 
 #[cfg(feature = "libtorch")]
+pub use decoder::TextModel;
+#[cfg(feature = "libtorch")]
 pub use tower::{ImageFeatures, VisionTower};
 
 #[cfg(feature = "libtorch")]
@@ -243,6 +286,122 @@ mod tower {
                 VisionTower::Qwen25(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
                 VisionTower::Qwen3(v) => v.forward(pixels, grid),
                 VisionTower::Gemma4(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
+            }
+        }
+    }
+}
+
+#[cfg(feature = "libtorch")]
+mod decoder {
+    use tch::Tensor;
+
+    use super::gemma4::text::Gemma4Decoder;
+    use crate::config::TextConfig;
+    use crate::error::VlmError;
+    use crate::real_tokens::QuestionRows;
+    use crate::text::{causal_mask, AttentionPath, DecoderCache, Deepstack, Embedded, SharedDecoder};
+    use crate::weights::Weights;
+
+    /// A family's text decoder: the shared one of the Qwen families, or Gemma 4's own.
+    pub enum TextModel {
+        Shared(SharedDecoder),
+        Gemma4(Gemma4Decoder),
+    }
+
+    impl TextModel {
+        pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
+            Ok(match cfg.gemma4 {
+                Some(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
+                None => TextModel::Shared(SharedDecoder::load(w, cfg)?),
+            })
+        }
+
+        pub fn embed(&self, ids: &Tensor) -> Embedded {
+            match self {
+                TextModel::Shared(d) => Embedded { embeds: d.embed(ids), per_layer: None, image_span: None },
+                TextModel::Gemma4(d) => d.embed(ids),
+            }
+        }
+
+        /// Runs `input` at `positions` (3, batch, seq) after what `cache` holds, causally, and
+        /// returns the final hidden states (batch, seq, hidden).
+        pub fn forward(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) -> Tensor {
+            let embeds = &input.embeds;
+            let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
+            self.forward_masked(input, positions, cache, &mask, AttentionPath::Repeated, None, deepstack)
+        }
+
+        /// Runs `input` at `positions` after what `cache` holds, causally, as [`Self::forward`]
+        /// does, but only as far as the cache needs: no layer after the last that keeps keys, values
+        /// or a state, and of that one only what it keeps. For a prefix whose cache alone is read
+        /// after (scoring's questions, generation's rows); the cache holds the same bits as after
+        /// [`Self::forward`].
+        pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) {
+            let embeds = &input.embeds;
+            let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
+            match self {
+                TextModel::Shared(d) => d.fill_cache(embeds, positions, cache, &mask, deepstack),
+                TextModel::Gemma4(d) => d.fill_cache(input, positions, cache, &mask),
+            }
+        }
+
+        /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows
+        /// image by image), each read once by its image's rows ([`AttentionPath::SharedPrefix`]);
+        /// `cache` must come from [`DecoderCache::shared`]. `fused`: the prefix part through
+        /// libtorch's fused kernel. `rows`: which tokens of the right-padded rows are real, where
+        /// some are padding (only those go through the projections, norms and MLPs), and whether
+        /// the last layers run on each row's last token alone ([`crate::real_tokens`]). Returns the
+        /// final hidden state of each row's last token, (rows, hidden).
+        pub fn forward_shared_prefix(
+            &self,
+            input: &Embedded,
+            positions: &Tensor,
+            cache: &mut DecoderCache,
+            fused: bool,
+            rows: &QuestionRows,
+        ) -> Tensor {
+            let embeds = &input.embeds;
+            let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
+            match self {
+                TextModel::Shared(d) => d.forward_shared_prefix(embeds, positions, cache, &mask, fused, rows),
+                TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused, rows),
+            }
+        }
+
+        /// [`Self::forward`] with an explicit additive mask, (batch or 1, 1, seq, cached + seq): the
+        /// batched decoder hides each row's padding with it. `valid` (batch, seq) marks the real new
+        /// tokens of right-padded rows, so linear layers keep each row's own state.
+        #[allow(clippy::too_many_arguments)]
+        pub fn forward_masked(
+            &self,
+            input: &Embedded,
+            positions: &Tensor,
+            cache: &mut DecoderCache,
+            mask: &Tensor,
+            path: AttentionPath,
+            valid: Option<&Tensor>,
+            deepstack: Option<&Deepstack>,
+        ) -> Tensor {
+            match self {
+                TextModel::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
+                // Gemma 4's decoder repeats its key/value heads for every call: `path` is the Qwen
+                // decoder's choice.
+                TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask),
+            }
+        }
+
+        pub fn logits(&self, hidden: &Tensor) -> Tensor {
+            match self {
+                TextModel::Shared(d) => d.logits(hidden),
+                TextModel::Gemma4(d) => d.logits(hidden),
+            }
+        }
+
+        /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
+        pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
+            match self {
+                TextModel::Shared(d) => d.answer_logits(hidden, answer),
+                TextModel::Gemma4(d) => d.answer_logits(hidden, answer),
             }
         }
     }

@@ -18,10 +18,14 @@ use serde_json::Value;
 use crate::config::{
     err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, TextConfig, TextVariant, VisionConfig,
 };
-pub use crate::config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
+pub use config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
 
 #[cfg(feature = "libtorch")]
 mod attention;
+pub mod config;
+// Counted for the model's runs: without libtorch only the tests use it.
+#[cfg_attr(not(feature = "libtorch"), allow(dead_code))]
+pub(crate) mod flops;
 #[cfg(feature = "libtorch")]
 mod norm;
 #[cfg(feature = "libtorch")]
@@ -43,6 +47,14 @@ fn flag(scope: &[&Value], key: &str) -> Result<bool, ConfigError> {
 /// The text config. Both layouts are read: transformers 5.23 saves each full layer's head width
 /// and key/value heads in `per_layer_config`; Google's files give `global_head_dim` and
 /// `num_global_key_value_heads`, which transformers turns into it on load.
+/// The text and vision sections of a Gemma 4 config.json.
+pub fn model_config(root: &Value) -> Result<(TextConfig, VisionConfig), ConfigError> {
+    let text = text_config(root)?;
+    let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
+    let vision = vision_config(vision_obj, text.hidden_size)?;
+    Ok((text, vision))
+}
+
 pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
     let text = root.get("text_config").filter(|v| v.is_object()).ok_or_else(|| err("text_config", "missing"))?;
     let s = [text];
