@@ -56,7 +56,7 @@ impl TemplateLimits {
     pub const FUEL: u64 = 1_000_000;
     /// Bytes of rendered prompt.
     pub const OUTPUT: usize = 1 << 20;
-    /// Bytes of heap one render may allocate; past it the process ends (see [`crate::heap_budget`]).
+    /// Bytes of heap one render may allocate; past it the process ends (see `heap_budget.rs`).
     pub const MEMORY: usize = 64 << 20;
 }
 

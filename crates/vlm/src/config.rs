@@ -5,9 +5,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-// A family with settings of its own keeps their types in its folder (a leaf that imports nothing
-// of the engine), and the shared types hold them.
-use crate::families::gemma4::config::{Gemma4Text, Gemma4Vision};
+// A family's own settings: the registry's enums of them, over leaves that import nothing of the
+// engine (families/settings.rs).
+pub use crate::families::settings::{OwnText, OwnVision};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TextConfig {
@@ -38,8 +38,8 @@ pub struct TextConfig {
     pub max_position_embeddings: Option<usize>,
     /// The mixture-of-experts MLPs of a sparse model, and which layers have them.
     pub moe: Option<MoeConfig>,
-    /// Gemma 4's own decoder settings; None for the Qwen families.
-    pub gemma4: Option<Gemma4Text>,
+    /// The family's own decoder settings (Gemma 4's); `Shared` for the Qwen families.
+    pub own: OwnText,
 }
 
 impl TextConfig {
@@ -48,9 +48,9 @@ impl TextConfig {
     }
 
     /// Placeholders of media the engine does not feed (video, audio), which a prompt may not
-    /// hold: Gemma 4 has them; the Qwen families' are not tokens of their prompts.
+    /// hold.
     pub fn other_media_token_ids(&self) -> &[u32] {
-        self.gemma4.as_ref().map_or(&[], |g| &g.other_media_token_ids)
+        self.own.other_media_token_ids()
     }
 }
 
@@ -176,8 +176,8 @@ pub struct VisionConfig {
     pub mlp_gelu: &'static str,
     /// Base of the vision tower's 2D rotary angles.
     pub rope_theta: f64,
-    /// Gemma 4's own tower settings; None for the Qwen families.
-    pub gemma4: Option<Gemma4Vision>,
+    /// The family's own tower settings (Gemma 4's); `Shared` for the Qwen families.
+    pub own: OwnVision,
 }
 
 impl Default for VisionConfig {
@@ -199,7 +199,7 @@ impl Default for VisionConfig {
             deepstack_visual_indexes: Vec::new(),
             mlp_gelu: "none",
             rope_theta: 10000.0,
-            gemma4: None,
+            own: OwnVision::Shared,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! mixtures of experts Qwen3-VL-MoE and Qwen3.5-MoE, and Google's Gemma 4 (dense, per-layer
 //! embeddings and mixture of experts). For each image it runs the vision tower and the image's
 //! prefix once, then every question over that prefix; it reads the answer's `yes`/`no` logits
-//! ([`YesNo`]), the image's features ([`ImageFeatures`]), greedy generations and grounding
+//! ([`YesNo`]), the image's features (`ImageFeatures`), greedy generations and grounding
 //! boxes ([`grounding`]).
 //!
 //! **Parity.** Against transformers in f32 on the CPU, on tiny random and trained checkpoints of
@@ -17,11 +17,11 @@
 //! ([`cpu_kernels`]), so every x86-64 machine with AVX2, Intel or AMD, gives the same bits.
 //!
 //! **Without libtorch** (the default) the crate reads model directories ([`ModelDir`]), renders
-//! chat templates ([`ChatTemplate`], under a step limit and a heap budget: a template is a
+//! chat templates ([`chat_template::ChatTemplate`], under a step limit and a heap budget: a template is a
 //! program from whoever published the checkpoint), sizes images ([`preprocess`]), computes M-RoPE
 //! positions ([`rope`]) and parses grounding. **With the `libtorch` feature** it adds the model:
-//! [`engine::Engine`] for one image at a time, [`model::VlModel`] for passes of many images,
-//! [`generate`] for batched greedy decoding, and its own CUDA kernels ([`cuda_kernels`]).
+//! `engine::Engine` for one image at a time, `model::VlModel` for passes of many images,
+//! `generate` for batched greedy decoding, and its own CUDA kernels (`cuda_kernels`).
 //!
 //! The crate installs the process's global allocator: the system's, with a per-thread budget
 //! that a chat template's render runs under. A binary that links the engine keeps it.
@@ -105,9 +105,9 @@ pub mod throughput;
 #[cfg(feature = "libtorch")]
 mod weights;
 
-pub use chat_template::{ChatTemplate, Thinking};
+pub use chat_template::Thinking;
 pub use checkpoint::ModelConfig;
-pub use config::{MoeConfig, PreprocessorConfig, TextConfig, TextVariant, VisionConfig};
+pub use config::{MoeConfig, PreprocessorConfig};
 pub use error::VlmError;
 pub use families::Family;
 #[cfg(feature = "libtorch")]

@@ -37,7 +37,7 @@ impl VlModel {
     }
 
     /// The model a config describes with seeded random weights made on the device (see
-    /// [`Weights::random`]): for throughput benchmarks of models too large to ship.
+    /// `Weights::random`): for throughput benchmarks of models too large to ship.
     pub fn random(config: &ModelConfig, device: Device, kind: Kind, seed: i64) -> Result<VlModel, VlmError> {
         super::cpu_kernels::pin();
         let weights = Weights::random(device, kind, !config.text.tie_word_embeddings, seed);

@@ -146,7 +146,7 @@ impl RealTokens {
     }
 
     /// (rows, longest, ...) -> (1, real tokens + spare, ...): the real tokens, row by row (a
-    /// shared token where it first comes), then the [`SPARE`] copies.
+    /// shared token where it first comes), then the `SPARE` copies.
     pub fn pack(&self, x: &Tensor) -> Tensor {
         x.flatten(0, 1).index_select(0, &self.index).unsqueeze(0)
     }

@@ -292,7 +292,7 @@ fn gemma4_embeds_media_placeholders_as_padding_and_refuses_them_in_a_question() 
     let (pixels, grid) = pixels::pixel_values(&image, &dir.preprocessor, Device::Cpu).unwrap();
     let features = model.encode_image(&pixels, grid);
     let prompt = dir.prompt(case["question"].as_str().unwrap(), grid, Thinking::Off).unwrap().input_ids;
-    let gemma = dir.config.text.gemma4.as_ref().unwrap();
+    let gemma = dir.config.text.own.gemma4().unwrap();
     assert_eq!(gemma.other_media_token_ids.len(), 2, "the fixture has video and audio placeholders");
     let with = |id: u32| {
         let mut ids = prompt.clone();

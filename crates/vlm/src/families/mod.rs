@@ -25,6 +25,7 @@ pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod qwen3_vl;
 pub mod qwen3_vl_moe;
+pub mod settings;
 
 /// A family's own FLOP count: text and vision configs, then patches, prefix tokens, questions,
 /// suffix tokens, which layers the questions run whole, and the questions' shared tokens.
@@ -55,7 +56,7 @@ pub enum Family {
     #[serde(rename = "qwen3_5_moe")]
     Qwen35Moe,
     /// Google's Gemma 4: a pooled 2D-RoPE vision tower and its own decoder (see
-    /// [`gemma4`]).
+    /// `families/gemma4/`).
     Gemma4,
 }
 
@@ -119,6 +120,7 @@ impl Family {
     }
 
     /// Whether the decoder's positions are M-RoPE's three (time, height, width) or plain ones.
+    #[cfg(feature = "libtorch")]
     pub(crate) fn multimodal_positions(self) -> bool {
         self != Family::Gemma4
     }
@@ -296,6 +298,7 @@ mod decoder {
     use tch::Tensor;
 
     use super::gemma4::text::Gemma4Decoder;
+    use super::settings::OwnText;
     use crate::config::TextConfig;
     use crate::error::VlmError;
     use crate::real_tokens::QuestionRows;
@@ -310,9 +313,9 @@ mod decoder {
 
     impl TextModel {
         pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
-            Ok(match cfg.gemma4 {
-                Some(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
-                None => TextModel::Shared(SharedDecoder::load(w, cfg)?),
+            Ok(match cfg.own {
+                OwnText::Gemma4(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
+                OwnText::Shared => TextModel::Shared(SharedDecoder::load(w, cfg)?),
             })
         }
 

@@ -3,7 +3,7 @@
 //! image. Reports images and prefill tokens per second and the model FLOP utilisation (MFU)
 //! against the device's dense peak. `bpals-release bench scoring`; benches/gpu.sh runs it on the
 //! Qwen2.5-VL-7B config.
-//! The FLOPs are counted from the config ([`super::flops`]).
+//! The FLOPs are counted from the config (the crate's `flops.rs`).
 
 mod report;
 mod slice;
@@ -56,7 +56,7 @@ pub struct ScoringBench {
     /// their bits with the pass's.
     pub check_invariance: bool,
     /// After timing, score the first pass once more with the part clock on
-    /// ([`super::part_clock`]): where a layer's time goes.
+    /// (`part_clock.rs`): where a layer's time goes.
     pub parts: bool,
 }
 

@@ -1,7 +1,7 @@
 //! Gemma 4's own settings, as its config.json names them: what its decoder and its vision tower
-//! need beside the fields every family shares. The shared types hold them
-//! (`TextConfig::gemma4`, `VisionConfig::gemma4`); `super::text_config` and
-//! `super::vision_config` read them. This file imports nothing of the engine.
+//! need beside the fields every family shares. The shared types hold them through the registry's
+//! enums (`OwnText::Gemma4`, `OwnVision::Gemma4` in `families/settings.rs`); `super::text_config`
+//! and `super::vision_config` read them. This file imports nothing of the engine.
 //!
 //! [`TextConfig`]: crate::config::TextConfig
 //! [`VisionConfig`]: crate::config::VisionConfig

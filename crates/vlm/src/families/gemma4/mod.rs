@@ -16,7 +16,8 @@
 use serde_json::Value;
 
 use crate::config::{
-    err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, TextConfig, TextVariant, VisionConfig,
+    err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, OwnText, OwnVision, TextConfig, TextVariant,
+    VisionConfig,
 };
 pub use config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
 
@@ -256,7 +257,7 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
         variant: TextVariant::QWEN2,
         max_position_embeddings: get(&s, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
         moe,
-        gemma4: Some(gemma),
+        own: OwnText::Gemma4(gemma),
     })
 }
 
@@ -308,7 +309,7 @@ pub fn vision_config(vision: &Value, text_hidden: usize) -> Result<VisionConfig,
         temporal_patch_size: 1,
         mlp_gelu: "tanh",
         rope_theta,
-        gemma4: Some(Gemma4Vision {
+        own: OwnVision::Gemma4(Gemma4Vision {
             head_dim,
             kv_heads,
             position_embedding_size: at("position_embedding_size")?,
@@ -344,7 +345,7 @@ mod tests {
     #[test]
     fn the_published_layout_reads_into_each_layers_shape() {
         let c = e4b_with("text_config", "vocab_size", 262_144.into()).unwrap();
-        let g = c.text.gemma4.as_ref().unwrap();
+        let g = c.text.own.gemma4().unwrap();
         // 42 layers, five sliding to one full; the last 18 read earlier layers' keys and values.
         assert_eq!((g.layers.len(), g.layers.iter().filter(|l| !l.sliding).count()), (42, 7));
         assert_eq!((g.layers[5].head_dim, g.layers[0].head_dim), (512, 256));

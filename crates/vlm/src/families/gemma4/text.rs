@@ -195,7 +195,7 @@ pub struct Gemma4Decoder {
 
 impl Gemma4Decoder {
     pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<Gemma4Decoder, VlmError> {
-        let g = cfg.gemma4.as_ref().ok_or_else(|| VlmError::Input("Gemma 4's decoder needs its text config".into()))?;
+        let g = cfg.own.gemma4().ok_or_else(|| VlmError::Input("Gemma 4's decoder needs its text config".into()))?;
         let (h, v, eps) = (cfg.hidden_size as i64, cfg.vocab_size as i64, cfg.rms_norm_eps);
         // Weights names "model.language_model.*" as "model.*" (see `weights::normalize`).
         let p = "model";
