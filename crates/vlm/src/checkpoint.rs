@@ -22,9 +22,14 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
         let family = Family::of_config(root)?;
+        // A family that reads its sections its own way (Gemma 4) gets the checks every family
+        // needs; the shared reading's shapes are checked whole below.
         if let Some(parts) = family.own_config(root) {
             let (text, vision) = parts?;
-            return Self::with_own_parts(family, root, text, vision);
+            let config = Self::assembled(family, root, text, vision)?;
+            config.check_sizes()?;
+            config.check_tokens()?;
+            return Ok(config);
         }
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
@@ -69,35 +74,23 @@ impl ModelConfig {
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
         let vision = family.vision_config(vision_obj)?;
-        let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
-        let config = ModelConfig {
-            family,
-            text,
-            vision,
-            image_token_id: token("image_token_id")?,
-            vision_start_token_id: token(family.image_bracket_keys().0)?,
-            vision_end_token_id: token(family.image_bracket_keys().1)?,
-        };
+        let config = Self::assembled(family, root, text, vision)?;
         config.check()?;
         Ok(config)
     }
 
-    /// A family that reads its text and vision sections its own way (Gemma 4): the shared
-    /// token keys and the checks around its reading.
-    fn with_own_parts(family: Family, root: &Value, text: TextConfig, vision: VisionConfig) -> Result<ModelConfig, ConfigError> {
+    /// The family's two sections and its image tokens, read under the family's keys.
+    fn assembled(family: Family, root: &Value, text: TextConfig, vision: VisionConfig) -> Result<ModelConfig, ConfigError> {
         let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
         let (start, end) = family.image_bracket_keys();
-        let config = ModelConfig {
+        Ok(ModelConfig {
             family,
             text,
             vision,
             image_token_id: token("image_token_id")?,
             vision_start_token_id: token(start)?,
             vision_end_token_id: token(end)?,
-        };
-        config.check_sizes()?;
-        config.check_tokens()?;
-        Ok(config)
+        })
     }
 
     /// Numbers every family needs above zero (epsilons, rotary bases, sizes, the experts'),
