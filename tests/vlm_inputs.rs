@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use bpals_vlm::{self as vlm, ChatTemplateSource, Family, ModelDir, Thinking};
+use bpals_vlm::{self as vlm, ChatTemplateSource, ModelDir, Thinking};
 use common::*;
 
 fn fixture(family: &str) -> PathBuf {
@@ -20,12 +20,12 @@ fn goldens(family: &str) -> serde_json::Value {
 #[test]
 fn both_families_load_with_their_templates_from_different_files() {
     let a = ModelDir::open(&fixture("qwen2_vl")).unwrap();
-    assert_eq!(a.config.family, Family::Qwen2Vl);
+    assert_eq!(a.config.family.name(), "qwen2_vl");
     assert_eq!(a.chat_template_source, ChatTemplateSource::ChatTemplateJson);
     assert_eq!((a.config.vision.hidden_size, a.config.vision.intermediate_size, a.config.vision.out_hidden_size), (32, 64, 64));
     assert!(a.config.text.tie_word_embeddings);
     let b = ModelDir::open(&fixture("qwen2_5_vl")).unwrap();
-    assert_eq!(b.config.family, Family::Qwen25Vl);
+    assert_eq!(b.config.family.name(), "qwen2_5_vl");
     assert_eq!(b.chat_template_source, ChatTemplateSource::ChatTemplateJinja);
     assert_eq!(b.config.vision.window_size, Some(56));
     assert_eq!(b.config.vision.fullatt_block_indexes, vec![1, 3]);

@@ -173,7 +173,7 @@ pub fn derive(input: &DiagnoseInput<'_>, traces: &mut [ErrorTrace]) -> Diagnosis
             rows[row].grounding = Some(RowGrounding {
                 answer: answer.text.clone(),
                 truncated: answer.truncated,
-                grounding: grounding::parse(family, &answer.text, geometry),
+                grounding: grounding::parse(family.box_format(), &answer.text, geometry),
             });
         }
     }

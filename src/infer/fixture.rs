@@ -86,7 +86,7 @@ impl Scorer for FixtureScorer {
     }
 
     fn family(&self) -> &'static str {
-        bpals_vlm::Family::Qwen2Vl.name()
+        "qwen2_vl"
     }
 
     /// Its scores, and the same vectors as [`Self::image_features`], as the native engine keeps

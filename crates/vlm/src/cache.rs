@@ -231,7 +231,7 @@ pub(super) mod tests {
         for (name, layers, kv_shared) in SMALL_DECODERS {
             let config = small_text(name, layers, kv_shared);
             let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
-            let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();
+            let text = TextModel::load(config.family, &weights, &config.text, config.image_token_id).unwrap();
             let ids = Tensor::randint(512, [2, 20], (Kind::Int64, Device::Cpu));
             let input = text.embed(&ids);
             let positions = Tensor::arange(20, (Kind::Int64, Device::Cpu)).view([1, 1, 20]).expand([3, 2, 20], false);

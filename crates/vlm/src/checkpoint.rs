@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::config::{err, f64_at, f64_in, get, positive, usize_at, usizes, ConfigError, OwnText, TextConfig, VisionConfig};
-use super::families::Family;
+use super::families::{ConfigReading, Family, SharedReading};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelConfig {
@@ -22,29 +22,37 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn from_json(root: &Value) -> Result<ModelConfig, ConfigError> {
         let family = Family::of_config(root)?;
-        // A family that reads its sections its own way (Gemma 4) gets the checks every family
-        // needs; the shared reading's shapes are checked whole below.
-        if let Some(parts) = family.own_config(root) {
-            let (text, vision) = parts?;
-            let config = Self::assembled(family, root, text, vision)?;
-            config.check_sizes()?;
-            config.check_tokens()?;
-            return Ok(config);
-        }
+        let parts = match family.architecture().config_reading() {
+            ConfigReading::Shared(parts) => parts,
+            // A family that reads its sections its own way (Gemma 4) gets the checks every
+            // family needs; the shared reading's shapes are checked whole below.
+            ConfigReading::Own(read) => {
+                let (text, vision) = read(root)?;
+                let config = Self::assembled(family, root, text, vision)?;
+                config.check_sizes()?;
+                config.check_tokens()?;
+                return Ok(config);
+            }
+        };
+        Self::shared_reading(family, parts, root)
+    }
+
+    /// The Qwen families' shape, with `parts` the family's.
+    fn shared_reading(family: Family, parts: &dyn SharedReading, root: &Value) -> Result<ModelConfig, ConfigError> {
         // The nested layout keeps the text keys in text_config; the flat one at the top.
         let text_obj = root.get("text_config").filter(|v| v.is_object());
         let text_scope: Vec<&Value> = text_obj.into_iter().chain(std::iter::once(root)).collect();
         let (rope_theta, mrope_section, partial_rotary) = rope(&text_scope)?;
-        let variant = family.text_variant(&text_scope)?;
+        let variant = parts.text_variant(&text_scope)?;
         let num_hidden_layers = usize_at(&text_scope, "num_hidden_layers")?;
-        let (layer_types, linear) = family.text_layers(&text_scope, num_hidden_layers)?;
+        let (layer_types, linear) = parts.text_layers(&text_scope, num_hidden_layers)?;
         let hidden_size = usize_at(&text_scope, "hidden_size")?;
         let num_attention_heads = usize_at(&text_scope, "num_attention_heads")?;
         if num_attention_heads == 0 || (variant.head_dim.is_none() && hidden_size % num_attention_heads != 0) {
             return Err(err("hidden_size", format!("{hidden_size} is not divisible by num_attention_heads {num_attention_heads}")));
         }
         let head_dim = variant.head_dim.unwrap_or(hidden_size / num_attention_heads);
-        let moe = family.moe(&text_scope, num_hidden_layers)?;
+        let moe = parts.moe(&text_scope, num_hidden_layers)?;
         // A model whose every layer is sparse (Qwen3.5-MoE) has no dense MLP width.
         let all_sparse = moe.as_ref().is_some_and(|m| m.sparse_layers.iter().all(|&s| s));
         let intermediate_size =
@@ -73,7 +81,7 @@ impl ModelConfig {
             own: OwnText::Shared,
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
-        let vision = family.vision_config(vision_obj)?;
+        let vision = parts.vision_config(vision_obj)?;
         let config = Self::assembled(family, root, text, vision)?;
         config.check()?;
         Ok(config)
@@ -82,7 +90,7 @@ impl ModelConfig {
     /// The family's two sections and its image tokens, read under the family's keys.
     fn assembled(family: Family, root: &Value, text: TextConfig, vision: VisionConfig) -> Result<ModelConfig, ConfigError> {
         let token = |key: &str| usize_at(&[root], key).map(|n| n as u32);
-        let (start, end) = family.image_bracket_keys();
+        let (start, end) = family.architecture().image_bracket_keys();
         Ok(ModelConfig {
             family,
             text,
@@ -199,7 +207,7 @@ impl ModelConfig {
 impl ModelConfig {
     /// The image tokens are tokens of the vocabulary.
     fn check_tokens(&self) -> Result<(), ConfigError> {
-        let (start, end) = self.family.image_bracket_keys();
+        let (start, end) = self.family.architecture().image_bracket_keys();
         for (key, id) in [("image_token_id", self.image_token_id), (start, self.vision_start_token_id), (end, self.vision_end_token_id)] {
             if id as usize >= self.text.vocab_size {
                 return Err(err(key, format!("{id} is not a token of the model's vocabulary (vocab_size {})", self.text.vocab_size)));

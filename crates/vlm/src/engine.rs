@@ -288,7 +288,7 @@ impl Engine {
             prompt: prompt.to_string(),
             think: section(&response, "think"),
             answer: section(&response, "answer").or_else(|| text_after_block(&response, thinking)),
-            grounding: grounding::parse(self.dir.config.family, &response, geometry),
+            grounding: grounding::parse(self.dir.config.family.box_format(), &response, geometry),
             response,
             new_tokens: tokens.len(),
             truncated_by_max_new_tokens: truncated,

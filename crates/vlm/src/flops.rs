@@ -11,7 +11,6 @@
 
 use super::checkpoint::ModelConfig;
 use super::config::LayerKind;
-use super::families::Family;
 
 /// The dense FLOPs of scoring one image, by stage: the vision tower, the prefix (the prompt up to
 /// the questions, the image in it), and the questions (the answers' two rows of the LM head
@@ -78,15 +77,13 @@ pub fn flops_as_run(
     layers: QuestionLayers,
     shared: usize,
 ) -> ImageFlops {
-    if let Some(count) = config.family.own_flops() {
+    if let Some(count) = config.family.architecture().own_flops() {
         return count(&config.text, &config.vision, patches, prefix, questions, suffix, layers, shared);
     }
     let v = &config.vision;
     let (d, i) = (v.hidden_size as f64, v.intermediate_size as f64);
-    let mlp = match config.family {
-        Family::Qwen25Vl => 3.0 * d * i, // gate, up, down
-        _ => 2.0 * d * i,                // fc1, fc2
-    };
+    // gate, up and down, or fc1 and fc2
+    let mlp = if config.family.architecture().gated_vision_mlp() { 3.0 * d * i } else { 2.0 * d * i };
     let block_linear = 4.0 * d * d + mlp; // qkv and the output projection, then the MLP
     let patches_f = patches as f64;
     let window = v.window_size.map(|w| {
@@ -269,7 +266,7 @@ pub(super) mod tests {
     #[test]
     fn the_qwen3_vl_benchmark_config_is_the_8b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_vl_8b");
-        assert_eq!((c.family, pre.patch_size, pre.factor(), pre.max_pixels), (Family::Qwen3Vl, 16, 32, 16_777_216));
+        assert_eq!((c.family.name(), pre.patch_size, pre.factor(), pre.max_pixels), ("qwen3_vl", 16, 32, 16_777_216));
         assert_eq!((c.text.head_dim, c.vision.deepstack_visual_indexes.as_slice()), (128, &[8, 16, 24][..]));
         let t = &c.text;
         let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * 4096.0;
@@ -293,7 +290,7 @@ pub(super) mod tests {
     #[test]
     fn the_qwen3_5_benchmark_config_is_the_9b_and_its_flops_are_pinned() {
         let (c, pre) = bench_config("qwen3_5_9b");
-        assert_eq!((c.family, pre.factor()), (Family::Qwen35, 32));
+        assert_eq!((c.family.name(), pre.factor()), ("qwen3_5", 32));
         let t = &c.text;
         assert_eq!((t.head_dim, t.rotary_dim, t.variant.gated_attention), (256, 64, true));
         let full = t.layer_types.iter().filter(|&&k| k == LayerKind::FullAttention).count();
@@ -331,7 +328,7 @@ pub(super) mod tests {
     #[test]
     fn the_benchmark_config_is_the_7b() {
         let (c, pre) = bench_config("qwen2_5_vl_7b");
-        assert_eq!((c.family, pre.patch_size, pre.max_pixels), (Family::Qwen25Vl, 14, 12845056));
+        assert_eq!((c.family.name(), pre.patch_size, pre.max_pixels), ("qwen2_5_vl", 14, 12845056));
         let t = &c.text;
         let text_linear = one_question_token(&c) / 2.0 - 2.0 * t.num_hidden_layers as f64 * t.hidden_size as f64;
         assert!((6.4e9..6.6e9).contains(&text_linear), "{text_linear}");

@@ -1,5 +1,5 @@
-//! Boxes in a model's answer, in each family's native grounding format, mapped back to the
-//! original image's pixels.
+//! Boxes in a model's answer, in each family's native grounding format ([`BoxFormat`], which a
+//! family names), mapped back to the original image's pixels.
 //!
 //! - Qwen2.5-VL writes JSON, `[{"bbox_2d": [x1, y1, x2, y2], "label": "..."}]` (often inside a
 //!   fenced `json` block), in pixels of the *resized* image the vision tower saw.
@@ -13,7 +13,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Family;
+/// How a family's answers write boxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoxFormat {
+    /// `<|box_start|>(x1,y1),(x2,y2)<|box_end|>` on a 0-1000 scale of the image (Qwen2-VL).
+    BoxTokensPerMille,
+    /// `[{"bbox_2d": [x1, y1, x2, y2]}]` in pixels of the resized image (Qwen2.5-VL).
+    JsonResizedPixels,
+    /// The same JSON on a 0-1000 scale of the image (Qwen3-VL and later).
+    JsonPerMille,
+}
 
 /// What came of looking for boxes in one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,11 +101,11 @@ pub struct ImageGeometry {
     pub resized: (usize, usize),
 }
 
-/// Reads the boxes of `answer` as `family` writes them.
-pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding {
-    let raw = match family.dense() {
-        Family::Qwen2Vl => parse_box_tokens(answer),
-        _ => parse_json_boxes(answer),
+/// Reads the boxes of `answer`, written in `format` (a family's [`crate::Family::box_format`]).
+pub fn parse(format: BoxFormat, answer: &str, geometry: ImageGeometry) -> Grounding {
+    let raw = match format {
+        BoxFormat::BoxTokensPerMille => parse_box_tokens(answer),
+        BoxFormat::JsonResizedPixels | BoxFormat::JsonPerMille => parse_json_boxes(answer),
     };
     let boxes = match raw {
         Err(status) => return Grounding { status, boxes: Vec::new() },
@@ -104,9 +113,9 @@ pub fn parse(family: Family, answer: &str, geometry: ImageGeometry) -> Grounding
         Ok(boxes) => boxes,
     };
     // The coordinate frame: the resized image's pixels, or 0-1000.
-    let (frame_w, frame_h) = match family.dense() {
-        Family::Qwen25Vl => (geometry.resized.1 as f64, geometry.resized.0 as f64),
-        _ => (1000.0, 1000.0),
+    let (frame_w, frame_h) = match format {
+        BoxFormat::JsonResizedPixels => (geometry.resized.1 as f64, geometry.resized.0 as f64),
+        BoxFormat::BoxTokensPerMille | BoxFormat::JsonPerMille => (1000.0, 1000.0),
     };
     let (w, h) = (f64::from(geometry.original.0), f64::from(geometry.original.1));
     let mut status = BoxStatus::Ok;
@@ -189,8 +198,8 @@ mod tests {
     /// A 1024x1024 NIH image, resized to 1036x1036 by smart_resize.
     const NIH: ImageGeometry = ImageGeometry { original: (1024, 1024), resized: (1036, 1036) };
 
-    fn status(family: Family, answer: &str) -> BoxStatus {
-        parse(family, answer, NIH).status
+    fn status(format: BoxFormat, answer: &str) -> BoxStatus {
+        parse(format, answer, NIH).status
     }
 
     #[test]
@@ -212,7 +221,7 @@ mod tests {
             (r#"[{"bbox_2d": [1, 2, 30]}]"#, BoxStatus::Unparseable, 0),
         ];
         for (answer, want, n) in table {
-            let g = parse(Family::Qwen25Vl, answer, NIH);
+            let g = parse(BoxFormat::JsonResizedPixels, answer, NIH);
             assert_eq!((g.status, g.boxes.len()), (want, n), "{answer}");
         }
     }
@@ -232,30 +241,30 @@ mod tests {
             ("<|box_start|>(a,b),(c,d)<|box_end|>", BoxStatus::Unparseable, 0),
         ];
         for (answer, want, n) in table {
-            let g = parse(Family::Qwen2Vl, answer, NIH);
+            let g = parse(BoxFormat::BoxTokensPerMille, answer, NIH);
             assert_eq!((g.status, g.boxes.len()), (want, n), "{answer}");
         }
-        assert_eq!(status(Family::Qwen2Vl, ""), BoxStatus::NoBox);
+        assert_eq!(status(BoxFormat::BoxTokensPerMille, ""), BoxStatus::NoBox);
     }
 
     #[test]
     fn boxes_map_back_to_the_original_pixels() {
         // Qwen2.5-VL: resized pixels; 1036 -> 1024.
-        let g = parse(Family::Qwen25Vl, r#"[{"bbox_2d": [0, 518, 1036, 1036], "label": "effusion"}]"#, NIH);
+        let g = parse(BoxFormat::JsonResizedPixels, r#"[{"bbox_2d": [0, 518, 1036, 1036], "label": "effusion"}]"#, NIH);
         assert_eq!(g.boxes[0], ImageBox { label: Some("effusion".into()), x1: 0.0, y1: 512.0, x2: 1024.0, y2: 1024.0 });
         // A 128x128 sample image resized to 140x140, and a non-square one.
         let sample = ImageGeometry { original: (128, 128), resized: (140, 140) };
-        let g = parse(Family::Qwen25Vl, r#"[{"bbox_2d": [35, 70, 70, 140]}]"#, sample);
+        let g = parse(BoxFormat::JsonResizedPixels, r#"[{"bbox_2d": [35, 70, 70, 140]}]"#, sample);
         assert_eq!((g.boxes[0].x1, g.boxes[0].y1, g.boxes[0].x2, g.boxes[0].y2), (32.0, 64.0, 64.0, 128.0));
         let wide = ImageGeometry { original: (2000, 1000), resized: (504, 1008) };
-        let g = parse(Family::Qwen25Vl, r#"[{"bbox_2d": [504, 252, 1008, 504]}]"#, wide);
+        let g = parse(BoxFormat::JsonResizedPixels, r#"[{"bbox_2d": [504, 252, 1008, 504]}]"#, wide);
         assert_eq!((g.boxes[0].x1, g.boxes[0].y1, g.boxes[0].x2, g.boxes[0].y2), (1000.0, 500.0, 2000.0, 1000.0));
         // Qwen2-VL: 0-1000 of the image, whatever its size; the edges map to the edges.
-        let g = parse(Family::Qwen2Vl, "<|box_start|>(0,500),(1000,1000)<|box_end|>", wide);
+        let g = parse(BoxFormat::BoxTokensPerMille, "<|box_start|>(0,500),(1000,1000)<|box_end|>", wide);
         // Qwen3-VL: the same 0-1000 frame, written as JSON in a fenced block.
-        let qwen3 = parse(Family::Qwen3Vl, "```json\n[{\"bbox_2d\": [0, 500, 1000, 1000], \"label\": \"effusion\"}]\n```", wide);
+        let qwen3 = parse(BoxFormat::JsonPerMille, "```json\n[{\"bbox_2d\": [0, 500, 1000, 1000], \"label\": \"effusion\"}]\n```", wide);
         assert_eq!(qwen3.boxes, g.boxes.iter().map(|b| ImageBox { label: Some("effusion".into()), ..b.clone() }).collect::<Vec<_>>());
-        assert_eq!(parse(Family::Qwen3Vl, r#"[{"bbox_2d": [0, 0, 1036, 10]}]"#, NIH).status, BoxStatus::OutsideImage);
+        assert_eq!(parse(BoxFormat::JsonPerMille, r#"[{"bbox_2d": [0, 0, 1036, 10]}]"#, NIH).status, BoxStatus::OutsideImage);
         assert_eq!((g.boxes[0].x1, g.boxes[0].y1, g.boxes[0].x2, g.boxes[0].y2), (0.0, 500.0, 2000.0, 1000.0));
     }
 

@@ -47,10 +47,10 @@ impl VlModel {
     fn from_weights(weights: &Weights, config: &ModelConfig, device: Device, kind: Kind) -> Result<VlModel, VlmError> {
         Ok(VlModel {
             vision: VisionTower::load(config.family, weights, &config.vision)?,
-            text: TextModel::load(weights, &config.text, config.image_token_id)?,
+            text: TextModel::load(config.family, weights, &config.text, config.image_token_id)?,
             image_token_id: config.image_token_id,
             merge: config.vision.spatial_merge_size,
-            multimodal_positions: config.family.multimodal_positions(),
+            multimodal_positions: config.family.architecture().multimodal_positions(),
             parameter_count: weights.parameter_count(),
             device,
             kind,

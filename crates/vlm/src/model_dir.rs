@@ -333,7 +333,7 @@ impl ModelDir {
         let (mut before, mut after) = (ids[..at].to_vec(), ids[at + 1..].to_vec());
         // Where the template leaves the image's brackets out, its processor writes them
         // (Gemma 4's), and so does the engine.
-        if !self.config.family.template_writes_image_brackets() {
+        if !self.config.family.architecture().template_writes_image_brackets() {
             before.push(self.config.vision_start_token_id);
             after.insert(0, self.config.vision_end_token_id);
         }

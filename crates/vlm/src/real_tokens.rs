@@ -498,7 +498,7 @@ mod tests {
         for (name, layers, kv_shared) in SMALL_DECODERS {
             let config = small_text(name, layers, kv_shared);
             let weights = Weights::random(Device::Cpu, Kind::Float, !config.text.tie_word_embeddings, 7);
-            let text = TextModel::load(&weights, &config.text, config.image_token_id).unwrap();
+            let text = TextModel::load(config.family, &weights, &config.text, config.image_token_id).unwrap();
             // Two images' prefixes of 12 tokens, then three questions each, of 1 to 6 tokens.
             let mut cache = DecoderCache::default();
             let prefix = Tensor::arange(12, cpu).view([1, 1, 12]).expand([3, 2, 12], false);

@@ -1,31 +1,52 @@
-//! The model families the native engine runs, one folder each.
+//! The model families the native engine runs, one folder each, and the registry that lists them.
 //!
-//! A family folder holds what is its own: `mod.rs` reads its part of `config.json` (no libtorch),
-//! `vision.rs` is its vision tower. What the families share stays shared: the text decoder of
-//! the Qwen families ([`super::text`], whose per-family differences are the switches of
-//! [`TextConfig`]), the small layers, the KV cache, the prompt, M-RoPE positions and the batched
-//! decoder. Gemma 4, another lab's design, brings its own config types, decoder and FLOP count
-//! (`gemma4/`) behind the same [`TextModel`], with plain positions.
+//! A family folder holds what is its own: `mod.rs` says what the family is to the shared code
+//! (an [`Architecture`]: its names, its image tokens, its reading of `config.json`, its grounding
+//! format, its tower and decoder), `vision.rs` is its vision tower. What the families share stays
+//! shared: the text decoder of the Qwen families ([`super::text`], whose per-family differences
+//! are the switches of [`TextConfig`]), the small layers, the KV cache, the prompt, M-RoPE
+//! positions and the batched decoder. Gemma 4, another lab's design, brings its own config
+//! types, decoder and FLOP count (`gemma4/`), behind the same [`TextModel`], with plain positions.
 //!
-//! This file is the registry: the rest of the engine sees a family only through [`Family`]'s
-//! methods, [`VisionTower`], [`TextModel`] and the [`ImageFeatures`] a tower returns, each with
-//! one arm per family. The guide's "Adding a model family" page lists what a new family touches.
+//! The rest of the engine sees a family only through [`Family`], a handle on its
+//! [`Architecture`], and the [`VisionTower`], [`TextModel`] and [`ImageFeatures`] it builds. The
+//! [`registry!`] below lists the families: a new one is its folder plus its line there. The guide's
+//! "Adding a model family" page says the same for a newcomer.
 //!
 //! [`TextConfig`]: super::config::TextConfig
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use super::config::{ConfigError, LayerKind, LinearAttentionConfig, MoeConfig, TextConfig, TextVariant, VisionConfig};
+use super::grounding::BoxFormat;
+#[cfg(feature = "libtorch")]
+use super::{error::VlmError, weights::Weights};
 
-pub mod gemma4;
-pub mod qwen2_5_vl;
-pub mod qwen2_vl;
-pub mod qwen3_5;
-pub mod qwen3_5_moe;
-pub mod qwen3_vl;
-pub mod qwen3_vl_moe;
 pub mod settings;
+
+/// Declares each family's folder and lists its [`Architecture`] in [`Family::ALL`], so that a
+/// family is added in one place: a macro, because Rust asks for a `mod` line and a list entry.
+macro_rules! registry {
+    ($($folder:ident :: $family:ident),+ $(,)?) => {
+        $(pub(crate) mod $folder;)+
+
+        impl Family {
+            /// Every family the engine runs, in the order errors and `doctor` list them.
+            pub const ALL: &'static [Family] = &[$(Family(&$folder::$family)),+];
+        }
+    };
+}
+
+registry! {
+    qwen2_vl::Qwen2Vl,
+    qwen2_5_vl::Qwen25Vl,
+    qwen3_vl::Qwen3Vl,
+    qwen3_5::Qwen35,
+    qwen3_vl_moe::Qwen3VlMoe,
+    qwen3_5_moe::Qwen35Moe,
+    gemma4::Gemma4,
+}
 
 /// A family's own FLOP count: text and vision configs, then patches, prefix tokens, questions,
 /// suffix tokens, which layers the questions run whole, and the questions' shared tokens.
@@ -35,126 +56,128 @@ pub(crate) type OwnFlops =
 /// The Qwen families' image placeholder (Gemma 4's is `<|image|>`).
 pub const QWEN_IMAGE_PAD: &str = "<|image_pad|>";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// Full-attention vision tower with LayerNorm and quick-GELU.
-    Qwen2Vl,
-    /// Window attention with full-attention blocks, RMSNorm and gated SiLU.
-    #[serde(rename = "qwen2_5_vl")]
-    Qwen25Vl,
-    /// Learned, interpolated position embeddings and DeepStack in the vision tower; the Qwen3
-    /// decoder (q/k norms, explicit head_dim) with interleaved M-RoPE.
-    Qwen3Vl,
-    /// Qwen3-VL's vision tower without DeepStack; a hybrid decoder of Gated DeltaNet (linear
-    /// attention with a recurrent state) and gated full-attention layers.
-    #[serde(rename = "qwen3_5")]
-    Qwen35,
-    /// Qwen3-VL with a sparse mixture of experts for the MLP (Qwen3-VL-30B-A3B).
-    Qwen3VlMoe,
-    /// Qwen3.5 with a sparse mixture of experts and a shared expert (Qwen3.6-35B-A3B).
-    #[serde(rename = "qwen3_5_moe")]
-    Qwen35Moe,
-    /// Google's Gemma 4: a pooled 2D-RoPE vision tower and its own decoder (see
-    /// `families/gemma4/`).
-    Gemma4,
+/// What a family is to the shared code. Each folder implements it on a unit type; the defaults
+/// are the Qwen families' ways.
+pub(crate) trait Architecture: Sync {
+    /// The family's name: its `model_type` in config.json, and how specs write it
+    /// (`prompts.location.ground`).
+    fn name(&self) -> &'static str;
+
+    /// transformers' class for the family, which older configs name instead of a model_type.
+    fn class_name(&self) -> &'static str;
+
+    /// How config.json becomes the shared config types.
+    fn config_reading(&self) -> ConfigReading<'_>;
+
+    /// The token a chat template writes where the image goes: one id, which the prompt repeats
+    /// once per image token.
+    fn image_placeholder(&self) -> &'static str {
+        QWEN_IMAGE_PAD
+    }
+
+    /// The config.json keys of the tokens that open and close an image's run.
+    fn image_bracket_keys(&self) -> (&'static str, &'static str) {
+        ("vision_start_token_id", "vision_end_token_id")
+    }
+
+    /// Whether the prompt's ids carry the image's brackets around its placeholder: the Qwen
+    /// templates write them; where they do not, the engine adds them.
+    fn template_writes_image_brackets(&self) -> bool {
+        true
+    }
+
+    /// Whether the decoder's positions are M-RoPE's three (time, height, width) or plain ones.
+    #[cfg(feature = "libtorch")]
+    fn multimodal_positions(&self) -> bool {
+        true
+    }
+
+    /// How the family's answers write boxes (`prompts.location.ground`).
+    fn box_format(&self) -> BoxFormat {
+        BoxFormat::JsonPerMille
+    }
+
+    /// Whether the vision tower's MLP is gated (gate, up, down) rather than two matrices, for
+    /// the shared FLOP count.
+    fn gated_vision_mlp(&self) -> bool {
+        false
+    }
+
+    /// A family's own count of the FLOPs of scoring an image, where its decoder is not the
+    /// shared one's shape; None for the count in `crate::flops`.
+    fn own_flops(&self) -> Option<OwnFlops> {
+        None
+    }
+
+    /// Its vision tower, from the checkpoint's weights.
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError>;
+
+    /// Its text decoder: the shared one, unless the family brings its own.
+    #[cfg(feature = "libtorch")]
+    fn load_text(&self, w: &Weights, cfg: &TextConfig, _image_token_id: u32) -> Result<TextModel, VlmError> {
+        Ok(TextModel::shared(crate::text::SharedDecoder::load(w, cfg)?))
+    }
 }
 
-impl Family {
-    pub const ALL: [Family; 7] =
-        [Family::Qwen2Vl, Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35, Family::Qwen3VlMoe, Family::Qwen35Moe, Family::Gemma4];
+/// How a family's config.json becomes the shared config types.
+pub(crate) enum ConfigReading<'a> {
+    /// The Qwen shape (text keys in `text_config` or at the top, a `vision_config`), read by
+    /// `checkpoint.rs` with the family's parts.
+    Shared(&'a dyn SharedReading),
+    /// The family's own reading of both sections.
+    Own(fn(&Value) -> Result<(TextConfig, VisionConfig), ConfigError>),
+}
 
+/// The parts of the shared reading that differ between the Qwen families.
+pub(crate) trait SharedReading {
+    /// The family's `vision_config` section.
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError>;
+
+    /// How the family's text decoder differs from the shared one's defaults.
+    fn text_variant(&self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError>;
+
+    /// Each decoder layer's kind, and the linear-attention shapes of a hybrid decoder.
+    fn text_layers(&self, _text_scope: &[&Value], layers: usize) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
+        Ok((vec![LayerKind::FullAttention; layers], None))
+    }
+
+    /// A sparse family's mixture-of-experts MLPs; None for a dense family.
+    fn moe(&self, _text_scope: &[&Value], _layers: usize) -> Result<Option<MoeConfig>, ConfigError> {
+        Ok(None)
+    }
+}
+
+/// A model family the engine runs: a handle on what it is to the engine (its `Architecture`), compared, printed and
+/// serialized by its name.
+#[derive(Clone, Copy)]
+pub struct Family(&'static dyn Architecture);
+
+impl Family {
     /// The family's name: its `model_type` in config.json, and how specs write it
     /// (`prompts.location.ground`).
     pub fn name(self) -> &'static str {
-        match self {
-            Family::Qwen2Vl => "qwen2_vl",
-            Family::Qwen25Vl => "qwen2_5_vl",
-            Family::Qwen3Vl => "qwen3_vl",
-            Family::Qwen35 => "qwen3_5",
-            Family::Qwen3VlMoe => "qwen3_vl_moe",
-            Family::Qwen35Moe => "qwen3_5_moe",
-            Family::Gemma4 => "gemma4",
-        }
+        self.0.name()
     }
 
     /// The token a chat template writes where the image goes: one id, which the prompt repeats
     /// once per image token.
     pub fn image_placeholder(self) -> &'static str {
-        match self {
-            Family::Gemma4 => "<|image|>",
-            _ => QWEN_IMAGE_PAD,
-        }
+        self.0.image_placeholder()
     }
 
-    /// The text and vision sections of a family that reads them its own way (Gemma 4, whose
-    /// config is not the Qwen families' shape); None for a family read by the shared reading.
-    pub(crate) fn own_config(self, root: &Value) -> Option<Result<(TextConfig, VisionConfig), ConfigError>> {
-        match self {
-            Family::Gemma4 => Some(gemma4::model_config(root)),
-            _ => None,
-        }
-    }
-
-    /// A family's own count of the FLOPs of scoring an image, where its decoder is not the
-    /// shared one's shape (Gemma 4's); None for the count in `crate::flops`.
-    pub(crate) fn own_flops(self) -> Option<OwnFlops> {
-        match self {
-            Family::Gemma4 => Some(gemma4::flops::per_image),
-            _ => None,
-        }
-    }
-
-    /// The config.json keys of the tokens that open and close an image's run.
-    pub(crate) fn image_bracket_keys(self) -> (&'static str, &'static str) {
-        match self {
-            Family::Gemma4 => ("boi_token_id", "eoi_token_id"),
-            _ => ("vision_start_token_id", "vision_end_token_id"),
-        }
-    }
-
-    /// Whether the prompt's ids carry the image's brackets around its placeholder: the Qwen
-    /// templates write them; Gemma 4's processor adds them, so the engine does.
-    pub(crate) fn template_writes_image_brackets(self) -> bool {
-        self != Family::Gemma4
-    }
-
-    /// Whether the decoder's positions are M-RoPE's three (time, height, width) or plain ones.
-    #[cfg(feature = "libtorch")]
-    pub(crate) fn multimodal_positions(self) -> bool {
-        self != Family::Gemma4
-    }
-
-    /// The dense family whose vision tower, decoder and prompt a mixture-of-experts family
-    /// shares (itself for a dense family): only the MLP differs.
-    pub fn dense(self) -> Family {
-        match self {
-            Family::Qwen3VlMoe => Family::Qwen3Vl,
-            Family::Qwen35Moe => Family::Qwen35,
-            dense => dense,
-        }
+    /// How the family's answers write boxes, for [`crate::grounding::parse`].
+    pub fn box_format(self) -> BoxFormat {
+        self.0.box_format()
     }
 
     pub fn from_name(name: &str) -> Option<Family> {
-        Family::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    /// transformers' class for the family, which older configs name instead of a model_type.
-    fn architecture(self) -> &'static str {
-        match self {
-            Family::Qwen2Vl => "Qwen2VLForConditionalGeneration",
-            Family::Qwen25Vl => "Qwen2_5_VLForConditionalGeneration",
-            Family::Qwen3Vl => "Qwen3VLForConditionalGeneration",
-            Family::Qwen35 => "Qwen3_5ForConditionalGeneration",
-            Family::Qwen3VlMoe => "Qwen3VLMoeForConditionalGeneration",
-            Family::Qwen35Moe => "Qwen3_5MoeForConditionalGeneration",
-            Family::Gemma4 => "Gemma4ForConditionalGeneration",
-        }
+        Family::ALL.iter().copied().find(|f| f.name() == name)
     }
 
     /// The supported names, for error messages: "qwen2_vl, qwen2_5_vl, qwen3_vl, ...".
     pub fn supported() -> String {
-        Family::ALL.map(Family::name).join(", ")
+        Family::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
     }
 
     /// The family a config.json describes, from `model_type` (or, failing that, `architectures`).
@@ -167,7 +190,7 @@ impl Family {
         }
         // Only a config that names no model_type is judged by its architectures: a named but
         // unsupported type (`qwen3_omni_moe`) is refused even if its class list looks familiar.
-        if let Some(family) = Family::ALL.into_iter().find(|f| model_type.is_empty() && architectures.contains(&f.architecture())) {
+        if let Some(family) = Family::ALL.iter().copied().find(|f| model_type.is_empty() && architectures.contains(&f.0.class_name())) {
             return Ok(family);
         }
         Err(ConfigError {
@@ -179,53 +202,38 @@ impl Family {
         })
     }
 
-    /// The family's `vision_config` section.
-    pub(crate) fn vision_config(self, vision: &Value) -> Result<VisionConfig, ConfigError> {
-        match self.dense() {
-            Family::Qwen2Vl => qwen2_vl::vision_config(vision),
-            Family::Qwen25Vl => qwen2_5_vl::vision_config(vision),
-            Family::Qwen3Vl => qwen3_vl::vision_config(vision),
-            Family::Qwen35 => qwen3_5::vision_config(vision),
-            Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
-            Family::Gemma4 => unreachable!("Gemma 4's config is read by gemma4::text_config and vision_config"),
-        }
+    /// What the family is to the shared code.
+    pub(crate) fn architecture(self) -> &'static dyn Architecture {
+        self.0
     }
+}
 
-    /// How the family's text decoder differs from the shared one's defaults.
-    pub(crate) fn text_variant(self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
-        match self.dense() {
-            Family::Qwen2Vl | Family::Qwen25Vl => Ok(TextVariant::QWEN2),
-            Family::Qwen3Vl => qwen3_vl::text_variant(text_scope),
-            Family::Qwen35 => qwen3_5::text_variant(text_scope),
-            Family::Qwen3VlMoe | Family::Qwen35Moe => unreachable!("dense() is a dense family"),
-            Family::Gemma4 => unreachable!("Gemma 4's config is read by gemma4::text_config and vision_config"),
-        }
+impl PartialEq for Family {
+    fn eq(&self, other: &Family) -> bool {
+        self.name() == other.name()
     }
+}
 
-    /// Each decoder layer's kind, and the linear-attention shapes of a hybrid decoder.
-    pub(crate) fn text_layers(
-        self,
-        text_scope: &[&Value],
-        layers: usize,
-    ) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
-        match self.dense() {
-            Family::Qwen35 => qwen3_5::text_layers(text_scope, layers),
-            _ => Ok((vec![LayerKind::FullAttention; layers], None)),
-        }
+impl Eq for Family {}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
+}
 
-    /// A sparse family's mixture-of-experts MLPs; None for a dense family.
-    pub(crate) fn moe(self, text_scope: &[&Value], layers: usize) -> Result<Option<MoeConfig>, ConfigError> {
-        match self {
-            Family::Qwen3VlMoe => qwen3_vl_moe::moe_config(text_scope, layers).map(Some),
-            Family::Qwen35Moe => qwen3_5_moe::moe_config(text_scope, layers).map(Some),
-            _ => Ok(None),
-        }
+impl Serialize for Family {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
 #[cfg(feature = "libtorch")]
+pub(crate) use decoder::OwnDecoder;
+#[cfg(feature = "libtorch")]
 pub use decoder::TextModel;
+#[cfg(feature = "libtorch")]
+pub(crate) use tower::Tower;
 #[cfg(feature = "libtorch")]
 pub use tower::{ImageFeatures, VisionTower};
 
@@ -248,47 +256,44 @@ mod tower {
         pub deepstack: Vec<Tensor>,
     }
 
-    pub enum VisionTower {
-        Qwen2(super::qwen2_vl::vision::VisionQwen2),
-        Qwen25(super::qwen2_5_vl::vision::VisionQwen25),
-        Qwen3(super::qwen3_vl::vision::VisionQwen3),
-        Gemma4(super::gemma4::vision::VisionGemma4),
+    impl ImageFeatures {
+        /// The features of a tower that has no DeepStack.
+        pub(crate) fn plain(embeds: Tensor) -> ImageFeatures {
+            ImageFeatures { embeds, deepstack: Vec::new() }
+        }
     }
 
+    /// What a family's vision tower does, for [`VisionTower`].
+    pub(crate) trait Tower: Send {
+        /// The features of one image's `pixel_values` with patch grid (t, h, w).
+        fn features(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures;
+
+        /// The features of several images of one patch grid, in order, run together so that
+        /// their products see every image's rows (the Qwen towers as one sequence, Gemma 4's as
+        /// one batch).
+        fn features_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures>;
+    }
+
+    /// A family's vision tower.
+    pub struct VisionTower(Box<dyn Tower>);
+
     impl VisionTower {
-        pub fn load(family: Family, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
-            Ok(match family.dense() {
-                Family::Qwen2Vl => VisionTower::Qwen2(super::qwen2_vl::vision::VisionQwen2::load(w, cfg)?),
-                Family::Qwen25Vl => VisionTower::Qwen25(super::qwen2_5_vl::vision::VisionQwen25::load(w, cfg)?),
-                // Qwen3.5's tower is Qwen3-VL's; its config lists no DeepStack blocks.
-                Family::Qwen3Vl | Family::Qwen35 | Family::Qwen3VlMoe | Family::Qwen35Moe => {
-                    VisionTower::Qwen3(super::qwen3_vl::vision::VisionQwen3::load(w, cfg)?)
-                }
-                Family::Gemma4 => VisionTower::Gemma4(super::gemma4::vision::VisionGemma4::load(w, cfg)?),
-            })
+        pub(crate) fn new(tower: impl Tower + 'static) -> VisionTower {
+            VisionTower(Box::new(tower))
         }
 
-        /// The features of several images of one patch grid (t, h, w), in order: the Qwen
-        /// towers run them as one sequence and Gemma 4's as one batch, so their products see
-        /// every image's rows.
+        pub fn load(family: Family, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+            family.architecture().load_vision(w, cfg)
+        }
+
+        /// The features of several images of one patch grid (t, h, w), in order.
         pub fn forward_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
-            let plain = |embeds: Vec<Tensor>| embeds.into_iter().map(|embeds| ImageFeatures { embeds, deepstack: Vec::new() }).collect();
-            match self {
-                VisionTower::Qwen2(v) => plain(v.forward_many(pixels, grid)),
-                VisionTower::Qwen25(v) => plain(v.forward_many(pixels, grid)),
-                VisionTower::Qwen3(v) => v.forward_many(pixels, grid),
-                VisionTower::Gemma4(v) => plain(v.forward_many(pixels, grid)),
-            }
+            self.0.features_many(pixels, grid)
         }
 
         /// The features of one image's `pixel_values` with patch grid (t, h, w).
         pub fn forward(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
-            match self {
-                VisionTower::Qwen2(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
-                VisionTower::Qwen25(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
-                VisionTower::Qwen3(v) => v.forward(pixels, grid),
-                VisionTower::Gemma4(v) => ImageFeatures { embeds: v.forward(pixels, grid), deepstack: Vec::new() },
-            }
+            self.0.features(pixels, grid)
         }
     }
 }
@@ -297,32 +302,58 @@ mod tower {
 mod decoder {
     use tch::Tensor;
 
-    use super::gemma4::text::Gemma4Decoder;
-    use super::settings::OwnText;
+    use super::Family;
     use crate::config::TextConfig;
     use crate::error::VlmError;
     use crate::real_tokens::QuestionRows;
     use crate::text::{causal_mask, AttentionPath, DecoderCache, Deepstack, Embedded, SharedDecoder};
     use crate::weights::Weights;
 
-    /// A family's text decoder: the shared one of the Qwen families, or Gemma 4's own.
-    pub enum TextModel {
+    /// A decoder a family brings of its own (Gemma 4's): the calls [`TextModel`] hands it.
+    /// Such a decoder repeats its key/value heads for every call and keeps no linear state, so
+    /// it takes neither the shared decoder's attention path nor its padding marks.
+    pub(crate) trait OwnDecoder: Send {
+        fn embed(&self, ids: &Tensor) -> Embedded;
+        fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor;
+        fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor);
+        fn forward_shared_prefix(
+            &self,
+            input: &Embedded,
+            positions: &Tensor,
+            cache: &mut DecoderCache,
+            mask: &Tensor,
+            fused: bool,
+            rows: &QuestionRows,
+        ) -> Tensor;
+        fn logits(&self, hidden: &Tensor) -> Tensor;
+        fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor;
+    }
+
+    /// A family's text decoder: the shared one of the Qwen families, or the family's own.
+    pub struct TextModel(Decoder);
+
+    enum Decoder {
         Shared(SharedDecoder),
-        Gemma4(Gemma4Decoder),
+        Own(Box<dyn OwnDecoder>),
     }
 
     impl TextModel {
-        pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
-            Ok(match cfg.own {
-                OwnText::Gemma4(_) => TextModel::Gemma4(Gemma4Decoder::load(w, cfg, image_token_id)?),
-                OwnText::Shared => TextModel::Shared(SharedDecoder::load(w, cfg)?),
-            })
+        pub fn load(family: Family, w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
+            family.architecture().load_text(w, cfg, image_token_id)
+        }
+
+        pub(crate) fn shared(decoder: SharedDecoder) -> TextModel {
+            TextModel(Decoder::Shared(decoder))
+        }
+
+        pub(crate) fn own(decoder: impl OwnDecoder + 'static) -> TextModel {
+            TextModel(Decoder::Own(Box::new(decoder)))
         }
 
         pub fn embed(&self, ids: &Tensor) -> Embedded {
-            match self {
-                TextModel::Shared(d) => Embedded { embeds: d.embed(ids), per_layer: None, image_span: None },
-                TextModel::Gemma4(d) => d.embed(ids),
+            match &self.0 {
+                Decoder::Shared(d) => Embedded { embeds: d.embed(ids), per_layer: None, image_span: None },
+                Decoder::Own(d) => d.embed(ids),
             }
         }
 
@@ -342,9 +373,9 @@ mod decoder {
         pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, deepstack: Option<&Deepstack>) {
             let embeds = &input.embeds;
             let mask = causal_mask(embeds.size()[1], cache.len(), embeds.kind(), embeds.device());
-            match self {
-                TextModel::Shared(d) => d.fill_cache(embeds, positions, cache, &mask, deepstack),
-                TextModel::Gemma4(d) => d.fill_cache(input, positions, cache, &mask),
+            match &self.0 {
+                Decoder::Shared(d) => d.fill_cache(embeds, positions, cache, &mask, deepstack),
+                Decoder::Own(d) => d.fill_cache(input, positions, cache, &mask),
             }
         }
 
@@ -365,9 +396,9 @@ mod decoder {
         ) -> Tensor {
             let embeds = &input.embeds;
             let mask = causal_mask(embeds.size()[1], 0, embeds.kind(), embeds.device());
-            match self {
-                TextModel::Shared(d) => d.forward_shared_prefix(embeds, positions, cache, &mask, fused, rows),
-                TextModel::Gemma4(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused, rows),
+            match &self.0 {
+                Decoder::Shared(d) => d.forward_shared_prefix(embeds, positions, cache, &mask, fused, rows),
+                Decoder::Own(d) => d.forward_shared_prefix(input, positions, cache, &mask, fused, rows),
             }
         }
 
@@ -385,27 +416,67 @@ mod decoder {
             valid: Option<&Tensor>,
             deepstack: Option<&Deepstack>,
         ) -> Tensor {
-            match self {
-                TextModel::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
-                // Gemma 4's decoder repeats its key/value heads for every call: `path` is the Qwen
-                // decoder's choice.
-                TextModel::Gemma4(d) => d.forward_masked(input, positions, cache, mask),
+            match &self.0 {
+                Decoder::Shared(d) => d.forward_masked(&input.embeds, positions, cache, mask, path, valid, deepstack),
+                // `path` and `valid` are the shared decoder's (see [`OwnDecoder`]).
+                Decoder::Own(d) => d.forward_masked(input, positions, cache, mask),
             }
         }
 
         pub fn logits(&self, hidden: &Tensor) -> Tensor {
-            match self {
-                TextModel::Shared(d) => d.logits(hidden),
-                TextModel::Gemma4(d) => d.logits(hidden),
+            match &self.0 {
+                Decoder::Shared(d) => d.logits(hidden),
+                Decoder::Own(d) => d.logits(hidden),
             }
         }
 
         /// The logits of two tokens only, (rows, 2), from hidden states (rows, hidden).
         pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
-            match self {
-                TextModel::Shared(d) => d.answer_logits(hidden, answer),
-                TextModel::Gemma4(d) => d.answer_logits(hidden, answer),
+            match &self.0 {
+                Decoder::Shared(d) => d.answer_logits(hidden, answer),
+                Decoder::Own(d) => d.answer_logits(hidden, answer),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_lists_each_family_once_under_its_model_type() {
+        let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "gemma4"]);
+        for family in Family::ALL {
+            assert_eq!(Family::from_name(family.name()), Some(*family));
+            // Specs, `doctor` and the card write a family by its name.
+            assert_eq!(serde_json::to_value(family).unwrap(), family.name());
+            assert_eq!(format!("{family:?}"), family.name());
+        }
+        assert_ne!(Family::from_name("qwen2_vl"), Family::from_name("qwen2_5_vl"));
+        assert_eq!(Family::from_name("Qwen2Vl"), None);
+    }
+
+    #[test]
+    fn a_config_naming_only_its_class_finds_its_family() {
+        let family = |root: Value| Family::of_config(&root).map(Family::name);
+        assert_eq!(family(serde_json::json!({"architectures": ["Qwen2_5_VLForConditionalGeneration"]})).unwrap(), "qwen2_5_vl");
+        assert_eq!(
+            family(serde_json::json!({"model_type": "gemma4", "architectures": ["Qwen2VLForConditionalGeneration"]})).unwrap(),
+            "gemma4"
+        );
+        let refused = family(serde_json::json!({"model_type": "qwen3_omni_moe", "architectures": ["Qwen3VLForConditionalGeneration"]}));
+        assert!(refused.unwrap_err().message.contains("it runs qwen2_vl, qwen2_5_vl"));
+    }
+
+    #[test]
+    fn each_family_reads_boxes_in_its_own_format() {
+        let format = |name: &str| Family::from_name(name).unwrap().box_format();
+        assert_eq!(format("qwen2_vl"), BoxFormat::BoxTokensPerMille);
+        assert_eq!(format("qwen2_5_vl"), BoxFormat::JsonResizedPixels);
+        for name in ["qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "gemma4"] {
+            assert_eq!(format(name), BoxFormat::JsonPerMille, "{name}");
         }
     }
 }

@@ -20,6 +20,14 @@ use crate::config::{
     VisionConfig,
 };
 pub use config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
+#[cfg(feature = "libtorch")]
+use crate::{
+    error::VlmError,
+    families::{TextModel, VisionTower},
+    weights::Weights,
+};
+
+use super::{Architecture, ConfigReading, OwnFlops};
 
 #[cfg(feature = "libtorch")]
 mod attention;
@@ -326,6 +334,55 @@ pub fn vision_config(vision: &Value, text_hidden: usize) -> Result<VisionConfig,
         }),
         ..VisionConfig::default()
     })
+}
+
+/// Gemma 4 in the registry: its own config reading, decoder and FLOP count, plain positions,
+/// and image brackets the engine adds (its processor does, not its template).
+pub(crate) struct Gemma4;
+
+impl Architecture for Gemma4 {
+    fn name(&self) -> &'static str {
+        "gemma4"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Gemma4ForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Own(model_config)
+    }
+
+    fn image_placeholder(&self) -> &'static str {
+        "<|image|>"
+    }
+
+    fn image_bracket_keys(&self) -> (&'static str, &'static str) {
+        ("boi_token_id", "eoi_token_id")
+    }
+
+    fn template_writes_image_brackets(&self) -> bool {
+        false
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn multimodal_positions(&self) -> bool {
+        false
+    }
+
+    fn own_flops(&self) -> Option<OwnFlops> {
+        Some(flops::per_image)
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        Ok(VisionTower::new(vision::VisionGemma4::load(w, cfg)?))
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_text(&self, w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<TextModel, VlmError> {
+        Ok(TextModel::own(text::Gemma4Decoder::load(w, cfg, image_token_id)?))
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::cache::{DecoderCache, LayerCache};
 use crate::config::TextConfig;
 use crate::decoder_input::Embedded;
 use crate::error::VlmError;
+use crate::families::OwnDecoder;
 use crate::layers::{self, GatedMlp, Linear, Turn};
 use crate::moe::Experts;
 use crate::part_clock::timed;
@@ -442,6 +443,41 @@ impl Gemma4Decoder {
     /// The soft-capped logits of two tokens only, (rows, 2).
     pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
         self.softcap(layers::answer_logits(hidden, &self.lm_head, answer))
+    }
+}
+
+/// The calls the registry's [`TextModel`](crate::families::TextModel) hands Gemma 4's decoder.
+impl OwnDecoder for Gemma4Decoder {
+    fn embed(&self, ids: &Tensor) -> Embedded {
+        Gemma4Decoder::embed(self, ids)
+    }
+
+    fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
+        Gemma4Decoder::forward_masked(self, input, positions, cache, mask)
+    }
+
+    fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) {
+        Gemma4Decoder::fill_cache(self, input, positions, cache, mask)
+    }
+
+    fn forward_shared_prefix(
+        &self,
+        input: &Embedded,
+        positions: &Tensor,
+        cache: &mut DecoderCache,
+        mask: &Tensor,
+        fused: bool,
+        rows: &QuestionRows,
+    ) -> Tensor {
+        Gemma4Decoder::forward_shared_prefix(self, input, positions, cache, mask, fused, rows)
+    }
+
+    fn logits(&self, hidden: &Tensor) -> Tensor {
+        Gemma4Decoder::logits(self, hidden)
+    }
+
+    fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
+        Gemma4Decoder::answer_logits(self, hidden, answer)
     }
 }
 

@@ -16,6 +16,7 @@ use tch::{Kind, Tensor};
 use super::norm::Norm;
 use crate::config::VisionConfig;
 use crate::error::VlmError;
+use crate::families::{ImageFeatures, Tower};
 use crate::layers::{attention, Turn};
 use crate::weights::Weights;
 
@@ -219,5 +220,15 @@ impl VisionGemma4 {
         };
         let pooled = pooled.to_kind(x.kind());
         self.embed_norm.forward(&pooled).linear(&self.projection, None::<&Tensor>).unbind(0)
+    }
+}
+
+impl Tower for VisionGemma4 {
+    fn features(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+        ImageFeatures::plain(self.forward(pixels, grid))
+    }
+
+    fn features_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+        self.forward_many(pixels, grid).into_iter().map(ImageFeatures::plain).collect()
     }
 }

@@ -5,6 +5,12 @@
 use serde_json::Value;
 
 use crate::config::{usize_at, usizes, ConfigError, VisionConfig};
+use crate::config::TextVariant;
+use crate::grounding::BoxFormat;
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::{Architecture, ConfigReading, SharedReading};
 
 #[cfg(feature = "libtorch")]
 pub(super) mod vision;
@@ -28,4 +34,44 @@ pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
         },
         ..VisionConfig::default()
     })
+}
+
+/// Qwen2.5-VL in the registry.
+pub(crate) struct Qwen25Vl;
+
+impl Architecture for Qwen25Vl {
+    fn name(&self) -> &'static str {
+        "qwen2_5_vl"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen2_5_VLForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    fn box_format(&self) -> BoxFormat {
+        BoxFormat::JsonResizedPixels
+    }
+
+    fn gated_vision_mlp(&self) -> bool {
+        true
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        Ok(VisionTower::new(vision::VisionQwen25::load(w, cfg)?))
+    }
+}
+
+impl SharedReading for Qwen25Vl {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        vision_config(vision)
+    }
+
+    fn text_variant(&self, _text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        Ok(TextVariant::QWEN2)
+    }
 }

@@ -6,6 +6,7 @@ use tch::Tensor;
 
 use crate::config::VisionConfig;
 use crate::error::VlmError;
+use crate::families::{ImageFeatures, Tower};
 use crate::layers::{load_patch_embed, vision_rotary, GatedMlp, MergerMlp, RmsNorm, Turn, VisionAttention};
 use crate::weights::Weights;
 
@@ -122,6 +123,16 @@ fn windows(grid: (usize, usize, usize), merge: usize, window_size: usize, patch:
         }
     }
     (order, lens)
+}
+
+impl Tower for VisionQwen25 {
+    fn features(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+        ImageFeatures::plain(self.forward(pixels, grid))
+    }
+
+    fn features_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+        self.forward_many(pixels, grid).into_iter().map(ImageFeatures::plain).collect()
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,12 @@
 use serde_json::Value;
 
 use crate::config::{usize_at, ConfigError, VisionConfig, MAX_CONFIG_INTEGER};
+use crate::config::TextVariant;
+use crate::grounding::BoxFormat;
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::{Architecture, ConfigReading, SharedReading};
 
 #[cfg(feature = "libtorch")]
 pub(super) mod vision;
@@ -31,4 +37,40 @@ pub fn vision_config(vision: &Value) -> Result<VisionConfig, ConfigError> {
         in_channels: usize_at(&v, "in_channels").or_else(|_| usize_at(&v, "in_chans")).unwrap_or(3),
         ..VisionConfig::default()
     })
+}
+
+/// Qwen2-VL in the registry.
+pub(crate) struct Qwen2Vl;
+
+impl Architecture for Qwen2Vl {
+    fn name(&self) -> &'static str {
+        "qwen2_vl"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen2VLForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    fn box_format(&self) -> BoxFormat {
+        BoxFormat::BoxTokensPerMille
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        Ok(VisionTower::new(vision::VisionQwen2::load(w, cfg)?))
+    }
+}
+
+impl SharedReading for Qwen2Vl {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        vision_config(vision)
+    }
+
+    fn text_variant(&self, _text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        Ok(TextVariant::QWEN2)
+    }
 }

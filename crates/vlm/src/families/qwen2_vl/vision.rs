@@ -5,6 +5,7 @@ use tch::Tensor;
 
 use crate::config::VisionConfig;
 use crate::error::VlmError;
+use crate::families::{ImageFeatures, Tower};
 use crate::layers::{load_patch_embed, vision_rotary, LayerNorm, Linear, MergerMlp, Turn, VisionAttention};
 use crate::weights::Weights;
 
@@ -91,5 +92,15 @@ impl VisionQwen2 {
             x = block.forward(&x, &turn, &lens);
         }
         self.merger.forward(&self.ln_q.forward(&x)).chunk(images, 0)
+    }
+}
+
+impl Tower for VisionQwen2 {
+    fn features(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+        ImageFeatures::plain(self.forward(pixels, grid))
+    }
+
+    fn features_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+        self.forward_many(pixels, grid).into_iter().map(ImageFeatures::plain).collect()
     }
 }

@@ -13,6 +13,10 @@
 use serde_json::Value;
 
 use crate::config::{get, usize_at, ConfigError, LayerKind, LinearAttentionConfig, TextVariant, VisionConfig};
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::{Architecture, ConfigReading, SharedReading};
 
 #[cfg(feature = "libtorch")]
 pub(crate) mod delta_rule;
@@ -74,4 +78,40 @@ pub fn text_layers(text_scope: &[&Value], layers: usize) -> Result<(Vec<LayerKin
         ));
     }
     Ok((kinds, Some(linear)))
+}
+
+/// Qwen3.5 in the registry.
+pub(crate) struct Qwen35;
+
+impl Architecture for Qwen35 {
+    fn name(&self) -> &'static str {
+        "qwen3_5"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen3_5ForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        super::qwen3_vl::load_tower(w, cfg)
+    }
+}
+
+impl SharedReading for Qwen35 {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        vision_config(vision)
+    }
+
+    fn text_variant(&self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        text_variant(text_scope)
+    }
+
+    fn text_layers(&self, text_scope: &[&Value], layers: usize) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
+        text_layers(text_scope, layers)
+    }
 }

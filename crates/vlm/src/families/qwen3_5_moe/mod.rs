@@ -12,6 +12,12 @@
 use serde_json::Value;
 
 use crate::config::{usize_at, ConfigError, FusedLayout, MoeConfig};
+use crate::config::{LayerKind, LinearAttentionConfig, TextVariant, VisionConfig};
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::qwen3_5::Qwen35;
+use super::{Architecture, ConfigReading, SharedReading};
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { key: format!("text_config.{key}"), message: message.into() }
@@ -29,4 +35,44 @@ pub fn moe_config(text_scope: &[&Value], layers: usize) -> Result<MoeConfig, Con
         sparse_layers: vec![true; layers],
         fused_layout: FusedLayout::Rows,
     })
+}
+
+/// Qwen3.5-MoE in the registry: Qwen3.5's but for the experts.
+pub(crate) struct Qwen35Moe;
+
+impl Architecture for Qwen35Moe {
+    fn name(&self) -> &'static str {
+        "qwen3_5_moe"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen3_5MoeForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        Qwen35.load_vision(w, cfg)
+    }
+}
+
+impl SharedReading for Qwen35Moe {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        Qwen35.vision_config(vision)
+    }
+
+    fn text_variant(&self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        Qwen35.text_variant(text_scope)
+    }
+
+    fn text_layers(&self, text_scope: &[&Value], layers: usize) -> Result<(Vec<LayerKind>, Option<LinearAttentionConfig>), ConfigError> {
+        Qwen35.text_layers(text_scope, layers)
+    }
+
+    fn moe(&self, text_scope: &[&Value], layers: usize) -> Result<Option<MoeConfig>, ConfigError> {
+        moe_config(text_scope, layers).map(Some)
+    }
 }

@@ -13,6 +13,10 @@
 use serde_json::Value;
 
 use crate::config::{f64_in, usize_at, usizes, ConfigError, TextVariant, VisionConfig};
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::{Architecture, ConfigReading, SharedReading};
 
 #[cfg(feature = "libtorch")]
 pub(super) mod vision;
@@ -87,4 +91,43 @@ pub fn text_variant(text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
         zero_centered_norm: false,
         default_partial_rotary: 1.0,
     })
+}
+
+/// Qwen3-VL in the registry.
+pub(crate) struct Qwen3Vl;
+
+impl Architecture for Qwen3Vl {
+    fn name(&self) -> &'static str {
+        "qwen3_vl"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen3VLForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        load_tower(w, cfg)
+    }
+}
+
+impl SharedReading for Qwen3Vl {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        vision_config(vision)
+    }
+
+    fn text_variant(&self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        text_variant(text_scope)
+    }
+}
+
+/// The tower, which Qwen3.5 and both mixtures of experts share (Qwen3.5's config lists no
+/// DeepStack blocks).
+#[cfg(feature = "libtorch")]
+pub(crate) fn load_tower(w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+    Ok(VisionTower::new(vision::VisionQwen3::load(w, cfg)?))
 }

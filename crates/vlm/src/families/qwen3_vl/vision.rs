@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::config::VisionConfig;
 use crate::error::VlmError;
-use crate::families::ImageFeatures;
+use crate::families::{ImageFeatures, Tower};
 use crate::layers::{load_patch_embed, merge_block_order, vision_rotary, LayerNorm, Linear, Turn, VisionAttention};
 use crate::weights::Weights;
 
@@ -164,5 +164,15 @@ impl VisionQwen3 {
         let weights = (h_weights.unsqueeze(2) * w_weights.unsqueeze(1)).view([-1, 4, 1]).to_device(device);
         let taps = self.pos_embed.index_select(0, &indices.view([-1])).view([indices.size()[0], 4, -1]).to_kind(Kind::Float);
         (taps * weights).sum_dim_intlist(&[1i64][..], false, Kind::Float)
+    }
+}
+
+impl Tower for VisionQwen3 {
+    fn features(&self, pixels: &Tensor, grid: (usize, usize, usize)) -> ImageFeatures {
+        self.forward(pixels, grid)
+    }
+
+    fn features_many(&self, pixels: &[&Tensor], grid: (usize, usize, usize)) -> Vec<ImageFeatures> {
+        self.forward_many(pixels, grid)
     }
 }

@@ -12,6 +12,12 @@
 use serde_json::Value;
 
 use crate::config::{get, usize_at, usizes, ConfigError, FusedLayout, MoeConfig};
+use crate::config::{TextVariant, VisionConfig};
+#[cfg(feature = "libtorch")]
+use crate::{error::VlmError, families::VisionTower, weights::Weights};
+
+use super::qwen3_vl::Qwen3Vl;
+use super::{Architecture, ConfigReading, SharedReading};
 
 fn err(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { key: format!("text_config.{key}"), message: message.into() }
@@ -54,4 +60,40 @@ pub fn moe_config(text_scope: &[&Value], layers: usize) -> Result<MoeConfig, Con
         sparse_layers: sparse,
         fused_layout: FusedLayout::Columns,
     })
+}
+
+/// Qwen3-VL-MoE in the registry: Qwen3-VL's but for the experts.
+pub(crate) struct Qwen3VlMoe;
+
+impl Architecture for Qwen3VlMoe {
+    fn name(&self) -> &'static str {
+        "qwen3_vl_moe"
+    }
+
+    fn class_name(&self) -> &'static str {
+        "Qwen3VLMoeForConditionalGeneration"
+    }
+
+    fn config_reading(&self) -> ConfigReading<'_> {
+        ConfigReading::Shared(self)
+    }
+
+    #[cfg(feature = "libtorch")]
+    fn load_vision(&self, w: &Weights, cfg: &VisionConfig) -> Result<VisionTower, VlmError> {
+        Qwen3Vl.load_vision(w, cfg)
+    }
+}
+
+impl SharedReading for Qwen3VlMoe {
+    fn vision_config(&self, vision: &Value) -> Result<VisionConfig, ConfigError> {
+        Qwen3Vl.vision_config(vision)
+    }
+
+    fn text_variant(&self, text_scope: &[&Value]) -> Result<TextVariant, ConfigError> {
+        Qwen3Vl.text_variant(text_scope)
+    }
+
+    fn moe(&self, text_scope: &[&Value], layers: usize) -> Result<Option<MoeConfig>, ConfigError> {
+        moe_config(text_scope, layers).map(Some)
+    }
 }
