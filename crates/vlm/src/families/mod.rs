@@ -148,8 +148,8 @@ pub(crate) trait SharedReading {
     }
 }
 
-/// A model family the engine runs: a handle on what it is to the engine (its `Architecture`), compared, printed and
-/// serialized by its name.
+/// A model family the engine runs: a handle on what it is to the engine (its `Architecture`),
+/// compared, printed and serialized by its name.
 #[derive(Clone, Copy)]
 pub struct Family(&'static dyn Architecture);
 
