@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{err, f64_at, f64_in, get, positive, usize_at, usizes, ConfigError, OwnText, TextConfig, VisionConfig};
+use super::config::{err, f64_at, f64_in, get, positive, usize_at, usizes, ConfigError, FamilySettings, TextConfig, VisionConfig};
 use super::families::{ConfigReading, Family, SharedReading};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -78,7 +78,8 @@ impl ModelConfig {
             variant,
             max_position_embeddings: get(&text_scope, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
             moe,
-            own: OwnText::Shared,
+            other_media_token_ids: Vec::new(),
+            own: FamilySettings::default(),
         };
         let vision_obj = root.get("vision_config").ok_or_else(|| err("vision_config", "missing"))?;
         let vision = parts.vision_config(vision_obj)?;

@@ -2,12 +2,11 @@
 //! flat hub layout (text keys at the top, `rope_scaling`) and the nested one (`text_config`,
 //! `rope_parameters`) that transformers 5 writes. Field names mirror the files.
 
+use std::any::Any;
+use std::fmt::Debug;
+
 use serde::Serialize;
 use serde_json::Value;
-
-// A family's own settings: the registry's enums of them, over leaves that import nothing of the
-// engine (families/settings.rs).
-pub use crate::families::settings::{OwnText, OwnVision};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TextConfig {
@@ -38,19 +37,93 @@ pub struct TextConfig {
     pub max_position_embeddings: Option<usize>,
     /// The mixture-of-experts MLPs of a sparse model, and which layers have them.
     pub moe: Option<MoeConfig>,
-    /// The family's own decoder settings (Gemma 4's); `Shared` for the Qwen families.
-    pub own: OwnText,
+    /// Placeholders of media the engine does not feed (Gemma 4's `video_token_id` and
+    /// `audio_token_id`), which a prompt may not hold; none in the Qwen families' prompts.
+    pub other_media_token_ids: Vec<u32>,
+    /// The family's own decoder settings (Gemma 4's); none for the Qwen families.
+    #[serde(skip)]
+    pub own: FamilySettings,
 }
 
 impl TextConfig {
     pub fn head_dim(&self) -> usize {
         self.head_dim
     }
+}
 
-    /// Placeholders of media the engine does not feed (video, audio), which a prompt may not
-    /// hold.
-    pub fn other_media_token_ids(&self) -> &[u32] {
-        self.own.other_media_token_ids()
+/// Settings a family reads from config.json beyond the fields every family shares (Gemma 4's
+/// layers, its tower's pooling). The shared code carries them without naming them; only the
+/// family's own folder gets them back, by their type. Empty for a family the shared fields
+/// describe whole.
+#[derive(Default)]
+pub struct FamilySettings(Option<Box<dyn OwnSettings>>);
+
+/// A family's settings type: any plain value its config reading makes.
+trait OwnSettings: Any + Debug + Send + Sync {
+    fn boxed_clone(&self) -> Box<dyn OwnSettings>;
+    fn same_as(&self, other: &dyn OwnSettings) -> bool;
+    fn as_any(&self) -> &dyn Any;
+    // For `bench scoring`'s slices, which need libtorch.
+    #[cfg_attr(not(feature = "libtorch"), allow(dead_code))]
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Debug + Clone + PartialEq + Send + Sync> OwnSettings for T {
+    fn boxed_clone(&self) -> Box<dyn OwnSettings> {
+        Box::new(self.clone())
+    }
+
+    fn same_as(&self, other: &dyn OwnSettings) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+impl FamilySettings {
+    pub(crate) fn new<T: Any + Debug + Clone + PartialEq + Send + Sync>(settings: T) -> FamilySettings {
+        FamilySettings(Some(Box::new(settings)))
+    }
+
+    /// The settings, if they are of type `T`.
+    pub(crate) fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_deref().and_then(|s| s.as_any().downcast_ref())
+    }
+
+    #[cfg_attr(not(feature = "libtorch"), allow(dead_code))]
+    pub(crate) fn get_mut<T: Any>(&mut self) -> Option<&mut T> {
+        self.0.as_deref_mut().and_then(|s| s.as_any_mut().downcast_mut())
+    }
+}
+
+impl Clone for FamilySettings {
+    fn clone(&self) -> FamilySettings {
+        FamilySettings(self.0.as_deref().map(OwnSettings::boxed_clone))
+    }
+}
+
+impl PartialEq for FamilySettings {
+    fn eq(&self, other: &FamilySettings) -> bool {
+        match (self.0.as_deref(), other.0.as_deref()) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        }
+    }
+}
+
+impl Debug for FamilySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(settings) => settings.fmt(f),
+            None => f.write_str("none"),
+        }
     }
 }
 
@@ -176,8 +249,9 @@ pub struct VisionConfig {
     pub mlp_gelu: &'static str,
     /// Base of the vision tower's 2D rotary angles.
     pub rope_theta: f64,
-    /// The family's own tower settings (Gemma 4's); `Shared` for the Qwen families.
-    pub own: OwnVision,
+    /// The family's own tower settings (Gemma 4's); none for the Qwen families.
+    #[serde(skip)]
+    pub own: FamilySettings,
 }
 
 impl Default for VisionConfig {
@@ -199,7 +273,7 @@ impl Default for VisionConfig {
             deepstack_visual_indexes: Vec::new(),
             mlp_gelu: "none",
             rope_theta: 10000.0,
-            own: OwnVision::Shared,
+            own: FamilySettings::default(),
         }
     }
 }
@@ -470,5 +544,31 @@ impl PreprocessorConfig {
     /// Side of the square a merged token covers: sizes are rounded to multiples of it.
     pub fn factor(&self) -> usize {
         self.patch_size * self.merge_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FamilySettings;
+
+    #[test]
+    fn a_familys_own_settings_come_back_only_as_their_type() {
+        #[derive(Debug, Clone, PartialEq)]
+        struct Mine(u32);
+        #[derive(Debug, Clone, PartialEq)]
+        struct Theirs(u32);
+        let mut mine = FamilySettings::new(Mine(1));
+        assert_eq!(mine.get::<Mine>(), Some(&Mine(1)));
+        assert_eq!(mine.get::<Theirs>(), None);
+        assert_eq!(FamilySettings::default().get::<Mine>(), None);
+        // Equal only to the same type with the same value; a clone is its own copy.
+        let copy = mine.clone();
+        assert_eq!(copy, mine);
+        mine.get_mut::<Mine>().unwrap().0 = 2;
+        assert_eq!((copy.get::<Mine>(), mine.get::<Mine>()), (Some(&Mine(1)), Some(&Mine(2))));
+        assert_ne!(FamilySettings::new(Mine(1)), FamilySettings::new(Theirs(1)));
+        assert_ne!(FamilySettings::new(Mine(1)), FamilySettings::default());
+        assert_eq!(FamilySettings::default(), FamilySettings::default());
+        assert_eq!(format!("{:?}", FamilySettings::new(Mine(3))), "Mine(3)");
     }
 }

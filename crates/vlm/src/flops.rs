@@ -248,7 +248,7 @@ pub(super) mod tests {
         assert!((prefix - (whole - mlp + context)).abs() < 1.0, "{prefix} vs {whole}");
 
         let (e4b, _) = bench_config("gemma4_e4b");
-        let g = e4b.text.own.gemma4().unwrap();
+        let g = e4b.text.own.get::<crate::families::gemma4::Gemma4Text>().unwrap();
         assert_eq!(g.layers.iter().filter(|l| l.kv_from.is_some()).count(), 18);
         let prefix = flops_by_stage(&e4b, 0, 100, 0, 0).prefix;
         let question = flops_by_stage(&e4b, 0, 0, 100, 1).questions - 100.0 * 2.0 * 2560.0 * 262144.0;

@@ -320,7 +320,7 @@ impl ModelDir {
         };
         // A video or audio placeholder in the prompt (a question that holds `<|audio|>`, say)
         // stands for media no one feeds: transformers' processor refuses such a prompt.
-        let others = self.config.text.other_media_token_ids();
+        let others = &self.config.text.other_media_token_ids;
         if let Some(&id) = ids.iter().find(|id| others.contains(id)) {
             let name = self.tokenizer.id_to_token(id).unwrap_or_else(|| format!("token {id}"));
             return Err(VlmError::Input(format!(

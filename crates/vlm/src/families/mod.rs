@@ -23,8 +23,6 @@ use super::grounding::BoxFormat;
 #[cfg(feature = "libtorch")]
 use super::{error::VlmError, weights::Weights};
 
-pub mod settings;
-
 /// Declares each family's folder and lists its [`Architecture`] in [`Family::ALL`], so that a
 /// family is added in one place: a macro, because Rust asks for a `mod` line and a list entry.
 macro_rules! registry {

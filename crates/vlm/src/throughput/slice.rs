@@ -3,6 +3,7 @@
 
 use crate::checkpoint::ModelConfig;
 use crate::config::LayerKind;
+use crate::families::gemma4::Gemma4Text;
 
 /// The architecture cut to `layers` text layers and as many vision blocks, every width kept: the
 /// full-size shapes on a machine that cannot hold the whole model (`bench scoring --layers`).
@@ -38,7 +39,9 @@ pub fn slice(config: &ModelConfig, layers: usize) -> ModelConfig {
     // Gemma 4's slice: its first layers, the last made a full-attention layer (with the full
     // layers' shape) if none is. A KV-shared layer in the slice keeps its sharing (and a double
     // width where the model has one): the layer it reads comes before it.
-    if let (Some(g), Some(full)) = (c.text.own.gemma4_mut(), config.text.own.gemma4().and_then(|g| g.layers.iter().find(|l| !l.sliding))) {
+    if let (Some(g), Some(full)) =
+        (c.text.own.get_mut::<Gemma4Text>(), config.text.own.get::<Gemma4Text>().and_then(|g| g.layers.iter().find(|l| !l.sliding)))
+    {
         g.layers.truncate(c.text.num_hidden_layers);
         if !g.layers.iter().any(|l| !l.sliding) {
             *g.layers.last_mut().expect("one or more layers") = full.clone();
@@ -67,7 +70,8 @@ mod tests {
         assert_eq!(slice(&c, 2).text.layer_types, vec![LayerKind::LinearAttention, LayerKind::FullAttention]);
         // Gemma 4 E4B's KV-shared layers, from the 25th on, keep their sharing.
         let (c, _) = bench_config("gemma4_e4b");
-        let shared = |layers: usize| slice(&c, layers).text.own.gemma4().unwrap().layers.iter().filter(|l| l.kv_from.is_some()).count();
+        let shared =
+            |layers: usize| slice(&c, layers).text.own.get::<Gemma4Text>().unwrap().layers.iter().filter(|l| l.kv_from.is_some()).count();
         assert_eq!((shared(6), shared(24), shared(26)), (0, 0, 2));
     }
 }

@@ -1,7 +1,7 @@
 //! Gemma 4's own settings, as its config.json names them: what its decoder and its vision tower
-//! need beside the fields every family shares. The shared types hold them through the registry's
-//! enums (`OwnText::Gemma4`, `OwnVision::Gemma4` in `families/settings.rs`); `super::text_config`
-//! and `super::vision_config` read them. This file imports nothing of the engine.
+//! need beside the fields every family shares. The shared types carry them unnamed
+//! (`TextConfig::own`, `VisionConfig::own`); `super::text_config` and `super::vision_config` read
+//! them.
 //!
 //! [`TextConfig`]: crate::config::TextConfig
 //! [`VisionConfig`]: crate::config::VisionConfig
@@ -24,10 +24,6 @@ pub struct Gemma4Text {
     /// Per-layer input embeddings (`hidden_size_per_layer_input`, E2B/E4B): width and vocabulary.
     pub per_layer_input: Option<(usize, usize)>,
     pub pad_token_id: u32,
-    /// The video and audio placeholders (`video_token_id`, `audio_token_id`): media this engine
-    /// does not feed. transformers embeds them, as the image's, as the pad token; a prompt that
-    /// holds one is refused, as transformers' processor refuses it.
-    pub other_media_token_ids: Vec<u32>,
 }
 
 /// One decoder layer's attention.

@@ -1,6 +1,7 @@
 //! What scoring an image on Gemma 4 costs in FLOPs, for `bench scoring`'s MFU: its decoder is not
 //! the shared one's shape, so the shared count (`crate::flops`) hands it here.
 
+use super::{Gemma4Text, Gemma4Vision};
 use crate::config::{TextConfig, VisionConfig};
 use crate::flops::{question_linear, ImageFlops, QuestionLayers};
 
@@ -20,7 +21,7 @@ pub(crate) fn per_image(
     shared: usize,
 ) -> ImageFlops {
     let v = vision;
-    let gv = v.own.gemma4().expect("a Gemma 4 vision config");
+    let gv = v.own.get::<Gemma4Vision>().expect("a Gemma 4 vision config");
     let (d, i, p) = (v.hidden_size as f64, v.intermediate_size as f64, patches as f64);
     let attn_width = (v.num_heads * gv.head_dim) as f64;
     let kv_width = (gv.kv_heads * gv.head_dim) as f64;
@@ -31,7 +32,7 @@ pub(crate) fn per_image(
         + 2.0 * tokens * d * v.out_hidden_size as f64;
 
     let t = text;
-    let g = t.own.gemma4().expect("a Gemma 4 text config");
+    let g = t.own.get::<Gemma4Text>().expect("a Gemma 4 text config");
     let h = t.hidden_size as f64;
     let heads = t.num_attention_heads as f64;
     let window = g.sliding_window as f64;

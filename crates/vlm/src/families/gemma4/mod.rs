@@ -16,7 +16,7 @@
 use serde_json::Value;
 
 use crate::config::{
-    err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, OwnText, OwnVision, TextConfig, TextVariant,
+    err, f64_in, get, positive, usize_at, ConfigError, FusedLayout, LayerKind, MoeConfig, FamilySettings, TextConfig, TextVariant,
     VisionConfig,
 };
 pub use config::{Gemma4Layer, Gemma4Text, Gemma4Vision, RopeSettings};
@@ -232,11 +232,6 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
             Some(Value::Number(_)) => at(&s, "pad_token_id")? as u32,
             _ => 0,
         },
-        other_media_token_ids: ["video_token_id", "audio_token_id"]
-            .into_iter()
-            .filter_map(|key| root.get(key).and_then(Value::as_u64).map(|id| (key, id)))
-            .map(|(key, id)| u32::try_from(id).map_err(|_| err(key, format!("{id}: not a token id"))))
-            .collect::<Result<_, _>>()?,
     };
     let rms_norm_eps = crate::config::f64_at(&s, "rms_norm_eps").map_err(|e| err("text_config.rms_norm_eps", e.message))?;
     positive("text_config.rms_norm_eps", rms_norm_eps)?;
@@ -265,7 +260,12 @@ pub fn text_config(root: &Value) -> Result<TextConfig, ConfigError> {
         variant: TextVariant::QWEN2,
         max_position_embeddings: get(&s, "max_position_embeddings").and_then(Value::as_u64).map(|n| n as usize),
         moe,
-        own: OwnText::Gemma4(gemma),
+        other_media_token_ids: ["video_token_id", "audio_token_id"]
+            .into_iter()
+            .filter_map(|key| root.get(key).and_then(Value::as_u64).map(|id| (key, id)))
+            .map(|(key, id)| u32::try_from(id).map_err(|_| err(key, format!("{id}: not a token id"))))
+            .collect::<Result<_, _>>()?,
+        own: FamilySettings::new(gemma),
     })
 }
 
@@ -317,7 +317,7 @@ pub fn vision_config(vision: &Value, text_hidden: usize) -> Result<VisionConfig,
         temporal_patch_size: 1,
         mlp_gelu: "tanh",
         rope_theta,
-        own: OwnVision::Gemma4(Gemma4Vision {
+        own: FamilySettings::new(Gemma4Vision {
             head_dim,
             kv_heads,
             position_embedding_size: at("position_embedding_size")?,
@@ -402,7 +402,7 @@ mod tests {
     #[test]
     fn the_published_layout_reads_into_each_layers_shape() {
         let c = e4b_with("text_config", "vocab_size", 262_144.into()).unwrap();
-        let g = c.text.own.gemma4().unwrap();
+        let g = c.text.own.get::<super::Gemma4Text>().unwrap();
         // 42 layers, five sliding to one full; the last 18 read earlier layers' keys and values.
         assert_eq!((g.layers.len(), g.layers.iter().filter(|l| !l.sliding).count()), (42, 7));
         assert_eq!((g.layers[5].head_dim, g.layers[0].head_dim), (512, 256));

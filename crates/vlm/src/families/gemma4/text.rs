@@ -196,7 +196,7 @@ pub struct Gemma4Decoder {
 
 impl Gemma4Decoder {
     pub fn load(w: &Weights, cfg: &TextConfig, image_token_id: u32) -> Result<Gemma4Decoder, VlmError> {
-        let g = cfg.own.gemma4().ok_or_else(|| VlmError::Input("Gemma 4's decoder needs its text config".into()))?;
+        let g = cfg.own.get::<Gemma4Text>().ok_or_else(|| VlmError::Input("Gemma 4's decoder needs its text config".into()))?;
         let (h, v, eps) = (cfg.hidden_size as i64, cfg.vocab_size as i64, cfg.rms_norm_eps);
         // Weights names "model.language_model.*" as "model.*" (see `weights::normalize`).
         let p = "model";
@@ -239,7 +239,7 @@ impl Gemma4Decoder {
             bidirectional_vision: g.bidirectional_vision,
             image_token_id: i64::from(image_token_id),
             pad_token_id: i64::from(g.pad_token_id),
-            media_token_ids: g.other_media_token_ids.iter().map(|&id| i64::from(id)).collect(),
+            media_token_ids: cfg.other_media_token_ids.iter().map(|&id| i64::from(id)).collect(),
         })
     }
 

@@ -14,6 +14,7 @@
 use tch::{Kind, Tensor};
 
 use super::norm::Norm;
+use super::Gemma4Vision;
 use crate::config::VisionConfig;
 use crate::error::VlmError;
 use crate::families::{ImageFeatures, Tower};
@@ -72,7 +73,7 @@ struct Block {
 
 impl Block {
     fn load(w: &Weights, prefix: &str, cfg: &VisionConfig) -> Result<Block, VlmError> {
-        let g = cfg.own.gemma4().expect("a Gemma 4 vision config");
+        let g = cfg.own.get::<Gemma4Vision>().expect("a Gemma 4 vision config");
         let (d, i, eps) = (cfg.hidden_size as i64, cfg.intermediate_size as i64, g.rms_norm_eps);
         let (heads, kv_heads, hd) = (cfg.num_heads as i64, g.kv_heads as i64, g.head_dim as i64);
         let c = g.clipped_linears;
@@ -150,7 +151,7 @@ pub struct VisionGemma4 {
 
 impl VisionGemma4 {
     pub fn load(w: &Weights, cfg: &VisionConfig) -> Result<VisionGemma4, VlmError> {
-        let g = cfg.own.gemma4().ok_or_else(|| VlmError::Input("Gemma 4's tower needs its vision config".into()))?;
+        let g = cfg.own.get::<Gemma4Vision>().ok_or_else(|| VlmError::Input("Gemma 4's tower needs its vision config".into()))?;
         let (d, p) = (cfg.hidden_size as i64, cfg.patch_size as i64);
         let t = "model.vision_tower";
         let blocks =
