@@ -243,21 +243,6 @@ impl Gemma4Decoder {
         })
     }
 
-    /// Token embeddings times sqrt(hidden) (rounded to the weights' type, as transformers does),
-    /// and each token's per-layer embeddings where the model has them.
-    pub fn embed(&self, ids: &Tensor) -> Embedded {
-        let (b, s) = (ids.size()[0], ids.size()[1]);
-        // Every media placeholder (image, video, audio) embeds as the pad token, in the main
-        // embedding and the per-layer inputs, as transformers does on every step (a generated
-        // `<|audio|>` included); the image's positions then take the image's features.
-        let media = self.media_token_ids.iter().fold(ids.eq(self.image_token_id), |m, &id| m.logical_or(&ids.eq(id)));
-        let ids = ids.where_scalarother(&media.logical_not(), self.pad_token_id);
-        let embeds = self.embed_tokens.index_select(0, &ids.flatten(0, -1)).view([b, s, -1]) * self.embed_scale;
-        let per_layer =
-            self.per_layer.as_ref().map(|p| p.embed.index_select(0, &ids.flatten(0, -1)).view([b, s, p.layers, p.width]) * p.scale);
-        Embedded { embeds, per_layer, image_span: None }
-    }
-
     fn per_layer_inputs(&self, input: &Embedded) -> Option<Tensor> {
         let p = self.per_layer.as_ref()?;
         let (b, s) = (input.embeds.size()[0], input.embeds.size()[1]);
@@ -296,22 +281,6 @@ impl Gemma4Decoder {
         mask.to_kind(Kind::Float).masked_fill(&from_end.gt(self.window), hidden).to_kind(mask.kind())
     }
 
-    /// Runs `input` at `positions` (3, batch, seq; the first axis is the position) after what
-    /// `cache` holds, under `mask` (batch or 1, 1, seq, cached + seq), and returns the final
-    /// hidden states (batch, seq, hidden).
-    pub fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
-        self.norm.forward(&self.run_layers(input, positions, cache, mask, None))
-    }
-
-    /// [`Self::forward_masked`] only as far as the cache needs: up to the last layer with keys
-    /// and values of its own, and of that one only them. The KV-shared layers after it (18 of
-    /// E4B's 42) keep nothing, so they do not run.
-    pub fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) {
-        if let Some(last) = self.layers.iter().rposition(|l| l.kv_from.is_none()) {
-            let _ = self.run_layers(input, positions, cache, mask, Some(last));
-        }
-    }
-
     /// The layers of [`Self::forward_masked`]: every one whole, or with `until`, those before it
     /// whole and `until` only as far as its keys and values; the residual stream after.
     fn run_layers(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor, until: Option<usize>) -> Tensor {
@@ -343,6 +312,66 @@ impl Gemma4Decoder {
         x
     }
 
+    /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`
+    /// queries sees of the prefix (seq, past) and of its own row (`suffix_mask` narrowed), as
+    /// additive f32 masks. Query i sits at `past + i`; a key `sliding_window` or more behind it
+    /// is hidden, as [`Self::sliding_mask`] hides it for the same rows run after a copied prefix.
+    fn window_masks(&self, past: i64, seq: i64, suffix_mask: &Tensor) -> (Tensor, Tensor) {
+        let device = suffix_mask.device();
+        let hidden = f64::from(f32::MIN);
+        let query = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([seq, 1]);
+        let too_far = |keys: Tensor| (&query - keys).ge(self.window);
+        let prefix_keys = Tensor::arange(past, (Kind::Int64, device)).view([1, past]);
+        let prefix = Tensor::zeros([seq, past], (Kind::Float, device)).masked_fill(&too_far(prefix_keys), hidden);
+        let own_keys = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([1, seq]);
+        let suffix = suffix_mask.to_kind(Kind::Float).view([seq, seq]).masked_fill(&too_far(own_keys), hidden);
+        // Kept in f32: a hidden key is the most negative f32, never -inf, so a query that sees
+        // none of the prefix still gives that part a finite maximum (and zero weight).
+        (prefix, suffix)
+    }
+
+    fn softcap(&self, logits: Tensor) -> Tensor {
+        match self.softcap {
+            Some(cap) => (logits / cap).tanh() * cap,
+            None => logits,
+        }
+    }
+
+}
+
+/// The calls the registry's [`TextModel`](crate::families::TextModel) hands Gemma 4's decoder.
+impl OwnDecoder for Gemma4Decoder {
+    /// Token embeddings times sqrt(hidden) (rounded to the weights' type, as transformers does),
+    /// and each token's per-layer embeddings where the model has them.
+    fn embed(&self, ids: &Tensor) -> Embedded {
+        let (b, s) = (ids.size()[0], ids.size()[1]);
+        // Every media placeholder (image, video, audio) embeds as the pad token, in the main
+        // embedding and the per-layer inputs, as transformers does on every step (a generated
+        // `<|audio|>` included); the image's positions then take the image's features.
+        let media = self.media_token_ids.iter().fold(ids.eq(self.image_token_id), |m, &id| m.logical_or(&ids.eq(id)));
+        let ids = ids.where_scalarother(&media.logical_not(), self.pad_token_id);
+        let embeds = self.embed_tokens.index_select(0, &ids.flatten(0, -1)).view([b, s, -1]) * self.embed_scale;
+        let per_layer =
+            self.per_layer.as_ref().map(|p| p.embed.index_select(0, &ids.flatten(0, -1)).view([b, s, p.layers, p.width]) * p.scale);
+        Embedded { embeds, per_layer, image_span: None }
+    }
+
+    /// Runs `input` at `positions` (3, batch, seq; the first axis is the position) after what
+    /// `cache` holds, under `mask` (batch or 1, 1, seq, cached + seq), and returns the final
+    /// hidden states (batch, seq, hidden).
+    fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
+        self.norm.forward(&self.run_layers(input, positions, cache, mask, None))
+    }
+
+    /// [`Self::forward_masked`] only as far as the cache needs: up to the last layer with keys
+    /// and values of its own, and of that one only them. The KV-shared layers after it (18 of
+    /// E4B's 42) keep nothing, so they do not run.
+    fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) {
+        if let Some(last) = self.layers.iter().rposition(|l| l.kv_from.is_none()) {
+            let _ = self.run_layers(input, positions, cache, mask, Some(last));
+        }
+    }
+
     /// Runs every row of `input` after the prefixes `cache` holds (one per image, the rows image
     /// by image), each read once by its image's rows ([`shared_prefix`]); `cache` comes from
     /// [`DecoderCache::shared`] and is left as it was. `suffix_mask` (seq, seq) is the rows'
@@ -354,11 +383,11 @@ impl Gemma4Decoder {
     /// row's last token at the last layer with keys and values of its own: no later layer reads
     /// the other tokens (on E4B, the last 18 of 42 layers run on one token a row). Returns the
     /// final hidden state of each row's last token, (rows, hidden).
-    pub fn forward_shared_prefix(
+    fn forward_shared_prefix(
         &self,
         input: &Embedded,
         positions: &Tensor,
-        cache: &DecoderCache,
+        cache: &mut DecoderCache,
         suffix_mask: &Tensor,
         fused: bool,
         rows: &QuestionRows,
@@ -411,73 +440,13 @@ impl Gemma4Decoder {
         }
     }
 
-    /// The sliding window for rows after a prefix of `past` tokens: what each of the rows' `seq`
-    /// queries sees of the prefix (seq, past) and of its own row (`suffix_mask` narrowed), as
-    /// additive f32 masks. Query i sits at `past + i`; a key `sliding_window` or more behind it
-    /// is hidden, as [`Self::sliding_mask`] hides it for the same rows run after a copied prefix.
-    fn window_masks(&self, past: i64, seq: i64, suffix_mask: &Tensor) -> (Tensor, Tensor) {
-        let device = suffix_mask.device();
-        let hidden = f64::from(f32::MIN);
-        let query = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([seq, 1]);
-        let too_far = |keys: Tensor| (&query - keys).ge(self.window);
-        let prefix_keys = Tensor::arange(past, (Kind::Int64, device)).view([1, past]);
-        let prefix = Tensor::zeros([seq, past], (Kind::Float, device)).masked_fill(&too_far(prefix_keys), hidden);
-        let own_keys = Tensor::arange_start(past, past + seq, (Kind::Int64, device)).view([1, seq]);
-        let suffix = suffix_mask.to_kind(Kind::Float).view([seq, seq]).masked_fill(&too_far(own_keys), hidden);
-        // Kept in f32: a hidden key is the most negative f32, never -inf, so a query that sees
-        // none of the prefix still gives that part a finite maximum (and zero weight).
-        (prefix, suffix)
-    }
-
-    fn softcap(&self, logits: Tensor) -> Tensor {
-        match self.softcap {
-            Some(cap) => (logits / cap).tanh() * cap,
-            None => logits,
-        }
-    }
-
-    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+    fn logits(&self, hidden: &Tensor) -> Tensor {
         self.softcap(hidden.linear(&self.lm_head, None::<&Tensor>))
     }
 
     /// The soft-capped logits of two tokens only, (rows, 2).
-    pub fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
-        self.softcap(layers::answer_logits(hidden, &self.lm_head, answer))
-    }
-}
-
-/// The calls the registry's [`TextModel`](crate::families::TextModel) hands Gemma 4's decoder.
-impl OwnDecoder for Gemma4Decoder {
-    fn embed(&self, ids: &Tensor) -> Embedded {
-        Gemma4Decoder::embed(self, ids)
-    }
-
-    fn forward_masked(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) -> Tensor {
-        Gemma4Decoder::forward_masked(self, input, positions, cache, mask)
-    }
-
-    fn fill_cache(&self, input: &Embedded, positions: &Tensor, cache: &mut DecoderCache, mask: &Tensor) {
-        Gemma4Decoder::fill_cache(self, input, positions, cache, mask)
-    }
-
-    fn forward_shared_prefix(
-        &self,
-        input: &Embedded,
-        positions: &Tensor,
-        cache: &mut DecoderCache,
-        mask: &Tensor,
-        fused: bool,
-        rows: &QuestionRows,
-    ) -> Tensor {
-        Gemma4Decoder::forward_shared_prefix(self, input, positions, cache, mask, fused, rows)
-    }
-
-    fn logits(&self, hidden: &Tensor) -> Tensor {
-        Gemma4Decoder::logits(self, hidden)
-    }
-
     fn answer_logits(&self, hidden: &Tensor, answer: (u32, u32)) -> Tensor {
-        Gemma4Decoder::answer_logits(self, hidden, answer)
+        self.softcap(layers::answer_logits(hidden, &self.lm_head, answer))
     }
 }
 
